@@ -1,0 +1,80 @@
+#include "allocator/allocator.h"
+
+#include <cstdio>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "runtime/bytes.h"
+
+namespace vgpu {
+
+std::string AllocatorStats::ToString() const {
+  return absl::StrFormat(
+      "in use %s (peak %s), reserved %s (peak %s), limit %s, allocs %d, frees %d, "
+      "largest alloc %s, largest free block %s, fragmentation %.3f, OOMs %d, "
+      "regions mapped %d unmapped %d",
+      FormatBytes(bytes_in_use), FormatBytes(peak_bytes_in_use), FormatBytes(bytes_reserved),
+      FormatBytes(peak_bytes_reserved), bytes_limit ? FormatBytes(bytes_limit) : "none",
+      num_allocs, num_frees, FormatBytes(largest_alloc_size), FormatBytes(largest_free_block),
+      fragmentation, num_ooms, regions_mapped, regions_unmapped);
+}
+
+DeviceBuffer::~DeviceBuffer() {
+  absl::Status s = Reset();
+  if (!s.ok()) std::fprintf(stderr, "vgpu: DeviceBuffer free failed: %s\n", s.ToString().c_str());
+}
+
+DeviceBuffer::DeviceBuffer(DeviceBuffer&& other) noexcept
+    : allocator_(std::exchange(other.allocator_, nullptr)),
+      data_(std::exchange(other.data_, nullptr)),
+      size_(std::exchange(other.size_, 0)) {}
+
+DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
+  if (this != &other) {
+    absl::Status s = Reset();
+    if (!s.ok()) std::fprintf(stderr, "vgpu: DeviceBuffer free failed: %s\n", s.ToString().c_str());
+    allocator_ = std::exchange(other.allocator_, nullptr);
+    data_ = std::exchange(other.data_, nullptr);
+    size_ = std::exchange(other.size_, 0);
+  }
+  return *this;
+}
+
+absl::Status DeviceBuffer::Reset() {
+  if (data_ == nullptr) return absl::OkStatus();
+  void* p = std::exchange(data_, nullptr);
+  size_ = 0;
+  return std::exchange(allocator_, nullptr)->Deallocate(p);
+}
+
+void* DeviceBuffer::Release() {
+  allocator_ = nullptr;
+  size_ = 0;
+  return std::exchange(data_, nullptr);
+}
+
+absl::StatusOr<void*> Allocator::AllocateRaw(uint64_t bytes, uint64_t alignment) {
+  if (alignment == 0 || (alignment & (alignment - 1)) != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        name(), ": alignment ", alignment, " is not a power of two (request of ", bytes,
+        " bytes)"));
+  }
+  if (alignment < kDefaultAlignment) alignment = kDefaultAlignment;
+  if (bytes == 0) return nullptr;
+  return DoAllocate(bytes, alignment);
+}
+
+absl::StatusOr<DeviceBuffer> Allocator::Allocate(uint64_t bytes, uint64_t alignment) {
+  absl::StatusOr<void*> p = AllocateRaw(bytes, alignment);
+  if (!p.ok()) return p.status();
+  if (*p == nullptr) return DeviceBuffer();
+  return DeviceBuffer(this, *p, bytes);
+}
+
+absl::Status Allocator::Deallocate(void* ptr) {
+  if (ptr == nullptr) return absl::OkStatus();
+  return DoDeallocate(ptr);
+}
+
+}  // namespace vgpu

@@ -1,0 +1,100 @@
+// The allocator interface every device memory allocator implements (BFC, vmm, adaptors),
+// RMM-style: the public non-virtual Allocate/Deallocate do the argument checks and hand the
+// rest to private DoAllocate/DoDeallocate, so checks are written once. DeviceBuffer is the
+// move-only RAII owner of one allocation.
+//
+// Thread safety: every Allocator is safe to call from any number of threads at once.
+// A DeviceBuffer is a plain owner: moving or destroying one object from two threads at once
+// is a data race, like any value type.
+#ifndef VGPU_ALLOCATOR_ALLOCATOR_H_
+#define VGPU_ALLOCATOR_ALLOCATOR_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace vgpu {
+
+inline constexpr uint64_t kDefaultAlignment = 256;
+
+struct AllocatorStats {
+  uint64_t num_allocs = 0;           // successful allocations
+  uint64_t num_frees = 0;
+  uint64_t bytes_in_use = 0;         // sum of (rounded) live allocations
+  uint64_t peak_bytes_in_use = 0;
+  uint64_t bytes_reserved = 0;       // taken from the sub-allocator / device
+  uint64_t peak_bytes_reserved = 0;
+  uint64_t bytes_limit = 0;          // hard limit (0 = none)
+  uint64_t largest_alloc_size = 0;
+  uint64_t largest_free_block = 0;   // in reserved memory
+  double fragmentation = 0.0;        // 1 - largest_free_block / free bytes in the pool
+  uint64_t num_ooms = 0;
+  uint64_t regions_mapped = 0;       // regions (or granule mappings) taken from the device
+  uint64_t regions_unmapped = 0;     // and given back
+  std::string ToString() const;      // one line, human-readable sizes
+};
+
+class Allocator;
+
+// Owns one allocation; frees it on destruction. Move-only.
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  DeviceBuffer(Allocator* allocator, void* data, uint64_t size)
+      : allocator_(allocator), data_(data), size_(size) {}
+  ~DeviceBuffer();
+  DeviceBuffer(DeviceBuffer&& other) noexcept;
+  DeviceBuffer& operator=(DeviceBuffer&& other) noexcept;
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+
+  void* data() const { return data_; }
+  uint64_t size() const { return size_; }  // bytes requested
+  Allocator* allocator() const { return allocator_; }
+  bool empty() const { return data_ == nullptr; }
+  explicit operator bool() const { return data_ != nullptr; }
+
+  // Frees now and reports the allocator's answer; the buffer is empty afterwards.
+  absl::Status Reset();
+  // Gives up ownership without freeing; the caller must Deallocate the pointer.
+  void* Release();
+
+ private:
+  Allocator* allocator_ = nullptr;
+  void* data_ = nullptr;
+  uint64_t size_ = 0;
+};
+
+class Allocator {
+ public:
+  virtual ~Allocator() = default;
+
+  // A buffer of at least `bytes`, aligned to `alignment` (a power of two; at least 256).
+  // bytes == 0 gives an empty buffer (no memory), as in RMM and TensorFlow.
+  // Errors: InvalidArgument for a bad alignment; ResourceExhausted (naming the device, the
+  // request, the limit and the usage) when the memory is not there.
+  absl::StatusOr<DeviceBuffer> Allocate(uint64_t bytes, uint64_t alignment = kDefaultAlignment);
+  // The same without the RAII owner.
+  absl::StatusOr<void*> AllocateRaw(uint64_t bytes, uint64_t alignment = kDefaultAlignment);
+  // Frees a pointer from AllocateRaw (or a released buffer). nullptr is a no-op. A pointer
+  // this allocator does not own, or one already freed, is InvalidArgument and changes
+  // nothing.
+  absl::Status Deallocate(void* ptr);
+
+  virtual std::string name() const = 0;
+  virtual AllocatorStats Stats() const = 0;
+  // Bins, chunks and an occupancy map; for OOM reports and debugging.
+  virtual std::string DumpMemoryLog() const { return name() + ": no memory log\n"; }
+  // Walks all bookkeeping; Internal error describing the first inconsistency.
+  virtual absl::Status CheckInvariants() const { return absl::OkStatus(); }
+
+ private:
+  virtual absl::StatusOr<void*> DoAllocate(uint64_t bytes, uint64_t alignment) = 0;
+  virtual absl::Status DoDeallocate(void* ptr) = 0;
+};
+
+}  // namespace vgpu
+
+#endif  // VGPU_ALLOCATOR_ALLOCATOR_H_

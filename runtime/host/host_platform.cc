@@ -1,0 +1,634 @@
+#include "runtime/host/host_platform.h"
+
+#include <fcntl.h>
+#include <linux/falloc.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "runtime/bytes.h"
+#include "runtime/status.h"
+
+namespace vgpu {
+namespace {
+
+// ---------------------------------------------------------------------------------------------
+// Events: a generation counter. Record() bumps `recorded` now and marks `completed` when the
+// stream reaches it; waiters capture the generation current at their call (CUDA semantics).
+class HostEvent : public Event {
+ public:
+  uint64_t BeginRecord() {
+    std::lock_guard<std::mutex> l(mu_);
+    return ++recorded_;
+  }
+  void Complete(uint64_t gen) {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      completed_ = std::max(completed_, gen);
+    }
+    cv_.notify_all();
+  }
+  uint64_t recorded() {
+    std::lock_guard<std::mutex> l(mu_);
+    return recorded_;
+  }
+  void WaitFor(uint64_t gen) {
+    std::unique_lock<std::mutex> l(mu_);
+    cv_.wait(l, [&] { return completed_ >= gen; });
+  }
+  absl::StatusOr<bool> Query() override {
+    std::lock_guard<std::mutex> l(mu_);
+    return completed_ >= recorded_;
+  }
+  absl::Status Synchronize() override {
+    WaitFor(recorded());
+    return absl::OkStatus();
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  uint64_t recorded_ = 0;
+  uint64_t completed_ = 0;
+};
+
+class HostExecutor;
+
+// ---------------------------------------------------------------------------------------------
+// Streams: one worker thread runs the queued work in order. The first failing task makes the
+// stream's error sticky; later tasks are skipped (as a CUDA context after a fault).
+class HostStream : public Stream {
+ public:
+  HostStream(HostExecutor* executor, int priority, HostFaultInjection* faults)
+      : executor_(executor), priority_(priority), faults_(faults), worker_([this] { Run(); }) {}
+  ~HostStream() override {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    worker_.join();
+  }
+
+  Executor* executor() const override;
+  int priority() const override { return priority_; }
+
+  absl::Status MemcpyH2D(void* dst, const void* src, uint64_t bytes) override {
+    return Copy(dst, src, bytes);
+  }
+  absl::Status MemcpyD2H(void* dst, const void* src, uint64_t bytes) override {
+    return Copy(dst, src, bytes);
+  }
+  absl::Status MemcpyD2D(void* dst, const void* src, uint64_t bytes) override {
+    return Copy(dst, src, bytes);
+  }
+  absl::Status Memset8(void* dst, uint8_t value, uint64_t bytes) override {
+    if (bytes == 0) return Error();
+    if (dst == nullptr) return absl::InvalidArgumentError("Memset8: null destination");
+    return Enqueue([=] {
+      std::memset(dst, value, bytes);
+      return absl::OkStatus();
+    });
+  }
+  absl::Status Memset32(void* dst, uint32_t value, uint64_t count) override {
+    if (count == 0) return Error();
+    if (dst == nullptr) return absl::InvalidArgumentError("Memset32: null destination");
+    return Enqueue([=] {
+      std::fill_n(static_cast<uint32_t*>(dst), count, value);
+      return absl::OkStatus();
+    });
+  }
+  absl::Status RecordEvent(Event* event) override {
+    auto* e = static_cast<HostEvent*>(event);
+    uint64_t gen = e->BeginRecord();
+    return EnqueueAlways([e, gen] { e->Complete(gen); });
+  }
+  absl::Status WaitEvent(Event* event) override {
+    auto* e = static_cast<HostEvent*>(event);
+    uint64_t gen = e->recorded();
+    return Enqueue([e, gen] {
+      e->WaitFor(gen);
+      return absl::OkStatus();
+    });
+  }
+  absl::Status LaunchHostFunc(std::function<void()> fn) override {
+    return Enqueue([fn = std::move(fn)] {
+      fn();
+      return absl::OkStatus();
+    });
+  }
+  absl::Status Synchronize() override {
+    std::unique_lock<std::mutex> l(mu_);
+    idle_cv_.wait(l, [&] { return queue_.empty() && !busy_; });
+    return error_;
+  }
+
+  // Queues `task`; returns the sticky error instead when the stream has failed.
+  absl::Status Enqueue(std::function<absl::Status()> task) {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      if (!error_.ok()) return error_;
+      queue_.push_back(std::move(task));
+    }
+    cv_.notify_one();
+    return absl::OkStatus();
+  }
+
+ private:
+  absl::Status Error() {
+    std::lock_guard<std::mutex> l(mu_);
+    return error_;
+  }
+  // Event completions run even on a failed stream so that waiters never hang.
+  absl::Status EnqueueAlways(std::function<void()> fn) {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      queue_.push_back([fn = std::move(fn)] {
+        fn();
+        return absl::OkStatus();
+      });
+      always_.insert(queue_.size() + consumed_);
+    }
+    cv_.notify_one();
+    return absl::OkStatus();
+  }
+
+  absl::Status Copy(void* dst, const void* src, uint64_t bytes) {
+    if (bytes == 0) return Error();
+    if (dst == nullptr || src == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat("memcpy of ", bytes, " bytes: null pointer"));
+    }
+    int64_t call = ++faults_->memcpy_calls;
+    bool fail = faults_->fail_memcpy_at.load() == call;
+    bool corrupt = faults_->corrupt_memcpy_at.load() == call;
+    return Enqueue([=] {
+      if (fail) {
+        return absl::InternalError(
+            absl::StrCat("host platform: injected failure of memcpy #", call));
+      }
+      std::memmove(dst, src, bytes);
+      if (corrupt) static_cast<uint8_t*>(dst)[bytes / 2] ^= 0x5a;
+      return absl::OkStatus();
+    });
+  }
+
+  void Run() {
+    std::unique_lock<std::mutex> l(mu_);
+    while (true) {
+      cv_.wait(l, [&] { return stop_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // stop_ and drained
+      std::function<absl::Status()> task = std::move(queue_.front());
+      queue_.pop_front();
+      uint64_t index = ++consumed_;
+      bool always = always_.erase(index) > 0;
+      bool skip = !error_.ok() && !always;
+      busy_ = true;
+      l.unlock();
+      absl::Status s = skip ? absl::OkStatus() : task();
+      l.lock();
+      busy_ = false;
+      if (!s.ok() && error_.ok()) error_ = s;
+      if (queue_.empty()) idle_cv_.notify_all();
+    }
+  }
+
+  HostExecutor* executor_;
+  int priority_;
+  HostFaultInjection* faults_;
+  std::mutex mu_;
+  std::condition_variable cv_, idle_cv_;
+  std::deque<std::function<absl::Status()>> queue_;
+  std::set<uint64_t> always_;  // 1-based positions of tasks that run even after an error
+  uint64_t consumed_ = 0;
+  bool busy_ = false;
+  bool stop_ = false;
+  absl::Status error_;
+  std::thread worker_;  // last: starts after the members above exist
+};
+
+// ---------------------------------------------------------------------------------------------
+HostStream* AsHost(Stream* s) { return static_cast<HostStream*>(s); }
+
+class HostBlas : public Blas {
+ public:
+  absl::Status Sgemm(Stream* stream, Transpose ta, Transpose tb, int m, int n, int k, float alpha,
+                     const float* a, int lda, const float* b, int ldb, float beta, float* c,
+                     int ldc) override {
+    if (m < 0 || n < 0 || k < 0) {
+      return absl::InvalidArgumentError(absl::StrCat("Sgemm: negative size m=", m, " n=", n, " k=", k));
+    }
+    return AsHost(stream)->Enqueue([=] {
+      cblas_sgemm(CblasColMajor, ta == Transpose::kYes ? CblasTrans : CblasNoTrans,
+                  tb == Transpose::kYes ? CblasTrans : CblasNoTrans, m, n, k, alpha, a, lda, b, ldb,
+                  beta, c, ldc);
+      return absl::OkStatus();
+    });
+  }
+  absl::Status Saxpy(Stream* stream, int n, float alpha, const float* x, float* y) override {
+    return AsHost(stream)->Enqueue([=] {
+      cblas_saxpy(n, alpha, x, 1, y, 1);
+      return absl::OkStatus();
+    });
+  }
+  absl::Status Sscal(Stream* stream, int n, float alpha, float* x) override {
+    return AsHost(stream)->Enqueue([=] {
+      cblas_sscal(n, alpha, x, 1);
+      return absl::OkStatus();
+    });
+  }
+};
+
+class HostKernels : public Kernels {
+ public:
+  absl::Status SumN(Stream* stream, absl::Span<const float* const> inputs, float* out,
+                    uint64_t count, float scale) override {
+    if (inputs.empty() || inputs.size() > static_cast<size_t>(kMaxSumInputs)) {
+      return absl::InvalidArgumentError(absl::StrCat("SumN: ", inputs.size(), " inputs; need 1..",
+                                                     kMaxSumInputs));
+    }
+    std::vector<const float*> in(inputs.begin(), inputs.end());
+    return AsHost(stream)->Enqueue([in = std::move(in), out, count, scale] {
+      // Blocked so each block of every input is read once while hot in cache.
+      constexpr uint64_t kBlock = 4096;
+      for (uint64_t base = 0; base < count; base += kBlock) {
+        uint64_t end = std::min(count, base + kBlock);
+        float acc[kBlock];
+        for (uint64_t i = base; i < end; ++i) acc[i - base] = in[0][i];
+        for (size_t j = 1; j < in.size(); ++j) {
+          const float* src = in[j];
+          for (uint64_t i = base; i < end; ++i) acc[i - base] += src[i];
+        }
+        for (uint64_t i = base; i < end; ++i) out[i] = acc[i - base] * scale;
+      }
+      return absl::OkStatus();
+    });
+  }
+};
+
+// ---------------------------------------------------------------------------------------------
+class HostExecutor : public Executor {
+ public:
+  HostExecutor(Platform* platform, int ordinal, uint64_t capacity, HostFaultInjection* faults)
+      : platform_(platform), ordinal_(ordinal), capacity_(capacity), faults_(faults) {}
+  ~HostExecutor() override {
+    for (auto& [p, bytes] : allocations_) munmap(p, bytes);
+    if (memfd_ >= 0) close(memfd_);
+  }
+
+  Platform* platform() const override { return platform_; }
+  int ordinal() const override { return ordinal_; }
+
+  absl::StatusOr<PhysicalDeviceInfo> Describe() override {
+    PhysicalDeviceInfo info;
+    info.ordinal = ordinal_;
+    info.name = "vgpu simulated GPU (host memory)";
+    info.uuid = absl::StrCat("HOST-00000000-0000-0000-0000-", absl::Dec(ordinal_, absl::kZeroPad12));
+    info.pci_bus_id = absl::StrCat("host:", ordinal_);
+    info.sm_count = 0;
+    info.total_bytes = capacity_;
+    std::lock_guard<std::mutex> l(mu_);
+    info.free_bytes = capacity_ - std::min(capacity_, used_);
+    info.vmm_granularity = kHostVmmGranularity;
+    return info;
+  }
+
+  absl::StatusOr<void*> Allocate(uint64_t bytes) override {
+    if (bytes == 0) return absl::InvalidArgumentError("Executor::Allocate: zero bytes");
+    int64_t call = ++faults_->allocate_calls;
+    if (faults_->fail_allocate_at.load() == call) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "host GPU ", ordinal_, ": injected failure of raw allocation #", call));
+    }
+    uint64_t rounded = RoundUp(bytes, kPage);
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      VGPU_RETURN_IF_ERROR(Reserve(rounded, bytes));
+    }
+    // mmap: pages are only committed when touched, and return to the OS on munmap.
+    void* p = mmap(nullptr, rounded, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                   -1, 0);
+    std::lock_guard<std::mutex> l(mu_);
+    if (p == MAP_FAILED) {
+      used_ -= rounded;
+      return absl::ResourceExhaustedError(absl::StrCat("host GPU ", ordinal_, ": mmap of ",
+                                                       FormatBytes(rounded), " failed: ",
+                                                       std::strerror(errno)));
+    }
+    allocations_[p] = rounded;
+    return p;
+  }
+
+  absl::Status Free(void* ptr) override {
+    uint64_t bytes;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      auto it = allocations_.find(ptr);
+      if (it == allocations_.end()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "host GPU ", ordinal_, ": Free of ", absl::Hex(reinterpret_cast<uintptr_t>(ptr)),
+            ", which is not a live allocation of this device (double free or foreign pointer)"));
+      }
+      bytes = it->second;
+      allocations_.erase(it);
+      used_ -= bytes;
+    }
+    munmap(ptr, bytes);
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<void*> HostAllocate(uint64_t bytes) override {
+    if (bytes == 0) return absl::InvalidArgumentError("HostAllocate: zero bytes");
+    void* p = std::aligned_alloc(4096, RoundUp(bytes, 4096));
+    if (p == nullptr) return absl::ResourceExhaustedError(absl::StrCat("HostAllocate of ", bytes, " bytes failed"));
+    std::lock_guard<std::mutex> l(mu_);
+    host_allocations_.insert(p);
+    return p;
+  }
+  absl::Status HostFree(void* ptr) override {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      if (host_allocations_.erase(ptr) == 0) {
+        return absl::InvalidArgumentError("HostFree: pointer is not a live host allocation");
+      }
+    }
+    std::free(ptr);
+    return absl::OkStatus();
+  }
+
+  // Virtual memory: address ranges are PROT_NONE reservations; physical memory is a range of
+  // one sparse memfd per device; Map is mmap(MAP_FIXED|MAP_SHARED) of that range, so one
+  // physical granule can really appear at any virtual address (stitching works for real).
+  absl::StatusOr<uint64_t> VirtualMemoryGranularity() override { return kHostVmmGranularity; }
+
+  absl::StatusOr<void*> ReserveAddressRange(uint64_t bytes) override {
+    VGPU_RETURN_IF_ERROR(CheckGranular("ReserveAddressRange", bytes));
+    void* p = mmap(nullptr, bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) {
+      return absl::ResourceExhaustedError(absl::StrCat("ReserveAddressRange of ", FormatBytes(bytes),
+                                                       " failed: ", std::strerror(errno)));
+    }
+    std::lock_guard<std::mutex> l(mu_);
+    reservations_[p] = bytes;
+    return p;
+  }
+  absl::Status FreeAddressRange(void* va, uint64_t bytes) override {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      auto it = reservations_.find(va);
+      if (it == reservations_.end() || it->second != bytes) {
+        return absl::InvalidArgumentError("FreeAddressRange: not a reserved range of that size");
+      }
+      reservations_.erase(it);
+    }
+    munmap(va, bytes);
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<PhysicalMemoryHandle> CreatePhysicalMemory(uint64_t bytes) override {
+    VGPU_RETURN_IF_ERROR(CheckGranular("CreatePhysicalMemory", bytes));
+    int64_t call = ++faults_->allocate_calls;
+    if (faults_->fail_allocate_at.load() == call) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "host GPU ", ordinal_, ": injected failure of physical allocation #", call));
+    }
+    std::lock_guard<std::mutex> l(mu_);
+    VGPU_RETURN_IF_ERROR(EnsureMemfd());
+    VGPU_RETURN_IF_ERROR(Reserve(bytes, bytes));
+    // First fit in the memfd's offset space (sized 4x capacity, so it never runs out first).
+    for (auto it = free_offsets_.begin(); it != free_offsets_.end(); ++it) {
+      if (it->second >= bytes) {
+        uint64_t offset = it->first, size = it->second;
+        free_offsets_.erase(it);
+        if (size > bytes) free_offsets_[offset + bytes] = size - bytes;
+        physical_[offset] = bytes;
+        return PhysicalMemoryHandle{offset, bytes};
+      }
+    }
+    used_ -= bytes;
+    return absl::ResourceExhaustedError("CreatePhysicalMemory: offset space exhausted");
+  }
+
+  absl::Status ReleasePhysicalMemory(PhysicalMemoryHandle handle) override {
+    std::lock_guard<std::mutex> l(mu_);
+    auto it = physical_.find(handle.value);
+    if (it == physical_.end() || it->second != handle.bytes) {
+      return absl::InvalidArgumentError("ReleasePhysicalMemory: unknown handle");
+    }
+    physical_.erase(it);
+    used_ -= handle.bytes;
+    // Give the pages back to the OS; mappings that still exist keep reading zeros, as freed
+    // physical memory must not be used anyway.
+    fallocate(memfd_, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, handle.value, handle.bytes);
+    uint64_t offset = handle.value, size = handle.bytes;
+    auto next = free_offsets_.lower_bound(offset);
+    if (next != free_offsets_.end() && offset + size == next->first) {
+      size += next->second;
+      next = free_offsets_.erase(next);
+    }
+    if (next != free_offsets_.begin()) {
+      auto prev = std::prev(next);
+      if (prev->first + prev->second == offset) {
+        prev->second += size;
+        return absl::OkStatus();
+      }
+    }
+    free_offsets_[offset] = size;
+    return absl::OkStatus();
+  }
+
+  absl::Status Map(void* va, uint64_t bytes, PhysicalMemoryHandle handle, uint64_t offset) override {
+    VGPU_RETURN_IF_ERROR(CheckGranular("Map", bytes));
+    std::lock_guard<std::mutex> l(mu_);
+    auto it = physical_.find(handle.value);
+    if (it == physical_.end() || offset + bytes > it->second) {
+      return absl::InvalidArgumentError("Map: unknown handle or range past its end");
+    }
+    if (!InReservation(va, bytes)) {
+      return absl::InvalidArgumentError("Map: range is not inside a reserved address range");
+    }
+    void* p = mmap(va, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, memfd_,
+                   static_cast<off_t>(handle.value + offset));
+    if (p == MAP_FAILED) return absl::InternalError(absl::StrCat("Map: mmap failed: ", std::strerror(errno)));
+    return absl::OkStatus();
+  }
+  absl::Status Unmap(void* va, uint64_t bytes) override {
+    VGPU_RETURN_IF_ERROR(CheckGranular("Unmap", bytes));
+    std::lock_guard<std::mutex> l(mu_);
+    if (!InReservation(va, bytes)) {
+      return absl::InvalidArgumentError("Unmap: range is not inside a reserved address range");
+    }
+    void* p = mmap(va, bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
+    if (p == MAP_FAILED) return absl::InternalError(absl::StrCat("Unmap: mmap failed: ", std::strerror(errno)));
+    return absl::OkStatus();
+  }
+
+  std::pair<int, int> StreamPriorityRange() const override { return {0, -5}; }
+  absl::StatusOr<std::vector<int>> PartitionSms(absl::Span<const int>) override {
+    return absl::UnimplementedError(
+        "SM partitions need the cuda platform (green contexts); the host platform has no SMs");
+  }
+  absl::StatusOr<std::unique_ptr<Stream>> CreateStream(const StreamOptions& options) override {
+    int64_t call = ++faults_->stream_calls;
+    if (faults_->fail_stream_at.load() == call) {
+      return absl::InternalError(absl::StrCat("host GPU ", ordinal_, ": injected failure of stream #", call));
+    }
+    if (options.sm_partition >= 0) {
+      return absl::InvalidArgumentError("host platform has no SM partitions");
+    }
+    int p = std::clamp(options.priority, -5, 0);
+    return std::unique_ptr<Stream>(std::make_unique<HostStream>(this, p, faults_));
+  }
+  absl::StatusOr<std::unique_ptr<Event>> CreateEvent() override {
+    return std::unique_ptr<Event>(std::make_unique<HostEvent>());
+  }
+  bool CanAccessPeer(const Executor& other) const override {
+    return other.platform() == platform_;
+  }
+  absl::StatusOr<Blas*> GetBlas() override { return &blas_; }
+  absl::StatusOr<Kernels*> GetKernels() override { return &kernels_; }
+
+ private:
+  static constexpr uint64_t kPage = 4096;
+  static uint64_t RoundUp(uint64_t x, uint64_t m) { return (x + m - 1) / m * m; }
+
+  absl::Status CheckGranular(const char* what, uint64_t bytes) const {
+    if (bytes == 0 || bytes % kHostVmmGranularity != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(what, ": ", bytes,
+                                                     " bytes is not a positive multiple of the "
+                                                     "granularity ", FormatBytes(kHostVmmGranularity)));
+    }
+    return absl::OkStatus();
+  }
+  // Requires mu_.
+  absl::Status Reserve(uint64_t rounded, uint64_t requested) {
+    if (!faults_->ignore_capacity.load() && used_ + rounded > capacity_) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "host GPU ", ordinal_, ": out of memory allocating ", FormatBytes(requested), " (",
+          requested, " bytes): ", FormatBytes(used_), " of ", FormatBytes(capacity_), " in use"));
+    }
+    used_ += rounded;
+    return absl::OkStatus();
+  }
+  absl::Status EnsureMemfd() {
+    if (memfd_ >= 0) return absl::OkStatus();
+    memfd_ = memfd_create(absl::StrCat("vgpu-host-", ordinal_).c_str(), MFD_CLOEXEC);
+    if (memfd_ < 0) return absl::InternalError(absl::StrCat("memfd_create failed: ", std::strerror(errno)));
+    uint64_t space = RoundUp(capacity_, kHostVmmGranularity) * 4;
+    if (ftruncate(memfd_, static_cast<off_t>(space)) != 0) {
+      return absl::InternalError(absl::StrCat("ftruncate failed: ", std::strerror(errno)));
+    }
+    free_offsets_[0] = space;
+    return absl::OkStatus();
+  }
+  bool InReservation(void* va, uint64_t bytes) const {
+    auto it = reservations_.upper_bound(va);
+    if (it == reservations_.begin()) return false;
+    --it;
+    auto base = reinterpret_cast<uintptr_t>(it->first), p = reinterpret_cast<uintptr_t>(va);
+    return p >= base && p + bytes <= base + it->second;
+  }
+
+  Platform* platform_;
+  int ordinal_;
+  uint64_t capacity_;
+  HostFaultInjection* faults_;
+  HostBlas blas_;
+  HostKernels kernels_;
+
+  mutable std::mutex mu_;
+  uint64_t used_ = 0;
+  absl::flat_hash_map<void*, uint64_t> allocations_;
+  absl::flat_hash_set<void*> host_allocations_;
+  std::map<void*, uint64_t> reservations_;
+  int memfd_ = -1;
+  std::map<uint64_t, uint64_t> free_offsets_;  // offset -> size
+  std::map<uint64_t, uint64_t> physical_;      // offset -> size
+};
+
+Executor* HostStream::executor() const { return executor_; }
+
+}  // namespace
+
+absl::StatusOr<std::vector<uint64_t>> ParseHostDevices(absl::string_view spec) {
+  auto bad = [&](absl::string_view part, absl::string_view why) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "VGPU_HOST_DEVICES=\"", spec, "\": bad part \"", part, "\": ", why,
+        " (expected e.g. \"2x16GiB\" or \"16GiB,8GiB\")"));
+  };
+  std::vector<uint64_t> out;
+  if (absl::StripAsciiWhitespace(spec).empty()) return bad(spec, "empty");
+  for (absl::string_view part : absl::StrSplit(spec, ',')) {
+    part = absl::StripAsciiWhitespace(part);
+    if (part.empty()) return bad(part, "empty entry");
+    uint64_t count = 1;
+    absl::string_view size = part;
+    size_t x = part.find_first_of("xX");
+    if (x != absl::string_view::npos) {
+      absl::string_view n = part.substr(0, x);
+      if (!absl::SimpleAtoi(n, &count) || count == 0 || count > 64) {
+        return bad(part, "count before 'x' must be 1..64");
+      }
+      size = part.substr(x + 1);
+    }
+    absl::StatusOr<uint64_t> bytes = ParseBytes(size);
+    if (!bytes.ok()) return bad(part, bytes.status().message());
+    if (*bytes < kHostVmmGranularity) return bad(part, "a device needs at least 2 MiB");
+    for (uint64_t i = 0; i < count; ++i) out.push_back(*bytes);
+    if (out.size() > 64) return bad(part, "more than 64 devices");
+  }
+  return out;
+}
+
+absl::StatusOr<std::unique_ptr<HostPlatform>> HostPlatform::Create(const HostPlatformOptions& options) {
+  if (options.device_bytes.empty()) return absl::InvalidArgumentError("host platform: no devices");
+  std::unique_ptr<HostPlatform> p(new HostPlatform());
+  for (size_t i = 0; i < options.device_bytes.size(); ++i) {
+    p->executors_.push_back(
+        std::make_unique<HostExecutor>(p.get(), static_cast<int>(i), options.device_bytes[i], &p->faults_));
+  }
+  return p;
+}
+
+HostPlatform::~HostPlatform() = default;
+
+int HostPlatform::DeviceCount() const { return static_cast<int>(executors_.size()); }
+
+std::string HostPlatform::Summary() const {
+  std::vector<std::string> sizes;
+  for (const auto& e : executors_) sizes.push_back(FormatBytes(static_cast<HostExecutor*>(e.get())->Describe()->total_bytes));
+  return absl::StrCat("host platform: ", executors_.size(), " simulated GPU(s) [",
+                      absl::StrJoin(sizes, ", "), "] in host memory, VMM granularity ",
+                      FormatBytes(kHostVmmGranularity));
+}
+
+absl::StatusOr<PhysicalDeviceInfo> HostPlatform::Describe(int ordinal) {
+  VGPU_ASSIGN_OR_RETURN(Executor * e, GetExecutor(ordinal));
+  return e->Describe();
+}
+
+absl::StatusOr<Executor*> HostPlatform::GetExecutor(int ordinal) {
+  if (ordinal < 0 || ordinal >= DeviceCount()) {
+    return absl::NotFoundError(absl::StrCat("host platform has no device ", ordinal, " (it has ",
+                                            DeviceCount(), ", ordinals 0..", DeviceCount() - 1, ")"));
+  }
+  return executors_[ordinal].get();
+}
+
+}  // namespace vgpu

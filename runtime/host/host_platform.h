@@ -1,0 +1,70 @@
+// The `host` platform: N simulated GPUs in host memory, for CI and GPU-less machines. It keeps
+// the same contracts as `cuda` (memory accounted against each device's capacity, in-order
+// asynchronous streams with events, virtual memory with granules), so code tested here
+// behaves the same on a GPU.
+//
+// Configured by VGPU_HOST_DEVICES: "2x16GiB" (two devices of 16 GiB), "16GiB,8GiB", or unset
+// (one 8 GiB device).
+//
+// Thread safety: as in runtime/platform.h; every class here is safe from any thread.
+#ifndef VGPU_RUNTIME_HOST_HOST_PLATFORM_H_
+#define VGPU_RUNTIME_HOST_HOST_PLATFORM_H_
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include "absl/strings/string_view.h"
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "runtime/platform.h"
+
+namespace vgpu {
+
+inline constexpr uint64_t kHostDefaultDeviceBytes = uint64_t{8} << 30;
+// Simulated VMM granularity (that of current NVIDIA GPUs).
+inline constexpr uint64_t kHostVmmGranularity = uint64_t{2} << 20;
+
+// Fault injection for reliability tests. Counters are 1-based: "fail the k-th call"; 0 means
+// never. Shared by all executors of the platform and safe to change while running.
+struct HostFaultInjection {
+  std::atomic<int64_t> fail_allocate_at{0};   // k-th Executor::Allocate/CreatePhysicalMemory
+  std::atomic<int64_t> fail_memcpy_at{0};     // k-th memcpy fails with Internal
+  std::atomic<int64_t> corrupt_memcpy_at{0};  // k-th memcpy flips a byte and "succeeds"
+  std::atomic<int64_t> fail_stream_at{0};     // k-th CreateStream fails
+  std::atomic<bool> ignore_capacity{false};   // Allocate ignores the simulated capacity
+  // Counters (read-only for users).
+  std::atomic<int64_t> allocate_calls{0};
+  std::atomic<int64_t> memcpy_calls{0};
+  std::atomic<int64_t> stream_calls{0};
+};
+
+struct HostPlatformOptions {
+  std::vector<uint64_t> device_bytes = {kHostDefaultDeviceBytes};
+};
+
+// Parses the VGPU_HOST_DEVICES grammar. Errors name the bad part.
+absl::StatusOr<std::vector<uint64_t>> ParseHostDevices(absl::string_view spec);
+
+class HostPlatform : public Platform {
+ public:
+  static absl::StatusOr<std::unique_ptr<HostPlatform>> Create(const HostPlatformOptions& options);
+  ~HostPlatform() override;
+
+  std::string name() const override { return "host"; }
+  int DeviceCount() const override;
+  std::string Summary() const override;
+  absl::StatusOr<PhysicalDeviceInfo> Describe(int ordinal) override;
+  absl::StatusOr<Executor*> GetExecutor(int ordinal) override;
+
+  HostFaultInjection& faults() { return faults_; }
+
+ private:
+  HostPlatform() = default;
+  HostFaultInjection faults_;
+  std::vector<std::unique_ptr<Executor>> executors_;
+};
+
+}  // namespace vgpu
+
+#endif  // VGPU_RUNTIME_HOST_HOST_PLATFORM_H_

@@ -1,0 +1,190 @@
+// The neutral device interfaces every backend implements (StreamExecutor's layering):
+//   Platform  - one per backend ("host", "cuda"); owns one Executor per physical device.
+//   Executor  - one physical device: raw memory, virtual memory, streams, events, BLAS, kernels.
+//   Stream    - an in-order queue of device work (CUDA semantics: asynchronous, ordered).
+//   Event     - a marker recorded on a stream; other streams and the host can wait on it.
+// Device pointers are plain `void*` values. Errors are absl::Status; vendor error codes never
+// leave a backend.
+//
+// Thread safety: Platform, Executor, Blas and Kernels are safe to call from any thread.
+// A Stream and an Event may be used from several threads (calls are serialized internally),
+// but the ORDER of work on a stream is the order of the enqueue calls, so code that needs a
+// particular order must enqueue from one thread or synchronize itself.
+#ifndef VGPU_RUNTIME_PLATFORM_H_
+#define VGPU_RUNTIME_PLATFORM_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+
+namespace vgpu {
+
+class Executor;
+class Platform;
+
+struct PhysicalDeviceInfo {
+  int ordinal = 0;
+  std::string name;
+  std::string uuid;
+  std::string pci_bus_id;
+  int compute_capability_major = 0;
+  int compute_capability_minor = 0;
+  int sm_count = 0;
+  uint64_t total_bytes = 0;
+  uint64_t free_bytes = 0;
+  // Granularity of the virtual-memory calls; 0 when the device has none.
+  uint64_t vmm_granularity = 0;
+};
+
+class Event {
+ public:
+  virtual ~Event() = default;
+  // True when the work captured by the most recent Stream::RecordEvent has completed (also
+  // true for an event never recorded, as in CUDA).
+  virtual absl::StatusOr<bool> Query() = 0;
+  // Blocks the calling thread until that work has completed.
+  virtual absl::Status Synchronize() = 0;
+};
+
+struct StreamOptions {
+  // Lower number = higher priority, as in CUDA. Clamped to Executor::StreamPriorityRange().
+  int priority = 0;
+  // Index into the SM partitions made by Executor::PartitionSms, or -1 for the whole device.
+  int sm_partition = -1;
+};
+
+// Work submitted to a stream runs in submission order; pointers passed in (host ones too)
+// must stay valid until the work has run (Synchronize, or an event). The first failure of
+// asynchronous work is sticky: it is returned by later calls and by Synchronize.
+class Stream {
+ public:
+  virtual ~Stream() = default;
+  virtual Executor* executor() const = 0;
+  virtual int priority() const = 0;
+  virtual int sm_partition() const { return -1; }
+
+  virtual absl::Status MemcpyH2D(void* dst_device, const void* src_host, uint64_t bytes) = 0;
+  virtual absl::Status MemcpyD2H(void* dst_host, const void* src_device, uint64_t bytes) = 0;
+  // Both device pointers of the same platform; `dst` may belong to another executor (a peer
+  // copy) when CanAccessPeer allows it, or through the host otherwise.
+  virtual absl::Status MemcpyD2D(void* dst_device, const void* src_device, uint64_t bytes) = 0;
+  virtual absl::Status Memset8(void* dst_device, uint8_t value, uint64_t bytes) = 0;
+  virtual absl::Status Memset32(void* dst_device, uint32_t value, uint64_t count) = 0;
+
+  virtual absl::Status RecordEvent(Event* event) = 0;
+  // Later work on this stream waits for the event's most recent record (as of this call).
+  virtual absl::Status WaitEvent(Event* event) = 0;
+  // Runs `fn` on a host thread after all earlier work; later work waits for it.
+  virtual absl::Status LaunchHostFunc(std::function<void()> fn) = 0;
+  virtual absl::Status Synchronize() = 0;
+};
+
+// Opaque handle to physical memory made by Executor::CreatePhysicalMemory.
+struct PhysicalMemoryHandle {
+  uint64_t value = 0;
+  uint64_t bytes = 0;
+};
+
+enum class Transpose { kNo, kYes };
+
+// Dense linear algebra on a stream. Column-major, like cuBLAS (row-major callers swap
+// operands). All pointers are device memory of the stream's executor.
+class Blas {
+ public:
+  virtual ~Blas() = default;
+  // C = alpha * op(A) * op(B) + beta * C, with op(A) m x k, op(B) k x n, C m x n.
+  virtual absl::Status Sgemm(Stream* stream, Transpose trans_a, Transpose trans_b, int m, int n,
+                             int k, float alpha, const float* a, int lda, const float* b, int ldb,
+                             float beta, float* c, int ldc) = 0;
+  // y = alpha * x + y
+  virtual absl::Status Saxpy(Stream* stream, int n, float alpha, const float* x, float* y) = 0;
+  // x = alpha * x
+  virtual absl::Status Sscal(Stream* stream, int n, float alpha, float* x) = 0;
+};
+
+// Element-wise device kernels (CUDA C++ on cuda, vectorised loops on host). Pointers are
+// device memory reachable from the stream's executor.
+class Kernels {
+ public:
+  virtual ~Kernels() = default;
+  // out[i] = scale * sum_j inputs[j][i] for i < count, in ONE pass over the inputs. `out`
+  // may alias one of the inputs. At most kMaxSumInputs inputs.
+  static constexpr int kMaxSumInputs = 16;
+  virtual absl::Status SumN(Stream* stream, absl::Span<const float* const> inputs, float* out,
+                            uint64_t count, float scale) = 0;
+};
+
+class Executor {
+ public:
+  virtual ~Executor() = default;
+  virtual Platform* platform() const = 0;
+  virtual int ordinal() const = 0;
+  // Fresh numbers (free memory changes).
+  virtual absl::StatusOr<PhysicalDeviceInfo> Describe() = 0;
+
+  // Raw device memory (cuMemAlloc on cuda; accounted host memory on host). Allocation past
+  // the device's free memory is ResourceExhausted; freeing a pointer this executor did not
+  // hand out is InvalidArgument.
+  virtual absl::StatusOr<void*> Allocate(uint64_t bytes) = 0;
+  virtual absl::Status Free(void* ptr) = 0;
+  // Page-locked host memory for fast copies (plain host memory on the host platform).
+  virtual absl::StatusOr<void*> HostAllocate(uint64_t bytes) = 0;
+  virtual absl::Status HostFree(void* ptr) = 0;
+
+  // Virtual memory management (cuMemAddressReserve / cuMemCreate / cuMemMap / cuMemUnmap).
+  // Sizes and offsets are multiples of VirtualMemoryGranularity(). Unimplemented where the
+  // device has no VMM support.
+  virtual absl::StatusOr<uint64_t> VirtualMemoryGranularity() = 0;
+  virtual absl::StatusOr<void*> ReserveAddressRange(uint64_t bytes) = 0;
+  virtual absl::Status FreeAddressRange(void* va, uint64_t bytes) = 0;
+  virtual absl::StatusOr<PhysicalMemoryHandle> CreatePhysicalMemory(uint64_t bytes) = 0;
+  virtual absl::Status ReleasePhysicalMemory(PhysicalMemoryHandle handle) = 0;
+  // Maps [va, va+bytes) onto the handle's memory starting at `offset`, readable and
+  // writable from this device.
+  virtual absl::Status Map(void* va, uint64_t bytes, PhysicalMemoryHandle handle,
+                           uint64_t offset) = 0;
+  virtual absl::Status Unmap(void* va, uint64_t bytes) = 0;
+
+  // Streams, SM partitions, events.
+  // {least, greatest} priority; greatest <= least numerically (CUDA: {0, -5}).
+  virtual std::pair<int, int> StreamPriorityRange() const = 0;
+  // Splits the SMs into partitions of (at least) the given counts, plus the leftover as the
+  // last partition; returns the actual SM count of each. cuda only (green contexts).
+  virtual absl::StatusOr<std::vector<int>> PartitionSms(absl::Span<const int> sm_counts) = 0;
+  virtual absl::StatusOr<std::unique_ptr<Stream>> CreateStream(const StreamOptions& options) = 0;
+  virtual absl::StatusOr<std::unique_ptr<Event>> CreateEvent() = 0;
+  virtual bool CanAccessPeer(const Executor& other) const = 0;
+
+  virtual absl::StatusOr<Blas*> GetBlas() = 0;
+  virtual absl::StatusOr<Kernels*> GetKernels() = 0;
+};
+
+class Platform {
+ public:
+  virtual ~Platform() = default;
+  virtual std::string name() const = 0;  // "host" or "cuda"
+  virtual int DeviceCount() const = 0;
+  // One line: driver/runtime versions on cuda, the simulation settings on host, and when
+  // DeviceCount() is 0, why (e.g. "libcuda.so.1 not found").
+  virtual std::string Summary() const = 0;
+  virtual absl::StatusOr<PhysicalDeviceInfo> Describe(int ordinal) = 0;
+  virtual absl::StatusOr<Executor*> GetExecutor(int ordinal) = 0;
+};
+
+// Process-wide platforms, created on first use and never destroyed.
+// "host": configured from VGPU_HOST_DEVICES; "cuda": the Driver API (0 devices with a reason
+// when there is no driver or GPU). A bad VGPU_HOST_DEVICES is InvalidArgument.
+absl::StatusOr<Platform*> GetPlatform(absl::string_view name);
+// VGPU_PLATFORM=auto|cuda|host (default auto: cuda when it has a device, else host).
+absl::StatusOr<Platform*> DefaultPlatform();
+
+}  // namespace vgpu
+
+#endif  // VGPU_RUNTIME_PLATFORM_H_
