@@ -109,17 +109,7 @@ class Blas {
   virtual absl::Status Sscal(Stream* stream, int n, float alpha, float* x) = 0;
 };
 
-// Element-wise device kernels (CUDA C++ on cuda, vectorised loops on host). Pointers are
-// device memory reachable from the stream's executor.
-class Kernels {
- public:
-  virtual ~Kernels() = default;
-  // out[i] = scale * sum_j inputs[j][i] for i < count, in ONE pass over the inputs. `out`
-  // may alias one of the inputs. At most kMaxSumInputs inputs.
-  static constexpr int kMaxSumInputs = 16;
-  virtual absl::Status SumN(Stream* stream, absl::Span<const float* const> inputs, float* out,
-                            uint64_t count, float scale) = 0;
-};
+class Kernels;  // runtime/kernels.h
 
 class Executor {
  public:

@@ -24,6 +24,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "runtime/bytes.h"
+#include "runtime/host/host_kernels.h"
 #include "runtime/status.h"
 
 namespace vgpu {
@@ -255,33 +256,6 @@ class HostBlas : public Blas {
   }
 };
 
-class HostKernels : public Kernels {
- public:
-  absl::Status SumN(Stream* stream, absl::Span<const float* const> inputs, float* out,
-                    uint64_t count, float scale) override {
-    if (inputs.empty() || inputs.size() > static_cast<size_t>(kMaxSumInputs)) {
-      return absl::InvalidArgumentError(absl::StrCat("SumN: ", inputs.size(), " inputs; need 1..",
-                                                     kMaxSumInputs));
-    }
-    std::vector<const float*> in(inputs.begin(), inputs.end());
-    return AsHost(stream)->Enqueue([in = std::move(in), out, count, scale] {
-      // Blocked so each block of every input is read once while hot in cache.
-      constexpr uint64_t kBlock = 4096;
-      for (uint64_t base = 0; base < count; base += kBlock) {
-        uint64_t end = std::min(count, base + kBlock);
-        float acc[kBlock];
-        for (uint64_t i = base; i < end; ++i) acc[i - base] = in[0][i];
-        for (size_t j = 1; j < in.size(); ++j) {
-          const float* src = in[j];
-          for (uint64_t i = base; i < end; ++i) acc[i - base] += src[i];
-        }
-        for (uint64_t i = base; i < end; ++i) out[i] = acc[i - base] * scale;
-      }
-      return absl::OkStatus();
-    });
-  }
-};
-
 // ---------------------------------------------------------------------------------------------
 class HostExecutor : public Executor {
  public:
@@ -502,7 +476,7 @@ class HostExecutor : public Executor {
     return other.platform() == platform_;
   }
   absl::StatusOr<Blas*> GetBlas() override { return &blas_; }
-  absl::StatusOr<Kernels*> GetKernels() override { return &kernels_; }
+  absl::StatusOr<Kernels*> GetKernels() override { return kernels_.get(); }
 
  private:
   static constexpr uint64_t kPage = 4096;
@@ -550,7 +524,7 @@ class HostExecutor : public Executor {
   uint64_t capacity_;
   HostFaultInjection* faults_;
   HostBlas blas_;
-  HostKernels kernels_;
+  std::unique_ptr<Kernels> kernels_ = CreateHostKernels();
 
   mutable std::mutex mu_;
   uint64_t used_ = 0;
@@ -565,6 +539,14 @@ class HostExecutor : public Executor {
 Executor* HostStream::executor() const { return executor_; }
 
 }  // namespace
+
+absl::Status EnqueueHostTask(Stream* stream, std::function<absl::Status()> task) {
+  auto* host = dynamic_cast<HostStream*>(stream);
+  if (host == nullptr) {
+    return absl::InvalidArgumentError("host kernels need a host-platform stream");
+  }
+  return host->Enqueue(std::move(task));
+}
 
 absl::StatusOr<std::vector<uint64_t>> ParseHostDevices(absl::string_view spec) {
   auto bad = [&](absl::string_view part, absl::string_view why) {

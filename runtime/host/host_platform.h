@@ -12,6 +12,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include "absl/strings/string_view.h"
 #include <vector>
@@ -42,6 +43,10 @@ struct HostFaultInjection {
 struct HostPlatformOptions {
   std::vector<uint64_t> device_bytes = {kHostDefaultDeviceBytes};
 };
+
+// Queues `task` on a host-platform stream, in order with the rest of its work; a failing task
+// makes the stream's error sticky (as a CUDA fault does). InvalidArgument for other streams.
+absl::Status EnqueueHostTask(Stream* stream, std::function<absl::Status()> task);
 
 // Parses the VGPU_HOST_DEVICES grammar. Errors name the bad part.
 absl::StatusOr<std::vector<uint64_t>> ParseHostDevices(absl::string_view spec);
