@@ -41,9 +41,13 @@ MATCHER_P2(StatusIs, code, message_matcher,
                                        result_listener);
 }
 
+// StatusIs(code): any message.
+inline auto StatusIs(absl::StatusCode code) { return StatusIs(code, ::testing::_); }
+
 MATCHER_P(IsOkAndHolds, value_matcher,
-          std::string("is OK and holds a value that ") +
-              ::testing::DescribeMatcher<decltype(*arg)>(value_matcher, negation)) {
+          std::string(negation ? "is not OK or holds a value that does not match "
+                               : "is OK and holds a matching value ") +
+              ::testing::PrintToString(value_matcher)) {
   if (!arg.ok()) {
     *result_listener << "status is " << arg.status().ToString();
     return false;
