@@ -50,6 +50,10 @@ class PlatformConformance : public ::testing::TestWithParam<PlatformFactory> {
 
   // Device buffer freed at scope exit.
   struct Mem {
+    Mem(Executor* e, void* p) : e(e), p(p) {}
+    Mem(Mem&& o) noexcept : e(o.e), p(std::exchange(o.p, nullptr)) {}
+    Mem(const Mem&) = delete;
+    Mem& operator=(const Mem&) = delete;
     Executor* e;
     void* p;
     ~Mem() {
