@@ -1,0 +1,586 @@
+#include "allocator/vmm_allocator.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "allocator/sub_allocator.h"
+#include "runtime/bytes.h"
+#include "runtime/status.h"
+
+namespace vgpu {
+namespace {
+
+uint64_t CeilDiv(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
+uint64_t AlignUp(uint64_t a, uint64_t b) { return CeilDiv(a, b) * b; }
+std::string P(const void* p) { return absl::StrFormat("%p", p); }
+
+}  // namespace
+
+// Hands the slab BFC regions made of stitched granules from the pool.
+class VmmAllocator::SlabSubAllocator final : public SubAllocator {
+ public:
+  explicit SlabSubAllocator(VmmAllocator* owner) : owner_(owner) {}
+  std::string name() const override { return owner_->name() + "/granules"; }
+  bool fake() const override { return owner_->backend_->fake(); }
+
+  absl::StatusOr<void*> Alloc(uint64_t bytes, uint64_t alignment) override {
+    if (bytes == 0 || bytes % owner_->granularity_ != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(name(), ": slab of ", bytes,
+                                                     " bytes is not a multiple of the granularity ",
+                                                     owner_->granularity_));
+    }
+    std::lock_guard<std::mutex> l(owner_->mu_);
+    VGPU_ASSIGN_OR_RETURN(std::unique_ptr<Range> range,
+                          owner_->MapRangeLocked(bytes / owner_->granularity_,
+                                                 std::max(alignment, owner_->granularity_)));
+    void* p = range->ptr;
+    owner_->slab_granules_ += range->granules.size();
+    owner_->slab_ranges_.emplace(p, std::move(range));
+    return p;
+  }
+
+  absl::Status Free(void* ptr, uint64_t bytes) override {
+    std::lock_guard<std::mutex> l(owner_->mu_);
+    auto it = owner_->slab_ranges_.find(ptr);
+    if (it == owner_->slab_ranges_.end() ||
+        it->second->granules.size() * owner_->granularity_ != bytes) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(name(), ": ", P(ptr), " (", bytes, " bytes) is not a slab"));
+    }
+    std::unique_ptr<Range> range = std::move(it->second);
+    owner_->slab_ranges_.erase(it);
+    owner_->slab_granules_ -= range->granules.size();
+    VGPU_RETURN_IF_ERROR(owner_->UnmapRangeLocked(std::move(range)));
+    if (owner_->options_.allow_growth) {
+      VGPU_RETURN_IF_ERROR(owner_->GiveBackLocked(owner_->keep_granules_));
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  VmmAllocator* owner_;
+};
+
+absl::StatusOr<std::unique_ptr<VmmAllocator>> VmmAllocator::Create(
+    std::unique_ptr<VmmBackend> backend, VmmOptions options) {
+  if (backend == nullptr) return absl::InvalidArgumentError("vmm allocator: backend is null");
+  uint64_t g = backend->granularity();
+  if (g == 0 || (g & (g - 1)) != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(options.name, ": VMM granularity ", g, " is not a power of two"));
+  }
+  if (options.memory_limit < g) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        options.name, ": memory limit ", FormatBytes(options.memory_limit),
+        " is below one VMM granule (", FormatBytes(g), "); the vmm allocator needs at least one"));
+  }
+  std::unique_ptr<VmmAllocator> a(new VmmAllocator(std::move(backend), std::move(options), g));
+  VGPU_RETURN_IF_ERROR(a->Init());
+  return a;
+}
+
+VmmAllocator::VmmAllocator(std::unique_ptr<VmmBackend> backend, VmmOptions options,
+                           uint64_t granularity)
+    : backend_(std::move(backend)), options_(std::move(options)), granularity_(granularity) {}
+
+absl::Status VmmAllocator::Init() {
+  const uint64_t g = granularity_;
+  limit_granules_ = options_.memory_limit / g;
+  if (limit_granules_ > (uint64_t{1} << 31)) {
+    return absl::InvalidArgumentError(absl::StrCat(name(), ": memory limit ",
+                                                   FormatBytes(options_.memory_limit),
+                                                   " is more than 2^31 granules"));
+  }
+  cache_limit_granules_ = !options_.enable_cache ? 0
+                          : options_.cache_bytes ? options_.cache_bytes / g
+                                                 : limit_granules_ / 8;
+  keep_granules_ = options_.pool_keep_bytes ? options_.pool_keep_bytes / g
+                                            : std::max<uint64_t>(1, limit_granules_ / 64);
+  small_block_max_ = options_.small_block_max ? options_.small_block_max : g;
+  if (!options_.allow_growth) {
+    // Everything up front, in one physical allocation: one driver call, and granules are
+    // (handle, offset) pairs inside it.
+    absl::StatusOr<PhysicalMemoryHandle> h = backend_->CreatePhysicalMemory(limit_granules_ * g);
+    if (!h.ok()) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          name(), ": cannot take the whole limit of ", FormatBytes(limit_granules_ * g),
+          " from the device up front (allow_growth is off): ", h.status().message()));
+    }
+    bulk_ = *h;
+    granules_.resize(limit_granules_);
+    free_granules_.reserve(limit_granules_);
+    for (uint64_t i = 0; i < limit_granules_; ++i) granules_[i] = Granule{bulk_, i * g};
+    // Reversed so pops hand out ascending, physically contiguous granules.
+    for (uint64_t i = limit_granules_; i-- > 0;) free_granules_.push_back(static_cast<uint32_t>(i));
+    created_granules_ = limit_granules_;
+  }
+  return absl::OkStatus();
+}
+
+VmmAllocator::~VmmAllocator() {
+  // The slab BFC frees its regions through SlabSubAllocator, which takes mu_.
+  slabs_.reset();
+  std::lock_guard<std::mutex> l(mu_);
+  for (auto& [p, range] : blocks_) UnmapRangeLocked(std::move(range)).IgnoreError();
+  blocks_.clear();
+  for (auto& [p, range] : slab_ranges_) UnmapRangeLocked(std::move(range)).IgnoreError();
+  slab_ranges_.clear();
+  for (auto& [count, ranges] : cache_) {
+    for (auto& range : ranges) UnmapRangeLocked(std::move(range)).IgnoreError();
+  }
+  cache_.clear();
+  if (options_.allow_growth) {
+    GiveBackLocked(0).IgnoreError();
+  } else if (bulk_.bytes != 0) {
+    backend_->ReleasePhysicalMemory(bulk_).IgnoreError();
+  }
+}
+
+absl::StatusOr<void*> VmmAllocator::DoAllocate(uint64_t bytes, uint64_t alignment) {
+  if (slabs_ != nullptr && bytes < small_block_max_ && alignment <= granularity_) {
+    return AllocateSmall(bytes, alignment);
+  }
+  return AllocateLarge(bytes, alignment);
+}
+
+absl::StatusOr<void*> VmmAllocator::AllocateSmall(uint64_t bytes, uint64_t alignment) {
+  absl::StatusOr<void*> p = slabs_->AllocateRaw(bytes, alignment);
+  if (!p.ok()) {
+    if (!absl::IsResourceExhausted(p.status())) return p.status();
+    std::lock_guard<std::mutex> l(mu_);
+    ++num_ooms_;
+    return OomError(
+        bytes, AlignUp(bytes, kDefaultAlignment),
+        absl::StrCat("no slab space and no granule for a new slab (", p.status().message(), ")"));
+  }
+  uint64_t rounded = AlignUp(bytes, kDefaultAlignment);
+  std::lock_guard<std::mutex> l(mu_);
+  small_.emplace(*p, rounded);
+  small_in_use_ += rounded;
+  ++num_allocs_;
+  largest_alloc_ = std::max(largest_alloc_, bytes);
+  peak_in_use_ = std::max(peak_in_use_, large_in_use_ + small_in_use_);
+  return *p;
+}
+
+absl::StatusOr<void*> VmmAllocator::AllocateLarge(uint64_t bytes, uint64_t alignment) {
+  const uint64_t count = CeilDiv(bytes, granularity_);
+  std::unique_lock<std::mutex> l(mu_);
+  std::unique_ptr<Range> range;
+  if (auto it = cache_.find(count); it != cache_.end()) {
+    for (size_t i = it->second.size(); i-- > 0;) {
+      if (reinterpret_cast<uintptr_t>(it->second[i]->ptr) % alignment == 0) {
+        range = std::move(it->second[i]);
+        it->second.erase(it->second.begin() + static_cast<ptrdiff_t>(i));
+        break;
+      }
+    }
+    if (it->second.empty()) cache_.erase(it);
+    if (range != nullptr) {
+      cached_granules_ -= count;
+      ++cache_hits_;
+    }
+  }
+  if (range == nullptr) {
+    absl::StatusOr<std::unique_ptr<Range>> r = MapRangeLocked(count, alignment);
+    if (!r.ok() && absl::IsResourceExhausted(r.status()) && slabs_ != nullptr) {
+      // Empty slabs hold granules too: let the slab BFC give them back, then retry. Its lock
+      // comes before ours, so ours is dropped meanwhile.
+      l.unlock();
+      slabs_gc_(slabs_.get());
+      l.lock();
+      r = MapRangeLocked(count, alignment);
+    }
+    if (!r.ok()) {
+      if (!absl::IsResourceExhausted(r.status())) return r.status();
+      ++num_ooms_;
+      return OomError(bytes, count * granularity_, r.status().message());
+    }
+    range = *std::move(r);
+  }
+  range->requested = bytes;
+  void* p = range->ptr;
+  block_granules_ += count;
+  blocks_.emplace(p, std::move(range));
+  large_in_use_ += count * granularity_;
+  ++num_allocs_;
+  largest_alloc_ = std::max(largest_alloc_, bytes);
+  peak_in_use_ = std::max(peak_in_use_, large_in_use_ + small_in_use_);
+  return p;
+}
+
+absl::Status VmmAllocator::DoDeallocate(void* ptr) {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (auto it = small_.find(ptr); it != small_.end()) {
+      small_in_use_ -= it->second;
+      small_.erase(it);
+      ++num_frees_;
+      // Freed under our lock held only for the bookkeeping; the BFC call below is outside.
+    } else if (auto b = blocks_.find(ptr); b != blocks_.end()) {
+      std::unique_ptr<Range> range = std::move(b->second);
+      blocks_.erase(b);
+      const uint64_t count = range->granules.size();
+      block_granules_ -= count;
+      large_in_use_ -= count * granularity_;
+      ++num_frees_;
+      if (count <= cache_limit_granules_) {
+        cached_granules_ += count;
+        cache_[count].push_back(std::move(range));
+        while (cached_granules_ > cache_limit_granules_) VGPU_RETURN_IF_ERROR(EvictOneLocked());
+      } else {
+        VGPU_RETURN_IF_ERROR(UnmapRangeLocked(std::move(range)));
+      }
+      if (options_.allow_growth) {
+        VGPU_RETURN_IF_ERROR(
+            GiveBackLocked(blocks_.empty() && small_.empty() ? 0 : keep_granules_));
+      }
+      return absl::OkStatus();
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat(
+          name(), ": Deallocate(", P(ptr),
+          ") is not a live allocation of this allocator (double free or foreign pointer)"));
+    }
+  }
+  return slabs_->Deallocate(ptr);
+}
+
+absl::Status VmmAllocator::EnsureFreeGranulesLocked(uint64_t count) {
+  while (mapped_granules_ + count > limit_granules_ && cached_granules_ > 0) {
+    VGPU_RETURN_IF_ERROR(EvictOneLocked());
+  }
+  if (mapped_granules_ + count > limit_granules_) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "the limit allows ", limit_granules_ - mapped_granules_, " more mapped granules"));
+  }
+  while (free_granules_.size() < count) {
+    if (!options_.allow_growth) {
+      return absl::InternalError(absl::StrCat(name(), ": pool has ", free_granules_.size(),
+                                              " free granules below the limit; expected ",
+                                              limit_granules_ - mapped_granules_));
+    }
+    absl::StatusOr<PhysicalMemoryHandle> h = backend_->CreatePhysicalMemory(granularity_);
+    if (!h.ok()) {
+      if (cached_granules_ > 0) {
+        VGPU_RETURN_IF_ERROR(EvictOneLocked());
+        continue;
+      }
+      return absl::ResourceExhaustedError(
+          absl::StrCat("the device refused a new granule: ", h.status().message()));
+    }
+    uint32_t slot;
+    if (!free_slots_.empty()) {
+      slot = free_slots_.back();
+      free_slots_.pop_back();
+      granules_[slot] = Granule{*h, 0};
+    } else {
+      slot = static_cast<uint32_t>(granules_.size());
+      granules_.push_back(Granule{*h, 0});
+    }
+    free_granules_.push_back(slot);
+    ++created_granules_;
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<VmmAllocator::Range>> VmmAllocator::MapRangeLocked(
+    uint64_t count, uint64_t alignment) {
+  VGPU_RETURN_IF_ERROR(EnsureFreeGranulesLocked(count));
+  const uint64_t g = granularity_;
+  auto range = std::make_unique<Range>();
+  range->reserved_bytes = count * g + (alignment > g ? alignment : 0);
+  VGPU_ASSIGN_OR_RETURN(range->reserved, backend_->ReserveAddressRange(range->reserved_bytes));
+  range->ptr = reinterpret_cast<void*>(
+      AlignUp(reinterpret_cast<uint64_t>(range->reserved), std::max(alignment, g)));
+  range->granules.assign(free_granules_.end() - static_cast<ptrdiff_t>(count),
+                         free_granules_.end());
+  std::reverse(range->granules.begin(), range->granules.end());
+  free_granules_.resize(free_granules_.size() - count);
+  // Map runs of physically contiguous granules with one call each.
+  char* base = static_cast<char*>(range->ptr);
+  for (uint64_t i = 0; i < count;) {
+    const Granule& first = granules_[range->granules[i]];
+    uint64_t n = 1;
+    while (i + n < count && granules_[range->granules[i + n]].handle.value == first.handle.value &&
+           granules_[range->granules[i + n]].offset == first.offset + n * g) {
+      ++n;
+    }
+    absl::Status s = backend_->Map(base + i * g, n * g, first.handle, first.offset);
+    if (!s.ok()) {
+      if (i > 0) backend_->Unmap(base, i * g).IgnoreError();
+      for (uint64_t j = count; j-- > 0;) free_granules_.push_back(range->granules[j]);
+      backend_->FreeAddressRange(range->reserved, range->reserved_bytes).IgnoreError();
+      return s;
+    }
+    i += n;
+  }
+  mapped_granules_ += count;
+  regions_mapped_ += count;
+  peak_mapped_ = std::max(peak_mapped_, mapped_granules_);
+  return range;
+}
+
+absl::Status VmmAllocator::UnmapRangeLocked(std::unique_ptr<Range> range) {
+  const uint64_t count = range->granules.size();
+  VGPU_RETURN_IF_ERROR(backend_->Unmap(range->ptr, count * granularity_));
+  VGPU_RETURN_IF_ERROR(backend_->FreeAddressRange(range->reserved, range->reserved_bytes));
+  // Reversed so the next MapRangeLocked pops them in their old order (contiguous runs).
+  for (uint64_t j = count; j-- > 0;) free_granules_.push_back(range->granules[j]);
+  mapped_granules_ -= count;
+  regions_unmapped_ += count;
+  return absl::OkStatus();
+}
+
+absl::Status VmmAllocator::EvictOneLocked() {
+  // The largest cached range first: one unmap frees the most granules.
+  auto it = std::prev(cache_.end());
+  std::unique_ptr<Range> range = std::move(it->second.back());
+  it->second.pop_back();
+  if (it->second.empty()) cache_.erase(it);
+  cached_granules_ -= range->granules.size();
+  ++cache_evictions_;
+  return UnmapRangeLocked(std::move(range));
+}
+
+absl::Status VmmAllocator::GiveBackLocked(uint64_t keep) {
+  while (free_granules_.size() > keep) {
+    uint32_t slot = free_granules_.back();
+    VGPU_RETURN_IF_ERROR(backend_->ReleasePhysicalMemory(granules_[slot].handle));
+    free_granules_.pop_back();
+    granules_[slot] = Granule{};
+    free_slots_.push_back(slot);
+    --created_granules_;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status VmmAllocator::Trim() {
+  if (slabs_ != nullptr) slabs_gc_(slabs_.get());
+  std::lock_guard<std::mutex> l(mu_);
+  while (cached_granules_ > 0) VGPU_RETURN_IF_ERROR(EvictOneLocked());
+  if (options_.allow_growth) VGPU_RETURN_IF_ERROR(GiveBackLocked(0));
+  return absl::OkStatus();
+}
+
+absl::Status VmmAllocator::OomError(uint64_t bytes, uint64_t rounded, absl::string_view why) const {
+  const uint64_t g = granularity_;
+  return absl::ResourceExhaustedError(absl::StrFormat(
+      "%s: out of memory allocating %s (%d bytes, rounded to %s): limit %s (%d granules of %s), "
+      "mapped %s, in use %s, cached %s, in slabs %s; %s. Hint: raise the logical device's "
+      "memory limit or free buffers earlier; with the vmm allocator free memory is never "
+      "fragmented, so this is a true shortage.",
+      name(), FormatBytes(bytes), bytes, FormatBytes(rounded), FormatBytes(limit_granules_ * g),
+      limit_granules_, FormatBytes(g), FormatBytes(mapped_granules_ * g),
+      FormatBytes(large_in_use_ + small_in_use_), FormatBytes(cached_granules_ * g),
+      FormatBytes(slab_granules_ * g), why));
+}
+
+AllocatorStats VmmAllocator::StatsLocked() const {
+  AllocatorStats s;
+  const uint64_t g = granularity_;
+  s.num_allocs = num_allocs_;
+  s.num_frees = num_frees_;
+  s.bytes_in_use = large_in_use_ + small_in_use_;
+  s.peak_bytes_in_use = peak_in_use_;
+  s.bytes_reserved = mapped_granules_ * g;
+  s.peak_bytes_reserved = peak_mapped_ * g;
+  s.bytes_limit = limit_granules_ * g;
+  s.largest_alloc_size = largest_alloc_;
+  s.num_ooms = num_ooms_;
+  s.regions_mapped = regions_mapped_;
+  s.regions_unmapped = regions_unmapped_;
+  // Cached granules can be restitched into one block, so they count as one free block.
+  s.largest_free_block = cached_granules_ * g;
+  return s;
+}
+
+AllocatorStats VmmAllocator::Stats() const {
+  AllocatorStats slab;
+  if (slabs_ != nullptr) slab = slabs_->Stats();
+  std::lock_guard<std::mutex> l(mu_);
+  AllocatorStats s = StatsLocked();
+  s.largest_free_block = std::max(s.largest_free_block, slab.largest_free_block);
+  uint64_t free = s.bytes_reserved > s.bytes_in_use ? s.bytes_reserved - s.bytes_in_use : 0;
+  s.fragmentation =
+      free == 0 ? 0.0 : 1.0 - static_cast<double>(s.largest_free_block) / static_cast<double>(free);
+  if (s.fragmentation < 0) s.fragmentation = 0;
+  return s;
+}
+
+VmmAllocator::GranuleCounts VmmAllocator::Granules() const {
+  std::lock_guard<std::mutex> l(mu_);
+  GranuleCounts c;
+  c.created = created_granules_;
+  c.mapped = mapped_granules_;
+  c.in_blocks = block_granules_;
+  c.cached = cached_granules_;
+  c.in_slabs = slab_granules_;
+  c.free = free_granules_.size();
+  c.limit = limit_granules_;
+  c.cache_hits = cache_hits_;
+  c.cache_evictions = cache_evictions_;
+  return c;
+}
+
+std::string VmmAllocator::DumpMemoryLog() const {
+  std::string out;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    const uint64_t g = granularity_;
+    absl::StrAppend(&out, name(), " (vmm over ", backend_->name(), ", granule ", FormatBytes(g),
+                    ")\n  ", StatsLocked().ToString(), "\n");
+    absl::StrAppendFormat(&out,
+                          "  granules: limit %d, created %d, mapped %d (blocks %d, cache %d, "
+                          "slabs %d), free in pool %d; cache hits %d, evictions %d\n",
+                          limit_granules_, created_granules_, mapped_granules_, block_granules_,
+                          cached_granules_, slab_granules_, free_granules_.size(), cache_hits_,
+                          cache_evictions_);
+    // Occupancy map by physical granule: B live block, C cached, S slab, . free, space =
+    // given back to the device.
+    std::string map(granules_.size(), ' ');
+    for (uint32_t i : free_granules_) map[i] = '.';
+    for (const auto& [p, r] : blocks_)
+      for (uint32_t i : r->granules) map[i] = 'B';
+    for (const auto& [p, r] : slab_ranges_)
+      for (uint32_t i : r->granules) map[i] = 'S';
+    for (const auto& [n, rs] : cache_)
+      for (const auto& r : rs)
+        for (uint32_t i : r->granules) map[i] = 'C';
+    absl::StrAppend(&out, "  occupancy (B block, C cached, S slab, . free):\n");
+    for (size_t i = 0; i < map.size(); i += 64) {
+      absl::StrAppendFormat(&out, "    %6d |%s|\n", i, map.substr(i, 64));
+    }
+    std::vector<std::pair<void*, const Range*>> sorted;
+    for (const auto& [p, r] : blocks_) sorted.emplace_back(p, r.get());
+    std::sort(sorted.begin(), sorted.end());
+    absl::StrAppend(&out, "  live large blocks: ", sorted.size(), "\n");
+    for (size_t i = 0; i < sorted.size() && i < 64; ++i) {
+      const Range& r = *sorted[i].second;
+      absl::StrAppendFormat(&out, "    %p %s (asked %s) granules", r.ptr,
+                            FormatBytes(r.granules.size() * g), FormatBytes(r.requested));
+      for (size_t j = 0; j < r.granules.size() && j < 16; ++j) {
+        absl::StrAppend(&out, " ", r.granules[j]);
+      }
+      if (r.granules.size() > 16) absl::StrAppend(&out, " ...");
+      absl::StrAppend(&out, "\n");
+    }
+    if (sorted.size() > 64) absl::StrAppend(&out, "    ... ", sorted.size() - 64, " more\n");
+    absl::StrAppend(&out, "  cache:");
+    for (const auto& [n, rs] : cache_) absl::StrAppend(&out, " ", rs.size(), "x", n, "g");
+    absl::StrAppend(&out, "\n");
+  }
+  if (slabs_ != nullptr) absl::StrAppend(&out, slabs_->DumpMemoryLog());
+  return out;
+}
+
+absl::Status VmmAllocator::CheckInvariants() const {
+  if (slabs_ != nullptr) VGPU_RETURN_IF_ERROR(slabs_->CheckInvariants());
+  std::lock_guard<std::mutex> l(mu_);
+  auto fail = [&](auto... parts) {
+    return absl::InternalError(absl::StrCat(name(), ": invariant broken: ", parts...));
+  };
+  std::vector<uint8_t> seen(granules_.size(), 0);
+  uint64_t n_blocks = 0, n_cache = 0, n_slabs = 0, large = 0, small = 0;
+  auto visit = [&](const Range& r, uint64_t* total) -> absl::Status {
+    if (r.granules.empty()) return fail("empty range at ", P(r.ptr));
+    uint64_t off = reinterpret_cast<uint64_t>(r.ptr) - reinterpret_cast<uint64_t>(r.reserved);
+    if (off + r.granules.size() * granularity_ > r.reserved_bytes) {
+      return fail("range at ", P(r.ptr), " overruns its reservation");
+    }
+    for (uint32_t i : r.granules) {
+      if (i >= granules_.size() || granules_[i].handle.bytes == 0) {
+        return fail("range at ", P(r.ptr), " holds granule ", i, " which does not exist");
+      }
+      if (seen[i]++) return fail("granule ", i, " is used twice (second at ", P(r.ptr), ")");
+    }
+    *total += r.granules.size();
+    return absl::OkStatus();
+  };
+  for (const auto& [p, r] : blocks_) {
+    if (p != r->ptr) return fail("block key ", P(p), " != ptr ", P(r->ptr));
+    VGPU_RETURN_IF_ERROR(visit(*r, &n_blocks));
+    large += r->granules.size() * granularity_;
+  }
+  for (const auto& [p, r] : slab_ranges_) VGPU_RETURN_IF_ERROR(visit(*r, &n_slabs));
+  for (const auto& [n, rs] : cache_) {
+    if (rs.empty()) return fail("empty cache bucket ", n);
+    for (const auto& r : rs) {
+      if (r->granules.size() != n)
+        return fail("cache bucket ", n, " holds a range of ", r->granules.size());
+      VGPU_RETURN_IF_ERROR(visit(*r, &n_cache));
+    }
+  }
+  for (uint32_t i : free_granules_) {
+    if (i >= granules_.size() || granules_[i].handle.bytes == 0) {
+      return fail("free list holds granule ", i, " which does not exist");
+    }
+    if (seen[i]++) return fail("free granule ", i, " is also in use");
+  }
+  for (uint32_t i : free_slots_) {
+    if (i >= granules_.size() || granules_[i].handle.bytes != 0) {
+      return fail("free slot ", i, " is not a hole");
+    }
+  }
+  for (const auto& [p, bytes] : small_) small += bytes;
+  if (n_blocks != block_granules_ || n_cache != cached_granules_ || n_slabs != slab_granules_) {
+    return fail("granule counters blocks/cache/slabs ", block_granules_, "/", cached_granules_, "/",
+                slab_granules_, " but ranges hold ", n_blocks, "/", n_cache, "/", n_slabs);
+  }
+  if (mapped_granules_ != n_blocks + n_cache + n_slabs) {
+    return fail("mapped ", mapped_granules_, " != blocks+cache+slabs ",
+                n_blocks + n_cache + n_slabs);
+  }
+  if (mapped_granules_ > limit_granules_) {
+    return fail("mapped ", mapped_granules_, " granules over the limit of ", limit_granules_);
+  }
+  if (created_granules_ != mapped_granules_ + free_granules_.size()) {
+    return fail("created ", created_granules_, " != mapped ", mapped_granules_, " + free ",
+                free_granules_.size());
+  }
+  if (granules_.size() != created_granules_ + free_slots_.size() && options_.allow_growth) {
+    return fail("granule table of ", granules_.size(), " != created + holes");
+  }
+  if (large != large_in_use_ || small != small_in_use_) {
+    return fail("in use large/small ", large_in_use_, "/", small_in_use_, " but blocks hold ",
+                large, "/", small);
+  }
+  if (cached_granules_ > cache_limit_granules_) {
+    return fail("cache holds ", cached_granules_, " granules over its limit ",
+                cache_limit_granules_);
+  }
+  if (const auto* fake = dynamic_cast<const FakeVmmBackend*>(backend_.get())) {
+    if (fake->mapped_bytes() != mapped_granules_ * granularity_) {
+      return fail("backend has ", fake->mapped_bytes(), " bytes mapped, allocator counts ",
+                  mapped_granules_ * granularity_);
+    }
+    if (fake->physical_bytes() != created_granules_ * granularity_) {
+      return fail("backend holds ", fake->physical_bytes(), " physical bytes, allocator counts ",
+                  created_granules_ * granularity_);
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<Allocator>> CreateVmmAllocator(
+    Executor* executor, const DeviceAllocatorOptions& options) {
+  VGPU_ASSIGN_OR_RETURN(std::unique_ptr<VmmBackend> backend, CreateExecutorVmmBackend(executor));
+  VmmOptions vo;
+  vo.name = options.device_name.empty() ? backend->name() : options.device_name;
+  vo.memory_limit = options.memory_limit;
+  vo.allow_growth = options.allow_growth;
+  VGPU_ASSIGN_OR_RETURN(std::unique_ptr<VmmAllocator> a,
+                        VmmAllocator::Create(std::move(backend), std::move(vo)));
+  return std::unique_ptr<Allocator>(std::move(a));
+}
+
+absl::StatusOr<std::unique_ptr<Allocator>> CreateFakeVmmAllocator(uint64_t granularity,
+                                                                  VmmOptions options) {
+  VGPU_ASSIGN_OR_RETURN(
+      std::unique_ptr<VmmAllocator> a,
+      VmmAllocator::Create(std::make_unique<FakeVmmBackend>(granularity), std::move(options)));
+  return std::unique_ptr<Allocator>(std::move(a));
+}
+
+}  // namespace vgpu

@@ -1,0 +1,164 @@
+// The `vmm` allocator: physical memory is a pool of granules (the device's VMM granularity,
+// 2 MiB on current GPUs) and every block of a granule or more is a fresh virtual range mapped
+// onto ANY free granules, contiguous or not ("stitching", as GMLake does). Free memory can
+// therefore never be stranded between live blocks: a large request fits whenever enough
+// granules are free, wherever they are. Blocks smaller than `small_block_max` come from a
+// BFCAllocator whose regions ("slabs") are themselves stitched granules. The memory limit
+// counts mapped granules (physical memory), not virtual space.
+//
+// Freed large blocks keep their mapping in a small cache so a hot size does not remap every
+// step; cached ranges are evicted (unmapped, granules back to the pool) before anything
+// would hit the limit. Free granules go back to the pool at once; with allow_growth they go
+// back to the device too, beyond a small reserve, and all of them when the allocator is idle.
+//
+// Thread safety: thread-safe (see allocator.h). One mutex guards the granule pool and large
+// blocks; the slab BFC has its own, and is always locked before ours, never after.
+#ifndef VGPU_ALLOCATOR_VMM_ALLOCATOR_H_
+#define VGPU_ALLOCATOR_VMM_ALLOCATOR_H_
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "allocator/allocator.h"
+#include "allocator/factory.h"
+#include "allocator/vmm_backend.h"
+#include "runtime/platform.h"
+
+namespace vgpu {
+
+struct VmmOptions {
+  std::string name = "vmm";   // device name for messages, e.g. "/device:GPU:0 (physical GPU 0)"
+  uint64_t memory_limit = 0;  // bytes of mapped granules; must be >= one granule
+  // false: every granule of the limit is created from the device up front (creation fails
+  // with ResourceExhausted when it is not there); true: created on demand and given back.
+  bool allow_growth = true;
+  // Requests below this go to the slab BFC; 0 = one granule.
+  uint64_t small_block_max = 0;
+  // Size of each slab BFC takes from the granule pool; 0 = one granule.
+  uint64_t slab_bytes = 0;
+  // Mapped-but-free large ranges kept for reuse; 0 = limit / 8. Evicted on pressure.
+  uint64_t cache_bytes = 0;
+  bool enable_cache = true;
+  // With allow_growth, free granules kept in the pool beyond which they go back to the
+  // device; 0 = limit / 64 (at least one granule).
+  uint64_t pool_keep_bytes = 0;
+};
+
+class VmmAllocator final : public Allocator {
+ public:
+  // Use CreateVmmAllocator / CreateFakeVmmAllocator, or this to pass any backend.
+  static absl::StatusOr<std::unique_ptr<VmmAllocator>> Create(std::unique_ptr<VmmBackend> backend,
+                                                              VmmOptions options);
+  ~VmmAllocator() override;
+
+  std::string name() const override { return options_.name; }
+  AllocatorStats Stats() const override;
+  std::string DumpMemoryLog() const override;
+  absl::Status CheckInvariants() const override;
+
+  // Evicts the mapping cache, frees empty slabs and (with growth) gives every free granule
+  // back to the device. Live blocks are untouched.
+  absl::Status Trim();
+
+  uint64_t granularity() const { return granularity_; }
+  VmmBackend* backend() const { return backend_.get(); }
+  // Granule counts, for tests and tools.
+  struct GranuleCounts {
+    uint64_t created = 0;  // physical granules held from the device
+    uint64_t mapped = 0;   // mapped anywhere (live large blocks, cache, slabs)
+    uint64_t in_blocks = 0;
+    uint64_t cached = 0;
+    uint64_t in_slabs = 0;
+    uint64_t free = 0;  // created, not mapped
+    uint64_t limit = 0;
+    uint64_t cache_hits = 0;
+    uint64_t cache_evictions = 0;
+  };
+  GranuleCounts Granules() const;
+
+ private:
+  struct Granule {
+    PhysicalMemoryHandle handle;
+    uint64_t offset = 0;  // into handle
+  };
+  // A virtual range mapped onto granules: a live large block, a cached one, or a slab.
+  struct Range {
+    void* reserved = nullptr;  // what ReserveAddressRange returned
+    uint64_t reserved_bytes = 0;
+    void* ptr = nullptr;  // first mapped byte (aligned inside the reservation)
+    std::vector<uint32_t> granules;
+    uint64_t requested = 0;
+  };
+  class SlabSubAllocator;
+
+  VmmAllocator(std::unique_ptr<VmmBackend> backend, VmmOptions options, uint64_t granularity);
+  absl::Status Init();
+
+  absl::StatusOr<void*> DoAllocate(uint64_t bytes, uint64_t alignment) override;
+  absl::Status DoDeallocate(void* ptr) override;
+
+  absl::StatusOr<void*> AllocateSmall(uint64_t bytes, uint64_t alignment);
+  absl::StatusOr<void*> AllocateLarge(uint64_t bytes, uint64_t alignment);
+  // Maps `count` granules at a fresh range aligned to `alignment`; evicts the cache when the
+  // limit needs it. ResourceExhausted when even that is not enough.
+  absl::StatusOr<std::unique_ptr<Range>> MapRangeLocked(uint64_t count, uint64_t alignment);
+  absl::Status UnmapRangeLocked(std::unique_ptr<Range> range);
+  // Makes `count` granules free (unmapped) in the pool, creating them (growth) or evicting
+  // the cache as needed, within the limit.
+  absl::Status EnsureFreeGranulesLocked(uint64_t count);
+  absl::Status EvictOneLocked();
+  absl::Status GiveBackLocked(uint64_t keep);
+  absl::Status OomError(uint64_t bytes, uint64_t rounded, absl::string_view why) const;
+  AllocatorStats StatsLocked() const;
+
+  const std::unique_ptr<VmmBackend> backend_;
+  const VmmOptions options_;
+  const uint64_t granularity_;
+  uint64_t limit_granules_ = 0;
+  uint64_t cache_limit_granules_ = 0;
+  uint64_t keep_granules_ = 0;
+  uint64_t small_block_max_ = 0;
+  std::unique_ptr<Allocator> slabs_;  // BFC over SlabSubAllocator
+  // Frees the slab BFC's empty regions (granules back to the pool).
+  std::function<void(Allocator*)> slabs_gc_;
+
+  mutable std::mutex mu_;
+  PhysicalMemoryHandle bulk_;            // growth off: the one allocation of the whole limit
+  std::vector<Granule> granules_;        // index -> granule; holes have handle.bytes == 0
+  std::vector<uint32_t> free_slots_;     // holes in granules_ (growth gave them back)
+  std::vector<uint32_t> free_granules_;  // created and unmapped (LIFO)
+  uint64_t mapped_granules_ = 0;
+  uint64_t created_granules_ = 0;
+  absl::flat_hash_map<void*, std::unique_ptr<Range>> blocks_;  // live large blocks by ptr
+  absl::flat_hash_map<void*, std::unique_ptr<Range>> slab_ranges_;
+  absl::flat_hash_map<void*, uint64_t> small_;  // live small blocks -> rounded size
+  uint64_t small_in_use_ = 0;
+  std::map<uint64_t, std::vector<std::unique_ptr<Range>>> cache_;  // granule count -> ranges
+  uint64_t cached_granules_ = 0;
+  uint64_t block_granules_ = 0;
+  uint64_t slab_granules_ = 0;
+  // Stats of the large path (the slab BFC keeps its own).
+  uint64_t num_allocs_ = 0, num_frees_ = 0, num_ooms_ = 0;
+  uint64_t large_in_use_ = 0, peak_in_use_ = 0, peak_mapped_ = 0, largest_alloc_ = 0;
+  uint64_t regions_mapped_ = 0, regions_unmapped_ = 0;
+  uint64_t cache_hits_ = 0, cache_evictions_ = 0;
+};
+
+// The vmm allocator of one logical device over `executor`'s VMM calls (options.kind ignored).
+absl::StatusOr<std::unique_ptr<Allocator>> CreateVmmAllocator(
+    Executor* executor, const DeviceAllocatorOptions& options);
+// Over a FakeVmmBackend of `granularity` (no memory touched): replay and tests.
+absl::StatusOr<std::unique_ptr<Allocator>> CreateFakeVmmAllocator(uint64_t granularity,
+                                                                  VmmOptions options);
+
+}  // namespace vgpu
+
+#endif  // VGPU_ALLOCATOR_VMM_ALLOCATOR_H_

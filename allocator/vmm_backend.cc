@@ -1,0 +1,207 @@
+#include "allocator/vmm_backend.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "runtime/bytes.h"
+#include "runtime/status.h"
+
+namespace vgpu {
+namespace {
+
+class ExecutorVmmBackend final : public VmmBackend {
+ public:
+  ExecutorVmmBackend(Executor* executor, uint64_t granularity)
+      : executor_(executor), granularity_(granularity) {}
+
+  std::string name() const override {
+    return absl::StrCat(executor_->platform()->name(), "-vmm:", executor_->ordinal());
+  }
+  uint64_t granularity() const override { return granularity_; }
+  bool fake() const override { return false; }
+
+  absl::StatusOr<void*> ReserveAddressRange(uint64_t bytes) override {
+    return executor_->ReserveAddressRange(bytes);
+  }
+  absl::Status FreeAddressRange(void* va, uint64_t bytes) override {
+    return executor_->FreeAddressRange(va, bytes);
+  }
+  absl::StatusOr<PhysicalMemoryHandle> CreatePhysicalMemory(uint64_t bytes) override {
+    return executor_->CreatePhysicalMemory(bytes);
+  }
+  absl::Status ReleasePhysicalMemory(PhysicalMemoryHandle handle) override {
+    return executor_->ReleasePhysicalMemory(handle);
+  }
+  absl::Status Map(void* va, uint64_t bytes, PhysicalMemoryHandle handle,
+                   uint64_t offset) override {
+    return executor_->Map(va, bytes, handle, offset);
+  }
+  absl::Status Unmap(void* va, uint64_t bytes) override { return executor_->Unmap(va, bytes); }
+
+ private:
+  Executor* executor_;
+  uint64_t granularity_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<VmmBackend>> CreateExecutorVmmBackend(Executor* executor) {
+  if (executor == nullptr) return absl::InvalidArgumentError("vmm backend: executor is null");
+  VGPU_ASSIGN_OR_RETURN(uint64_t granularity, executor->VirtualMemoryGranularity());
+  if (granularity == 0 || (granularity & (granularity - 1)) != 0) {
+    return absl::FailedPreconditionError(absl::StrCat("vmm backend: device ", executor->ordinal(),
+                                                      " reports VMM granularity ", granularity,
+                                                      " (need a power of two)"));
+  }
+  return std::unique_ptr<VmmBackend>(new ExecutorVmmBackend(executor, granularity));
+}
+
+// Fake addresses start high and far from anything real, so a stray write faults.
+constexpr uint64_t kFakeVaBase = uint64_t{0x7e00} << 32;
+
+FakeVmmBackend::FakeVmmBackend(uint64_t granularity, uint64_t physical_capacity)
+    : granularity_(granularity), physical_capacity_(physical_capacity), next_va_(kFakeVaBase) {}
+
+absl::Status FakeVmmBackend::CheckGranular(const char* what, uint64_t bytes) const {
+  if (bytes == 0 || bytes % granularity_ != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("fake-vmm ", what, ": ", bytes,
+                                                   " bytes is not a positive multiple of the "
+                                                   "granularity ",
+                                                   granularity_));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<void*> FakeVmmBackend::ReserveAddressRange(uint64_t bytes) {
+  VGPU_RETURN_IF_ERROR(CheckGranular("ReserveAddressRange", bytes));
+  std::lock_guard<std::mutex> l(mu_);
+  uint64_t va = next_va_;
+  // Leave one granule unreserved between ranges so an overrun is caught as "not reserved".
+  next_va_ += bytes + granularity_;
+  ranges_.emplace(va, bytes);
+  return reinterpret_cast<void*>(va);
+}
+
+absl::Status FakeVmmBackend::FreeAddressRange(void* va, uint64_t bytes) {
+  std::lock_guard<std::mutex> l(mu_);
+  uint64_t v = reinterpret_cast<uint64_t>(va);
+  auto it = ranges_.find(v);
+  if (it == ranges_.end() || it->second != bytes) {
+    return absl::InvalidArgumentError(absl::StrCat("fake-vmm FreeAddressRange: 0x", absl::Hex(v),
+                                                   " + ", bytes, " is not a reserved range"));
+  }
+  for (uint64_t g = v; g < v + bytes; g += granularity_) {
+    if (granules_.contains(g)) {
+      return absl::FailedPreconditionError(absl::StrCat("fake-vmm FreeAddressRange: granule at 0x",
+                                                        absl::Hex(g), " is still mapped"));
+    }
+  }
+  ranges_.erase(it);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<PhysicalMemoryHandle> FakeVmmBackend::CreatePhysicalMemory(uint64_t bytes) {
+  VGPU_RETURN_IF_ERROR(CheckGranular("CreatePhysicalMemory", bytes));
+  std::lock_guard<std::mutex> l(mu_);
+  if (physical_capacity_ != 0 && physical_bytes_ + bytes > physical_capacity_) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "fake-vmm CreatePhysicalMemory of ", FormatBytes(bytes), ": ", FormatBytes(physical_bytes_),
+        " of ", FormatBytes(physical_capacity_), " already created"));
+  }
+  uint64_t h = next_handle_++;
+  handles_.emplace(h, bytes);
+  physical_bytes_ += bytes;
+  return PhysicalMemoryHandle{h, bytes};
+}
+
+absl::Status FakeVmmBackend::ReleasePhysicalMemory(PhysicalMemoryHandle handle) {
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = handles_.find(handle.value);
+  if (it == handles_.end() || it->second != handle.bytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("fake-vmm ReleasePhysicalMemory: unknown handle ", handle.value));
+  }
+  auto refs = map_refs_.find(handle.value);
+  if (refs != map_refs_.end() && refs->second != 0) {
+    return absl::FailedPreconditionError(absl::StrCat("fake-vmm ReleasePhysicalMemory: handle ",
+                                                      handle.value, " still has ", refs->second,
+                                                      " mapped granules"));
+  }
+  map_refs_.erase(handle.value);
+  physical_bytes_ -= it->second;
+  handles_.erase(it);
+  return absl::OkStatus();
+}
+
+absl::Status FakeVmmBackend::Map(void* va, uint64_t bytes, PhysicalMemoryHandle handle,
+                                 uint64_t offset) {
+  VGPU_RETURN_IF_ERROR(CheckGranular("Map", bytes));
+  uint64_t v = reinterpret_cast<uint64_t>(va);
+  std::lock_guard<std::mutex> l(mu_);
+  auto h = handles_.find(handle.value);
+  if (h == handles_.end() || offset % granularity_ != 0 || offset + bytes > h->second) {
+    return absl::InvalidArgumentError(absl::StrCat("fake-vmm Map: unknown handle ", handle.value,
+                                                   " or range past its end (offset ", offset, ", ",
+                                                   bytes, " bytes)"));
+  }
+  auto r = ranges_.upper_bound(v);
+  if (v % granularity_ != 0 || r == ranges_.begin() || (--r, v + bytes > r->first + r->second)) {
+    return absl::InvalidArgumentError(absl::StrCat("fake-vmm Map: 0x", absl::Hex(v), " + ", bytes,
+                                                   " is not inside a reserved range"));
+  }
+  for (uint64_t g = v; g < v + bytes; g += granularity_) {
+    if (granules_.contains(g)) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("fake-vmm Map: granule at 0x", absl::Hex(g), " is already mapped"));
+    }
+  }
+  for (uint64_t i = 0; i < bytes; i += granularity_) {
+    granules_.emplace(v + i, std::make_pair(handle.value, offset + i));
+  }
+  map_refs_[handle.value] += bytes / granularity_;
+  mapped_bytes_ += bytes;
+  return absl::OkStatus();
+}
+
+absl::Status FakeVmmBackend::Unmap(void* va, uint64_t bytes) {
+  VGPU_RETURN_IF_ERROR(CheckGranular("Unmap", bytes));
+  uint64_t v = reinterpret_cast<uint64_t>(va);
+  std::lock_guard<std::mutex> l(mu_);
+  for (uint64_t g = v; g < v + bytes; g += granularity_) {
+    if (!granules_.contains(g)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("fake-vmm Unmap: granule at 0x", absl::Hex(g), " is not mapped"));
+    }
+  }
+  for (uint64_t g = v; g < v + bytes; g += granularity_) {
+    auto it = granules_.find(g);
+    --map_refs_[it->second.first];
+    granules_.erase(it);
+  }
+  mapped_bytes_ -= bytes;
+  return absl::OkStatus();
+}
+
+uint64_t FakeVmmBackend::physical_bytes() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return physical_bytes_;
+}
+uint64_t FakeVmmBackend::mapped_bytes() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return mapped_bytes_;
+}
+uint64_t FakeVmmBackend::reserved_ranges() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return ranges_.size();
+}
+absl::StatusOr<std::pair<uint64_t, uint64_t>> FakeVmmBackend::Translate(const void* va) const {
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = granules_.find(reinterpret_cast<uint64_t>(va));
+  if (it == granules_.end()) {
+    return absl::NotFoundError(
+        absl::StrCat("fake-vmm: nothing mapped at 0x", absl::Hex(reinterpret_cast<uint64_t>(va))));
+  }
+  return it->second;
+}
+
+}  // namespace vgpu

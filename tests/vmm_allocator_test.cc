@@ -1,0 +1,510 @@
+// Tests of the vmm allocator: exact granule accounting on the fake backend, real memory
+// through stitched mappings on the host platform, randomized invariants, threads, errors.
+#include "allocator/vmm_allocator.h"
+
+#include <cstring>
+#include <memory>
+#include <random>
+#include <set>
+#include <thread>
+#include <vector>
+
+#include "allocator/vmm_backend.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "runtime/host/host_platform.h"
+#include "runtime/status_matchers.h"
+
+namespace vgpu {
+namespace {
+
+using ::testing::HasSubstr;
+using ::vgpu::testing::IsOk;
+using ::vgpu::testing::StatusIs;
+
+constexpr uint64_t kKiB = 1024;
+constexpr uint64_t kMiB = 1024 * kKiB;
+constexpr uint64_t kG = 2 * kMiB;  // granule
+
+struct Fake {
+  FakeVmmBackend* backend = nullptr;
+  std::unique_ptr<VmmAllocator> alloc;
+};
+
+Fake MakeFake(VmmOptions o, uint64_t capacity = 0) {
+  auto backend = std::make_unique<FakeVmmBackend>(kG, capacity);
+  Fake f;
+  f.backend = backend.get();
+  auto a = VmmAllocator::Create(std::move(backend), std::move(o));
+  EXPECT_THAT(a.status(), IsOk());
+  if (a.ok()) f.alloc = *std::move(a);
+  return f;
+}
+
+VmmOptions Opts(uint64_t limit, bool growth, bool cache = true) {
+  VmmOptions o;
+  o.name = "GPU:0 (physical GPU 0)";
+  o.memory_limit = limit;
+  o.allow_growth = growth;
+  o.enable_cache = cache;
+  return o;
+}
+
+std::pair<uint64_t, uint64_t> At(FakeVmmBackend* b, void* p, uint64_t granule) {
+  auto t = b->Translate(static_cast<char*>(p) + granule * kG);
+  EXPECT_THAT(t.status(), IsOk());
+  return t.ok() ? *t : std::pair<uint64_t, uint64_t>{0, 0};
+}
+
+TEST(FakeVmmBackendTest, ChecksLikeADriver) {
+  FakeVmmBackend b(kG, 4 * kG);
+  EXPECT_THAT(b.ReserveAddressRange(kG + 1).status(), StatusIs(absl::StatusCode::kInvalidArgument));
+  auto va = b.ReserveAddressRange(2 * kG);
+  ASSERT_THAT(va.status(), IsOk());
+  auto h = b.CreatePhysicalMemory(2 * kG);
+  ASSERT_THAT(h.status(), IsOk());
+  EXPECT_THAT(b.CreatePhysicalMemory(4 * kG).status(),
+              StatusIs(absl::StatusCode::kResourceExhausted));
+  // Past the reservation, past the handle, double map.
+  EXPECT_THAT(b.Map(*va, 3 * kG, *h, 0), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(b.Map(*va, kG, *h, 2 * kG), StatusIs(absl::StatusCode::kInvalidArgument));
+  ASSERT_THAT(b.Map(*va, kG, *h, kG), IsOk());
+  EXPECT_THAT(b.Map(*va, kG, *h, 0), StatusIs(absl::StatusCode::kFailedPrecondition));
+  EXPECT_EQ(b.mapped_bytes(), kG);
+  EXPECT_THAT(b.ReleasePhysicalMemory(*h), StatusIs(absl::StatusCode::kFailedPrecondition));
+  EXPECT_THAT(b.FreeAddressRange(*va, 2 * kG), StatusIs(absl::StatusCode::kFailedPrecondition));
+  EXPECT_THAT(b.Unmap(static_cast<char*>(*va) + kG, kG),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  ASSERT_THAT(b.Unmap(*va, kG), IsOk());
+  EXPECT_THAT(b.FreeAddressRange(*va, 2 * kG), IsOk());
+  EXPECT_THAT(b.ReleasePhysicalMemory(*h), IsOk());
+  EXPECT_EQ(b.physical_bytes(), 0u);
+  EXPECT_EQ(b.reserved_ranges(), 0u);
+}
+
+TEST(VmmAllocatorTest, RejectsBadOptions) {
+  EXPECT_THAT(CreateFakeVmmAllocator(kG, Opts(kG - 1, true)).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("granule")));
+  EXPECT_THAT(CreateFakeVmmAllocator(3 * kMiB, Opts(64 * kMiB, true)).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("power of two")));
+}
+
+TEST(VmmAllocatorTest, GrowthOffTakesTheLimitUpFront) {
+  Fake f = MakeFake(Opts(10 * kG, false), /*capacity=*/16 * kG);
+  EXPECT_EQ(f.backend->physical_bytes(), 10 * kG);
+  auto c = f.alloc->Granules();
+  EXPECT_EQ(c.created, 10u);
+  EXPECT_EQ(c.free, 10u);
+  EXPECT_EQ(c.mapped, 0u);
+  EXPECT_EQ(f.alloc->Stats().bytes_reserved, 0u);  // reserved = mapped
+  // A card without the memory refuses creation.
+  auto backend = std::make_unique<FakeVmmBackend>(kG, 8 * kG);
+  EXPECT_THAT(VmmAllocator::Create(std::move(backend), Opts(10 * kG, false)).status(),
+              StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("up front")));
+}
+
+TEST(VmmAllocatorTest, LargeBlocksRoundToGranulesAndCountMapped) {
+  Fake f = MakeFake(Opts(10 * kG, false, /*cache=*/false));
+  auto p = f.alloc->AllocateRaw(3 * kG + 1);
+  ASSERT_THAT(p.status(), IsOk());
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(*p) % kG, 0u);
+  auto c = f.alloc->Granules();
+  EXPECT_EQ(c.mapped, 4u);
+  EXPECT_EQ(c.in_blocks, 4u);
+  EXPECT_EQ(c.free, 6u);
+  AllocatorStats s = f.alloc->Stats();
+  EXPECT_EQ(s.bytes_in_use, 4 * kG);
+  EXPECT_EQ(s.bytes_reserved, 4 * kG);
+  EXPECT_EQ(s.regions_mapped, 4u);
+  EXPECT_EQ(f.backend->mapped_bytes(), 4 * kG);
+  ASSERT_THAT(f.alloc->Deallocate(*p), IsOk());
+  s = f.alloc->Stats();
+  EXPECT_EQ(s.bytes_in_use, 0u);
+  EXPECT_EQ(s.bytes_reserved, 0u);
+  EXPECT_EQ(s.regions_unmapped, 4u);
+  EXPECT_EQ(s.peak_bytes_in_use, 4 * kG);
+  EXPECT_EQ(s.peak_bytes_reserved, 4 * kG);
+  EXPECT_EQ(f.alloc->Granules().free, 10u);
+  EXPECT_THAT(f.alloc->CheckInvariants(), IsOk());
+}
+
+// The heart of it: free granules scattered between live blocks still make one big block.
+TEST(VmmAllocatorTest, StitchesNonContiguousGranules) {
+  Fake f = MakeFake(Opts(8 * kG, false, /*cache=*/false));
+  std::vector<void*> one(8);
+  for (auto& p : one) {
+    auto r = f.alloc->AllocateRaw(kG);
+    ASSERT_THAT(r.status(), IsOk());
+    p = *r;
+  }
+  EXPECT_THAT(f.alloc->AllocateRaw(1).status(), StatusIs(absl::StatusCode::kResourceExhausted));
+  // Free every other granule: physical granules 0, 2, 4, 6 are free, none adjacent.
+  std::set<uint64_t> freed_offsets;
+  for (int i = 0; i < 8; i += 2) {
+    freed_offsets.insert(At(f.backend, one[i], 0).second);
+    ASSERT_THAT(f.alloc->Deallocate(one[i]), IsOk());
+  }
+  auto big = f.alloc->AllocateRaw(4 * kG);
+  ASSERT_THAT(big.status(), IsOk());
+  std::set<uint64_t> got;
+  for (uint64_t g = 0; g < 4; ++g) got.insert(At(f.backend, *big, g).second);
+  EXPECT_EQ(got, freed_offsets);  // exactly the scattered granules, now one virtual range
+  EXPECT_EQ(f.alloc->Granules().mapped, 8u);
+  EXPECT_THAT(f.alloc->CheckInvariants(), IsOk());
+  EXPECT_THAT(f.alloc->AllocateRaw(kG).status(), StatusIs(absl::StatusCode::kResourceExhausted));
+  ASSERT_THAT(f.alloc->Deallocate(*big), IsOk());
+  for (int i = 1; i < 8; i += 2) ASSERT_THAT(f.alloc->Deallocate(one[i]), IsOk());
+  EXPECT_THAT(f.alloc->CheckInvariants(), IsOk());
+}
+
+TEST(VmmAllocatorTest, LimitCountsMappedGranulesNotVirtualSpace) {
+  // Growth on, a card of 100 granules, a limit of 5: the limit binds, not the card.
+  Fake f = MakeFake(Opts(5 * kG + kG / 2, true, /*cache=*/false), 100 * kG);
+  auto a = f.alloc->AllocateRaw(3 * kG);
+  ASSERT_THAT(a.status(), IsOk());
+  auto b = f.alloc->AllocateRaw(2 * kG);
+  ASSERT_THAT(b.status(), IsOk());
+  auto c = f.alloc->AllocateRaw(1);
+  ASSERT_THAT(c.status(), StatusIs(absl::StatusCode::kResourceExhausted));
+  const std::string msg(c.status().message());
+  EXPECT_THAT(msg, HasSubstr("GPU:0 (physical GPU 0)"));
+  EXPECT_THAT(msg, HasSubstr("rounded to 2 MiB"));
+  EXPECT_THAT(msg, HasSubstr("limit 10 MiB"));
+  EXPECT_THAT(msg, HasSubstr("mapped 10 MiB"));
+  EXPECT_THAT(msg, HasSubstr("in use 10 MiB"));
+  EXPECT_THAT(msg, HasSubstr("Hint"));
+  EXPECT_EQ(f.alloc->Stats().num_ooms, 1u);
+  EXPECT_EQ(f.alloc->Stats().bytes_limit, 5 * kG);
+  EXPECT_THAT(f.alloc->CheckInvariants(), IsOk());
+  ASSERT_THAT(f.alloc->Deallocate(*a), IsOk());
+  ASSERT_THAT(f.alloc->Deallocate(*b), IsOk());
+}
+
+TEST(VmmAllocatorTest, CacheReusesAHotSizeWithoutRemapping) {
+  VmmOptions o = Opts(16 * kG, false);
+  o.cache_bytes = 8 * kG;
+  Fake f = MakeFake(o);
+  auto p = f.alloc->AllocateRaw(3 * kG);
+  ASSERT_THAT(p.status(), IsOk());
+  ASSERT_THAT(f.alloc->Deallocate(*p), IsOk());
+  EXPECT_EQ(f.alloc->Granules().cached, 3u);
+  EXPECT_EQ(f.alloc->Stats().bytes_reserved, 3 * kG);  // still mapped
+  for (int step = 0; step < 10; ++step) {
+    auto q = f.alloc->AllocateRaw(3 * kG - 100);
+    ASSERT_THAT(q.status(), IsOk());
+    EXPECT_EQ(*q, *p);
+    ASSERT_THAT(f.alloc->Deallocate(*q), IsOk());
+  }
+  EXPECT_EQ(f.alloc->Granules().cache_hits, 10u);
+  EXPECT_EQ(f.alloc->Stats().regions_mapped, 3u);  // mapped once
+  EXPECT_EQ(f.alloc->Stats().regions_unmapped, 0u);
+  EXPECT_THAT(f.alloc->CheckInvariants(), IsOk());
+}
+
+TEST(VmmAllocatorTest, CacheIsEvictedBeforeTheLimitIsHit) {
+  VmmOptions o = Opts(8 * kG, false);
+  o.cache_bytes = 8 * kG;
+  Fake f = MakeFake(o);
+  auto a = f.alloc->AllocateRaw(3 * kG);
+  auto b = f.alloc->AllocateRaw(3 * kG);
+  ASSERT_THAT(a.status(), IsOk());
+  ASSERT_THAT(b.status(), IsOk());
+  ASSERT_THAT(f.alloc->Deallocate(*a), IsOk());
+  ASSERT_THAT(f.alloc->Deallocate(*b), IsOk());
+  EXPECT_EQ(f.alloc->Granules().cached, 6u);
+  // 7 granules: 2 unmapped + both cached ranges evicted and restitched.
+  auto c = f.alloc->AllocateRaw(7 * kG);
+  ASSERT_THAT(c.status(), IsOk());
+  auto g = f.alloc->Granules();
+  EXPECT_EQ(g.cached, 0u);
+  EXPECT_EQ(g.cache_evictions, 2u);
+  EXPECT_EQ(g.mapped, 7u);
+  EXPECT_THAT(f.alloc->CheckInvariants(), IsOk());
+  // Cache over its own cap evicts too.
+  ASSERT_THAT(f.alloc->Deallocate(*c), IsOk());
+  VmmOptions small = Opts(16 * kG, false);
+  small.cache_bytes = 4 * kG;
+  Fake h = MakeFake(small);
+  auto x = h.alloc->AllocateRaw(3 * kG);
+  auto y = h.alloc->AllocateRaw(2 * kG);
+  ASSERT_THAT(h.alloc->Deallocate(*x), IsOk());
+  ASSERT_THAT(h.alloc->Deallocate(*y), IsOk());
+  EXPECT_LE(h.alloc->Granules().cached, 4u);
+  EXPECT_THAT(h.alloc->CheckInvariants(), IsOk());
+}
+
+TEST(VmmAllocatorTest, GrowthGivesGranulesBackToTheDevice) {
+  VmmOptions o = Opts(64 * kG, true, /*cache=*/false);
+  o.pool_keep_bytes = 2 * kG;
+  Fake f = MakeFake(o, 64 * kG);
+  EXPECT_EQ(f.backend->physical_bytes(), 0u);  // nothing up front
+  auto keep = f.alloc->AllocateRaw(kG);
+  auto big = f.alloc->AllocateRaw(10 * kG);
+  ASSERT_THAT(keep.status(), IsOk());
+  ASSERT_THAT(big.status(), IsOk());
+  EXPECT_EQ(f.backend->physical_bytes(), 11 * kG);
+  ASSERT_THAT(f.alloc->Deallocate(*big), IsOk());
+  // Not idle: a reserve of 2 granules stays in the pool, the rest goes back.
+  EXPECT_EQ(f.alloc->Granules().free, 2u);
+  EXPECT_EQ(f.backend->physical_bytes(), 3 * kG);
+  // Idle: everything goes back.
+  ASSERT_THAT(f.alloc->Deallocate(*keep), IsOk());
+  EXPECT_EQ(f.backend->physical_bytes(), 0u);
+  EXPECT_EQ(f.alloc->Granules().created, 0u);
+  EXPECT_THAT(f.alloc->CheckInvariants(), IsOk());
+  // The slots are reused.
+  auto again = f.alloc->AllocateRaw(5 * kG);
+  ASSERT_THAT(again.status(), IsOk());
+  EXPECT_THAT(f.alloc->CheckInvariants(), IsOk());
+  ASSERT_THAT(f.alloc->Deallocate(*again), IsOk());
+}
+
+TEST(VmmAllocatorTest, GrowthStopsWhenTheCardIsFull) {
+  Fake f = MakeFake(Opts(64 * kG, true, /*cache=*/false), /*capacity=*/4 * kG);
+  auto a = f.alloc->AllocateRaw(3 * kG);
+  ASSERT_THAT(a.status(), IsOk());
+  auto b = f.alloc->AllocateRaw(2 * kG);
+  EXPECT_THAT(b.status(), StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("device")));
+  EXPECT_THAT(f.alloc->CheckInvariants(), IsOk());
+  EXPECT_THAT(f.alloc->AllocateRaw(kG).status(), IsOk());
+}
+
+TEST(VmmAllocatorTest, TrimEvictsCacheAndGivesBack) {
+  Fake f = MakeFake(Opts(32 * kG, true), 64 * kG);
+  auto a = f.alloc->AllocateRaw(2 * kG);
+  auto b = f.alloc->AllocateRaw(2 * kG);
+  ASSERT_THAT(f.alloc->Deallocate(*a), IsOk());
+  EXPECT_EQ(f.alloc->Granules().cached, 2u);
+  ASSERT_THAT(f.alloc->Trim(), IsOk());
+  auto c = f.alloc->Granules();
+  EXPECT_EQ(c.cached, 0u);
+  EXPECT_EQ(c.free, 0u);
+  EXPECT_EQ(f.backend->physical_bytes(), 2 * kG);
+  ASSERT_THAT(f.alloc->Deallocate(*b), IsOk());
+}
+
+TEST(VmmAllocatorTest, LargeAlignmentIsHonoured) {
+  Fake f = MakeFake(Opts(32 * kG, false));
+  auto p = f.alloc->AllocateRaw(kG, 16 * kMiB);
+  ASSERT_THAT(p.status(), IsOk());
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(*p) % (16 * kMiB), 0u);
+  EXPECT_EQ(f.alloc->Granules().mapped, 1u);
+  EXPECT_THAT(f.alloc->CheckInvariants(), IsOk());
+  ASSERT_THAT(f.alloc->Deallocate(*p), IsOk());
+  EXPECT_THAT(f.alloc->AllocateRaw(kG, 3).status(), StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
+TEST(VmmAllocatorTest, DoubleFreeAndForeignPointersChangeNothing) {
+  Fake f = MakeFake(Opts(16 * kG, false));
+  auto p = f.alloc->AllocateRaw(3 * kG);
+  auto q = f.alloc->AllocateRaw(kG);
+  ASSERT_THAT(p.status(), IsOk());
+  ASSERT_THAT(q.status(), IsOk());
+  ASSERT_THAT(f.alloc->Deallocate(*p), IsOk());
+  AllocatorStats before = f.alloc->Stats();
+  auto granules = f.alloc->Granules();
+  EXPECT_THAT(f.alloc->Deallocate(*p),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("double free")));
+  int local = 0;
+  EXPECT_THAT(f.alloc->Deallocate(&local), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(f.alloc->Deallocate(static_cast<char*>(*q) + 256),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  Fake other = MakeFake(Opts(16 * kG, false));
+  auto r = other.alloc->AllocateRaw(kG);
+  ASSERT_THAT(r.status(), IsOk());
+  EXPECT_THAT(f.alloc->Deallocate(*r), StatusIs(absl::StatusCode::kInvalidArgument));
+  AllocatorStats after = f.alloc->Stats();
+  EXPECT_EQ(after.bytes_in_use, before.bytes_in_use);
+  EXPECT_EQ(after.num_frees, before.num_frees);
+  EXPECT_EQ(f.alloc->Granules().mapped, granules.mapped);
+  EXPECT_THAT(f.alloc->CheckInvariants(), IsOk());
+  EXPECT_THAT(f.alloc->Deallocate(*q), IsOk());
+  EXPECT_THAT(other.alloc->Deallocate(*r), IsOk());
+}
+
+TEST(VmmAllocatorTest, RandomizedKeepsInvariants) {
+  for (bool growth : {false, true}) {
+    VmmOptions o = Opts(64 * kG, growth);
+    o.cache_bytes = 8 * kG;
+    o.pool_keep_bytes = 2 * kG;
+    Fake f = MakeFake(o, 64 * kG);
+    std::mt19937_64 rng(growth ? 7 : 11);
+    std::vector<void*> live;
+    int ooms = 0;
+    for (int i = 0; i < 3000; ++i) {
+      if (live.empty() || rng() % 100 < 55) {
+        uint64_t bytes = 1 + rng() % (rng() % 4 == 0 ? 12 * kG : 2 * kG);
+        auto p = f.alloc->AllocateRaw(bytes);
+        if (p.ok()) {
+          live.push_back(*p);
+        } else {
+          ASSERT_THAT(p.status(), StatusIs(absl::StatusCode::kResourceExhausted));
+          ++ooms;
+        }
+      } else {
+        size_t k = rng() % live.size();
+        ASSERT_THAT(f.alloc->Deallocate(live[k]), IsOk());
+        live[k] = live.back();
+        live.pop_back();
+      }
+      ASSERT_THAT(f.alloc->CheckInvariants(), IsOk()) << "op " << i;
+    }
+    EXPECT_GT(ooms, 0);  // the limit was exercised
+    for (void* p : live) ASSERT_THAT(f.alloc->Deallocate(p), IsOk());
+    EXPECT_EQ(f.alloc->Stats().bytes_in_use, 0u);
+    ASSERT_THAT(f.alloc->CheckInvariants(), IsOk());
+  }
+}
+
+TEST(VmmAllocatorTest, ConcurrentThreads) {
+  VmmOptions o = Opts(256 * kG, true);
+  o.cache_bytes = 16 * kG;
+  Fake f = MakeFake(o, 256 * kG);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      std::mt19937_64 rng(t);
+      std::vector<void*> live;
+      for (int i = 0; i < 500; ++i) {
+        if (live.size() < 8 && rng() % 2) {
+          auto p = f.alloc->AllocateRaw(1 + rng() % (5 * kG));
+          if (p.ok()) live.push_back(*p);
+        } else if (!live.empty()) {
+          EXPECT_THAT(f.alloc->Deallocate(live.back()), IsOk());
+          live.pop_back();
+        }
+      }
+      for (void* p : live) EXPECT_THAT(f.alloc->Deallocate(p), IsOk());
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(f.alloc->Stats().bytes_in_use, 0u);
+  EXPECT_EQ(f.alloc->Stats().num_allocs, f.alloc->Stats().num_frees);
+  EXPECT_THAT(f.alloc->CheckInvariants(), IsOk());
+}
+
+TEST(VmmAllocatorTest, DumpShowsOccupancy) {
+  Fake f = MakeFake(Opts(8 * kG, false));
+  auto p = f.alloc->AllocateRaw(2 * kG);
+  ASSERT_THAT(p.status(), IsOk());
+  std::string dump = f.alloc->DumpMemoryLog();
+  EXPECT_THAT(dump, HasSubstr("GPU:0 (physical GPU 0)"));
+  EXPECT_THAT(dump, HasSubstr("|BB......|"));
+  EXPECT_THAT(dump, HasSubstr("live large blocks: 1"));
+  ASSERT_THAT(f.alloc->Deallocate(*p), IsOk());
+}
+
+// ---- real memory: the host platform maps memfd pages, so stitching is real ----
+
+class VmmHostTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto p = HostPlatform::Create(HostPlatformOptions{{256 * kMiB}});
+    ASSERT_THAT(p.status(), IsOk());
+    platform_ = *std::move(p);
+    auto e = platform_->GetExecutor(0);
+    ASSERT_THAT(e.status(), IsOk());
+    executor_ = *e;
+  }
+  std::unique_ptr<Allocator> Make(uint64_t limit, bool growth) {
+    DeviceAllocatorOptions o;
+    o.kind = AllocatorKind::kVmm;
+    o.device_name = "/job:localhost/replica:0/task:0/device:GPU:0 (physical GPU 0)";
+    o.memory_limit = limit;
+    o.allow_growth = growth;
+    auto a = CreateVmmAllocator(executor_, o);
+    EXPECT_THAT(a.status(), IsOk());
+    return a.ok() ? *std::move(a) : nullptr;
+  }
+  std::unique_ptr<HostPlatform> platform_;
+  Executor* executor_ = nullptr;
+};
+
+TEST_F(VmmHostTest, WriteThroughAStitchedBlockAndReadBack) {
+  for (bool growth : {false, true}) {
+    std::unique_ptr<Allocator> a = Make(16 * kG, growth);
+    ASSERT_NE(a, nullptr);
+    auto* vmm = static_cast<VmmAllocator*>(a.get());
+    // Fill the limit with one-granule blocks, each holding its own pattern.
+    std::vector<uint8_t*> blocks;
+    for (int i = 0; i < 16; ++i) {
+      auto p = a->AllocateRaw(kG);
+      ASSERT_THAT(p.status(), IsOk());
+      blocks.push_back(static_cast<uint8_t*>(*p));
+      std::memset(blocks.back(), i, kG);
+    }
+    // Free the odd ones and take one 8-granule block: stitched from 8 scattered granules.
+    for (int i = 1; i < 16; i += 2) ASSERT_THAT(a->Deallocate(blocks[i]), IsOk());
+    ASSERT_THAT(vmm->Trim(), IsOk());  // evict the cache so the block is really restitched
+    auto big = a->AllocateRaw(8 * kG);
+    ASSERT_THAT(big.status(), IsOk());
+    auto* b = static_cast<uint8_t*>(*big);
+    for (uint64_t i = 0; i < 8 * kG; i += 4096) b[i] = static_cast<uint8_t>(i / 4096 * 7);
+    b[8 * kG - 1] = 0xAB;
+    for (uint64_t i = 0; i < 8 * kG; i += 4096) {
+      ASSERT_EQ(b[i], static_cast<uint8_t>(i / 4096 * 7)) << i;
+    }
+    EXPECT_EQ(b[8 * kG - 1], 0xAB);
+    // The live even blocks kept their data.
+    for (int i = 0; i < 16; i += 2) {
+      ASSERT_EQ(blocks[i][0], i);
+      ASSERT_EQ(blocks[i][kG - 1], i);
+    }
+    // And a device copy through the stream sees the same bytes.
+    auto stream = executor_->CreateStream({});
+    ASSERT_THAT(stream.status(), IsOk());
+    std::vector<uint8_t> host(8 * kG);
+    ASSERT_THAT((*stream)->MemcpyD2H(host.data(), b, host.size()), IsOk());
+    ASSERT_THAT((*stream)->Synchronize(), IsOk());
+    EXPECT_EQ(host[4096], 7);
+    EXPECT_EQ(host.back(), 0xAB);
+    ASSERT_THAT(a->Deallocate(*big), IsOk());
+    for (int i = 0; i < 16; i += 2) ASSERT_THAT(a->Deallocate(blocks[i]), IsOk());
+    EXPECT_THAT(a->CheckInvariants(), IsOk());
+  }
+}
+
+TEST_F(VmmHostTest, DataSurvivesManyCycles) {
+  std::unique_ptr<Allocator> a = Make(24 * kG, true);
+  ASSERT_NE(a, nullptr);
+  std::mt19937_64 rng(3);
+  struct Live {
+    uint64_t* p;
+    uint64_t words;
+    uint64_t seed;
+  };
+  std::vector<Live> live;
+  for (int i = 0; i < 400; ++i) {
+    if (live.size() < 6 && (live.empty() || rng() % 2)) {
+      uint64_t bytes = 8 * (1 + rng() % (5 * kG / 8));
+      auto p = a->AllocateRaw(bytes);
+      if (!p.ok()) continue;
+      Live l{static_cast<uint64_t*>(*p), bytes / 8, rng()};
+      for (uint64_t w = 0; w < l.words; w += 509) l.p[w] = l.seed ^ w;
+      l.p[l.words - 1] = ~l.seed;
+      live.push_back(l);
+    } else {
+      size_t k = rng() % live.size();
+      const Live& l = live[k];
+      for (uint64_t w = 0; w < l.words; w += 509) ASSERT_EQ(l.p[w], l.seed ^ w);
+      ASSERT_EQ(l.p[l.words - 1], ~l.seed);
+      ASSERT_THAT(a->Deallocate(l.p), IsOk());
+      live[k] = live.back();
+      live.pop_back();
+    }
+    ASSERT_THAT(a->CheckInvariants(), IsOk());
+  }
+  for (const Live& l : live) ASSERT_THAT(a->Deallocate(l.p), IsOk());
+}
+
+TEST_F(VmmHostTest, GrowthOffFailsCleanlyWhenTheDeviceIsTooSmall) {
+  DeviceAllocatorOptions o;
+  o.device_name = "GPU:0";
+  o.memory_limit = 512 * kMiB;  // the device has 256 MiB
+  o.allow_growth = false;
+  EXPECT_THAT(CreateVmmAllocator(executor_, o).status(),
+              StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("GPU:0")));
+}
+
+}  // namespace
+}  // namespace vgpu
