@@ -1,0 +1,139 @@
+// cuBLAS for the cuda platform, loaded with dlopen on the first Executor::GetBlas() (never
+// linked). One handle per executor, created in its primary context; a handle is not
+// thread-safe, so cublasSetStream + the call run under the executor's BLAS mutex.
+#include <dlfcn.h>
+
+#include <cstdlib>
+#include <mutex>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "runtime/cuda/cuda_executor.h"
+#include "runtime/status.h"
+
+namespace vgpu::cuda {
+namespace {
+
+// Environment variable naming the cuBLAS library (default: libcublas.so.13, then .12).
+constexpr char kCublasLibraryEnv[] = "VGPU_CUBLAS_LIBRARY";
+
+struct CublasApi {
+  decltype(&cublasCreate_v2) create = nullptr;
+  decltype(&cublasDestroy_v2) destroy = nullptr;
+  decltype(&cublasSetStream_v2) set_stream = nullptr;
+  decltype(&cublasSgemm_v2) sgemm = nullptr;
+  decltype(&cublasSaxpy_v2) saxpy = nullptr;
+  decltype(&cublasSscal_v2) sscal = nullptr;
+  std::string library;
+};
+
+// Loaded once per process; the library stays loaded.
+absl::StatusOr<const CublasApi*> LoadCublas() {
+  static absl::StatusOr<const CublasApi*>* api = [] {
+    std::vector<std::string> names;
+    if (const char* env = std::getenv(kCublasLibraryEnv); env != nullptr && *env != '\0') {
+      names = {env};
+    } else {
+      names = {"libcublas.so.13", "libcublas.so.12", "libcublas.so"};
+    }
+    std::vector<std::string> errors;
+    for (const std::string& name : names) {
+      void* h = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL);
+      if (h == nullptr) {
+        const char* e = dlerror();
+        errors.push_back(e == nullptr ? name : e);
+        continue;
+      }
+      auto* a = new CublasApi();
+      a->library = name;
+      bool ok = true;
+      auto sym = [&](auto& fn, const char* symbol) {
+        fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(h, symbol));
+        if (fn == nullptr) {
+          errors.push_back(absl::StrCat(name, " lacks ", symbol));
+          ok = false;
+        }
+      };
+      sym(a->create, "cublasCreate_v2");
+      sym(a->destroy, "cublasDestroy_v2");
+      sym(a->set_stream, "cublasSetStream_v2");
+      sym(a->sgemm, "cublasSgemm_v2");
+      sym(a->saxpy, "cublasSaxpy_v2");
+      sym(a->sscal, "cublasSscal_v2");
+      if (ok) return new absl::StatusOr<const CublasApi*>(a);
+      delete a;
+    }
+    return new absl::StatusOr<const CublasApi*>(absl::FailedPreconditionError(
+        absl::StrCat("cuBLAS could not be loaded (set ", kCublasLibraryEnv,
+                     " to its path): ", absl::StrJoin(errors, "; "))));
+  }();
+  return *api;
+}
+
+cublasOperation_t Op(Transpose t) { return t == Transpose::kYes ? CUBLAS_OP_T : CUBLAS_OP_N; }
+
+class CudaBlas : public Blas {
+ public:
+  CudaBlas(CudaExecutor* executor, const CublasApi* api, cublasHandle_t handle)
+      : executor_(executor), api_(api), handle_(handle) {}
+  ~CudaBlas() override {
+    if (executor_->Activate().ok()) api_->destroy(handle_);
+  }
+
+  absl::Status Sgemm(Stream* stream, Transpose trans_a, Transpose trans_b, int m, int n, int k,
+                     float alpha, const float* a, int lda, const float* b, int ldb, float beta,
+                     float* c, int ldc) override {
+    if (m < 0 || n < 0 || k < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("Sgemm: negative size m=", m, " n=", n, " k=", k));
+    }
+    return Run(stream, "cublasSgemm", [&](cublasHandle_t h) {
+      return api_->sgemm(h, Op(trans_a), Op(trans_b), m, n, k, &alpha, a, lda, b, ldb, &beta, c,
+                         ldc);
+    });
+  }
+  absl::Status Saxpy(Stream* stream, int n, float alpha, const float* x, float* y) override {
+    if (n < 0) return absl::InvalidArgumentError(absl::StrCat("Saxpy: negative n=", n));
+    return Run(stream, "cublasSaxpy",
+               [&](cublasHandle_t h) { return api_->saxpy(h, n, &alpha, x, 1, y, 1); });
+  }
+  absl::Status Sscal(Stream* stream, int n, float alpha, float* x) override {
+    if (n < 0) return absl::InvalidArgumentError(absl::StrCat("Sscal: negative n=", n));
+    return Run(stream, "cublasSscal",
+               [&](cublasHandle_t h) { return api_->sscal(h, n, &alpha, x, 1); });
+  }
+
+ private:
+  template <typename F>
+  absl::Status Run(Stream* stream, const char* what, F call) {
+    CudaStream* s = AsCudaStream(stream);
+    if (s == nullptr || s->cuda_executor() != executor_) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": the stream does not belong to ", executor_->label()));
+    }
+    VGPU_RETURN_IF_ERROR(s->Begin());
+    std::lock_guard<std::mutex> l(mu_);
+    VGPU_RETURN_IF_ERROR(ToStatus(api_->set_stream(handle_, s->handle()),
+                                  absl::StrCat(executor_->label(), ": cublasSetStream")));
+    return ToStatus(call(handle_), absl::StrCat(executor_->label(), ": ", what));
+  }
+
+  CudaExecutor* executor_;
+  const CublasApi* api_;
+  cublasHandle_t handle_;
+  std::mutex mu_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Blas>> CreateCudaBlas(CudaExecutor* executor) {
+  VGPU_ASSIGN_OR_RETURN(const CublasApi* api, LoadCublas());
+  VGPU_RETURN_IF_ERROR(executor->Activate());
+  cublasHandle_t handle = nullptr;
+  VGPU_RETURN_IF_ERROR(
+      ToStatus(api->create(&handle),
+               absl::StrCat(executor->label(), ": cublasCreate (", api->library, ")")));
+  return std::unique_ptr<Blas>(std::make_unique<CudaBlas>(executor, api, handle));
+}
+
+}  // namespace vgpu::cuda

@@ -1,0 +1,129 @@
+// The CUDA Driver API as a table of function pointers, loaded at run time with dlopen +
+// cuGetProcAddress so that no vgpu binary links libcuda (it starts on machines without a GPU).
+// Each entry is fetched at the ABI version its cudaTypedefs.h PFN type names, so the table
+// matches the headers we compiled against whatever newer driver is installed. Also the one
+// place that turns CUresult, cublasStatus_t and ncclResult_t into absl::Status.
+//
+// Internal to runtime/cuda (it includes cuda.h). Thread safety: a loaded CudaDriver is
+// immutable; the ToStatus functions are safe from any thread.
+#ifndef VGPU_RUNTIME_CUDA_CUDA_DRIVER_H_
+#define VGPU_RUNTIME_CUDA_CUDA_DRIVER_H_
+
+#include <cublas_api.h>
+#include <cuda.h>
+#include <cudaTypedefs.h>
+#include <nccl.h>
+
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace vgpu::cuda {
+
+// Environment variable naming the driver library (default "libcuda.so.1").
+inline constexpr char kDriverLibraryEnv[] = "VGPU_CUDA_DRIVER_LIBRARY";
+inline constexpr char kDefaultDriverLibrary[] = "libcuda.so.1";
+
+// X(name, version): every required entry point and the ABI version of its PFN type.
+#define VGPU_CUDA_REQUIRED_FUNCTIONS(X) \
+  X(cuInit, 2000)                       \
+  X(cuDriverGetVersion, 2020)           \
+  X(cuDeviceGetCount, 2000)             \
+  X(cuDeviceGet, 2000)                  \
+  X(cuDeviceGetName, 2000)              \
+  X(cuDeviceGetUuid, 11040)             \
+  X(cuDeviceGetPCIBusId, 4010)          \
+  X(cuDeviceGetAttribute, 2000)         \
+  X(cuDeviceTotalMem, 3020)             \
+  X(cuDevicePrimaryCtxRetain, 7000)     \
+  X(cuDevicePrimaryCtxRelease, 11000)   \
+  X(cuCtxSetCurrent, 4000)              \
+  X(cuCtxGetCurrent, 4000)              \
+  X(cuCtxGetStreamPriorityRange, 5050)  \
+  X(cuMemGetInfo, 3020)                 \
+  X(cuMemAlloc, 3020)                   \
+  X(cuMemFree, 3020)                    \
+  X(cuMemHostAlloc, 2020)               \
+  X(cuMemFreeHost, 2000)                \
+  X(cuMemHostGetDevicePointer, 3020)    \
+  X(cuPointerGetAttribute, 4000)        \
+  X(cuStreamCreateWithPriority, 5050)   \
+  X(cuStreamDestroy, 4000)              \
+  X(cuStreamSynchronize, 2000)          \
+  X(cuStreamWaitEvent, 3020)            \
+  X(cuLaunchHostFunc, 10000)            \
+  X(cuEventCreate, 2000)                \
+  X(cuEventDestroy, 4000)               \
+  X(cuEventRecord, 2000)                \
+  X(cuEventQuery, 2000)                 \
+  X(cuEventSynchronize, 2000)           \
+  X(cuMemcpyHtoDAsync, 3020)            \
+  X(cuMemcpyDtoHAsync, 3020)            \
+  X(cuMemcpyDtoDAsync, 3020)            \
+  X(cuMemcpyPeerAsync, 4000)            \
+  X(cuMemsetD8Async, 3020)              \
+  X(cuMemsetD32Async, 3020)             \
+  X(cuDeviceCanAccessPeer, 4000)        \
+  X(cuModuleLoadData, 2000)             \
+  X(cuModuleUnload, 2000)               \
+  X(cuModuleGetFunction, 2000)          \
+  X(cuLaunchKernel, 4000)               \
+  X(cuGetErrorName, 6000)               \
+  X(cuGetErrorString, 6000)             \
+  X(cuMemAddressReserve, 10020)         \
+  X(cuMemAddressFree, 10020)            \
+  X(cuMemCreate, 10020)                 \
+  X(cuMemRelease, 10020)                \
+  X(cuMemMap, 10020)                    \
+  X(cuMemUnmap, 10020)                  \
+  X(cuMemSetAccess, 10020)              \
+  X(cuMemGetAllocationGranularity, 10020)
+
+// Green contexts (drivers >= 12.4/12.5): optional, null when the driver lacks them.
+#define VGPU_CUDA_OPTIONAL_FUNCTIONS(X) \
+  X(cuDeviceGetDevResource, 12040)      \
+  X(cuDevSmResourceSplitByCount, 12040) \
+  X(cuDevResourceGenerateDesc, 12040)   \
+  X(cuGreenCtxCreate, 12040)            \
+  X(cuGreenCtxDestroy, 12040)           \
+  X(cuCtxFromGreenCtx, 12040)           \
+  X(cuGreenCtxGetDevResource, 12040)    \
+  X(cuGreenCtxStreamCreate, 12050)
+
+struct CudaDriver {
+#define VGPU_CUDA_DECLARE(name, version) PFN_##name##_v##version name = nullptr;
+  VGPU_CUDA_REQUIRED_FUNCTIONS(VGPU_CUDA_DECLARE)
+  VGPU_CUDA_OPTIONAL_FUNCTIONS(VGPU_CUDA_DECLARE)
+#undef VGPU_CUDA_DECLARE
+
+  std::string library;     // the name passed to dlopen
+  int driver_version = 0;  // cuDriverGetVersion, e.g. 12040
+
+  bool HasGreenContexts() const {
+    return cuDeviceGetDevResource != nullptr && cuDevSmResourceSplitByCount != nullptr &&
+           cuDevResourceGenerateDesc != nullptr && cuGreenCtxCreate != nullptr &&
+           cuGreenCtxDestroy != nullptr && cuCtxFromGreenCtx != nullptr &&
+           cuGreenCtxGetDevResource != nullptr && cuGreenCtxStreamCreate != nullptr;
+  }
+};
+
+// dlopen(library) and resolve every entry point (the library stays loaded for the life of the
+// process). Errors name the library and what was missing; nothing here calls cuInit.
+absl::StatusOr<std::unique_ptr<CudaDriver>> LoadCudaDriver(const std::string& library);
+
+// "CUDA_ERROR_OUT_OF_MEMORY" etc.: from the loaded driver when there is one, else a built-in
+// table (so errors read the same without a driver); "CUresult <n>" for unknown codes.
+std::string CuResultName(CUresult result);
+
+// The one mapping from vendor codes to absl codes. The message is
+// "<context>: <NAME> (<code>): <description>". ToStatus(CUDA_SUCCESS) is OK.
+absl::Status ToStatus(CUresult result, absl::string_view context);
+absl::Status ToStatus(cublasStatus_t status, absl::string_view context);
+absl::Status ToStatus(ncclResult_t result, absl::string_view context);
+
+}  // namespace vgpu::cuda
+
+#endif  // VGPU_RUNTIME_CUDA_CUDA_DRIVER_H_

@@ -1,0 +1,252 @@
+// The cuda platform's classes, shared by the files of runtime/cuda (platform, BLAS, kernels,
+// NCCL). Internal: includes cuda.h; nothing outside runtime/cuda may include it.
+//
+// Every driver call first makes the right context current on the calling thread (the device's
+// primary context, or a stream's green context), so callers never manage CUDA contexts.
+// Thread safety: as in runtime/platform.h; every class here is safe from any thread.
+#ifndef VGPU_RUNTIME_CUDA_CUDA_EXECUTOR_H_
+#define VGPU_RUNTIME_CUDA_CUDA_EXECUTOR_H_
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "runtime/cuda/cuda_driver.h"
+#include "runtime/platform.h"
+
+namespace vgpu::cuda {
+
+class CudaExecutor;
+class CudaPlatform;
+
+// Makes `ctx` current on the calling thread (a no-op when it already is).
+absl::Status MakeCurrent(const CudaDriver& driver, CUcontext ctx);
+
+// Kernels of runtime/cuda/kernels.cu, looked up by these names in each context's module.
+enum class KernelId : int {
+  kSumN,
+  kSumNVec4,
+  kFill,
+  kBiasAdd,
+  kBiasGrad,
+  kRelu,
+  kReluGrad,
+  kSoftmaxXent,
+  kSgdUpdate,
+  kAdamUpdate,
+  kCount
+};
+inline constexpr std::array<const char*, static_cast<int>(KernelId::kCount)> kKernelNames = {
+    "vgpu_sum_n", "vgpu_sum_n_vec4", "vgpu_fill",         "vgpu_bias_add",   "vgpu_bias_grad",
+    "vgpu_relu",  "vgpu_relu_grad",  "vgpu_softmax_xent", "vgpu_sgd_update", "vgpu_adam_update"};
+
+struct KernelFunctions {
+  CUmodule module = nullptr;
+  std::array<CUfunction, static_cast<int>(KernelId::kCount)> functions{};
+  CUfunction get(KernelId id) const { return functions[static_cast<int>(id)]; }
+};
+
+class CudaEvent : public Event {
+ public:
+  CudaEvent(CudaExecutor* executor, CUevent event) : executor_(executor), event_(event) {}
+  ~CudaEvent() override;
+  absl::StatusOr<bool> Query() override;
+  absl::Status Synchronize() override;
+  CUevent handle() const { return event_; }
+  CudaExecutor* executor() const { return executor_; }
+
+ private:
+  CudaExecutor* executor_;
+  CUevent event_;
+};
+
+class CudaStream : public Stream {
+ public:
+  // `context` is the primary context or the green context of `sm_partition`; `generation`
+  // is the executor's partition generation the stream was made in.
+  CudaStream(CudaExecutor* executor, CUstream stream, CUcontext context, int priority,
+             int sm_partition, uint64_t generation);
+  ~CudaStream() override;
+
+  Executor* executor() const override;
+  int priority() const override { return priority_; }
+  int sm_partition() const override { return sm_partition_; }
+
+  absl::Status MemcpyH2D(void* dst_device, const void* src_host, uint64_t bytes) override;
+  absl::Status MemcpyD2H(void* dst_host, const void* src_device, uint64_t bytes) override;
+  absl::Status MemcpyD2D(void* dst_device, const void* src_device, uint64_t bytes) override;
+  absl::Status Memset8(void* dst_device, uint8_t value, uint64_t bytes) override;
+  absl::Status Memset32(void* dst_device, uint32_t value, uint64_t count) override;
+  absl::Status RecordEvent(Event* event) override;
+  absl::Status WaitEvent(Event* event) override;
+  absl::Status LaunchHostFunc(std::function<void()> fn) override;
+  absl::Status Synchronize() override;
+
+  CudaExecutor* cuda_executor() const { return executor_; }
+  CUstream handle() const { return stream_; }
+  CUcontext context() const { return context_; }
+  uint64_t generation() const { return generation_; }
+
+  // Makes the stream's context current and returns the sticky error (OK when usable). Every
+  // enqueue starts with it.
+  absl::Status Begin();
+  // Records `status` as the stream's sticky error (the first one wins) and returns it.
+  absl::Status Fail(absl::Status status);
+  // A result of an enqueue call: errors are returned, not sticky (nothing was queued).
+  absl::Status Check(CUresult result, absl::string_view what);
+
+  // Device-side error reporting for kernels: a mapped pinned int[2] the kernel writes
+  // {row + 1, value} into, and a host function enqueued after the kernel that turns a
+  // non-zero slot into the stream's sticky error built by `make_error(row, value)`.
+  absl::StatusOr<CUdeviceptr> DeviceErrorSlot();
+  absl::Status CheckDeviceErrorSlot(std::function<absl::Status(int row, int value)> make_error);
+
+ private:
+  CudaExecutor* executor_;
+  CUstream stream_;
+  CUcontext context_;
+  int priority_;
+  int sm_partition_;
+  uint64_t generation_;
+
+  std::mutex mu_;
+  absl::Status error_;
+  int* error_slot_host_ = nullptr;  // cuMemHostAlloc(DEVICEMAP), int[2]
+  CUdeviceptr error_slot_device_ = 0;
+};
+
+// nullptr when `stream` is not a cuda stream.
+CudaStream* AsCudaStream(Stream* stream);
+
+class CudaExecutor : public Executor {
+ public:
+  // Retains the primary context of `device`; see Init.
+  CudaExecutor(CudaPlatform* platform, const CudaDriver* driver, int ordinal, CUdevice device);
+  ~CudaExecutor() override;
+  absl::Status Init();
+
+  Platform* platform() const override;
+  int ordinal() const override { return ordinal_; }
+  absl::StatusOr<PhysicalDeviceInfo> Describe() override;
+
+  absl::StatusOr<void*> Allocate(uint64_t bytes) override;
+  absl::Status Free(void* ptr) override;
+  absl::StatusOr<void*> HostAllocate(uint64_t bytes) override;
+  absl::Status HostFree(void* ptr) override;
+
+  absl::StatusOr<uint64_t> VirtualMemoryGranularity() override;
+  absl::StatusOr<void*> ReserveAddressRange(uint64_t bytes) override;
+  absl::Status FreeAddressRange(void* va, uint64_t bytes) override;
+  absl::StatusOr<PhysicalMemoryHandle> CreatePhysicalMemory(uint64_t bytes) override;
+  absl::Status ReleasePhysicalMemory(PhysicalMemoryHandle handle) override;
+  absl::Status Map(void* va, uint64_t bytes, PhysicalMemoryHandle handle, uint64_t offset) override;
+  absl::Status Unmap(void* va, uint64_t bytes) override;
+
+  std::pair<int, int> StreamPriorityRange() const override {
+    return {least_priority_, greatest_priority_};
+  }
+  absl::StatusOr<std::vector<int>> PartitionSms(absl::Span<const int> sm_counts) override;
+  absl::StatusOr<std::unique_ptr<Stream>> CreateStream(const StreamOptions& options) override;
+  absl::StatusOr<std::unique_ptr<Event>> CreateEvent() override;
+  bool CanAccessPeer(const Executor& other) const override;
+
+  absl::StatusOr<Blas*> GetBlas() override;
+  absl::StatusOr<Kernels*> GetKernels() override;
+
+  const CudaDriver& driver() const { return *driver_; }
+  CUdevice device() const { return device_; }
+  CUcontext context() const { return context_; }
+  CudaPlatform* cuda_platform() const { return platform_; }
+  // Makes the primary context current on the calling thread.
+  absl::Status Activate() const { return MakeCurrent(*driver_, context_); }
+  int sm_count() const { return sm_count_; }
+  // "cuda GPU 0 (NVIDIA H100 80GB HBM3)", for messages.
+  const std::string& label() const { return label_; }
+
+  // The kernels module loaded in the stream's context (loaded on first use per context).
+  absl::StatusOr<const KernelFunctions*> KernelFunctionsFor(CudaStream* stream);
+  // Streams of SM partitions alive; PartitionSms refuses to re-partition while any are.
+  void StreamDestroyed(int sm_partition);
+
+ private:
+  struct Partition {
+    CUgreenCtx green = nullptr;
+    CUcontext context = nullptr;
+    int sm_count = 0;
+  };
+  void DestroyPartitionsLocked();
+  absl::Status CheckGranular(absl::string_view what, uint64_t bytes);
+  bool InReservationLocked(CUdeviceptr va, uint64_t bytes) const;
+  std::string Where(absl::string_view call) const;
+  absl::StatusOr<KernelFunctions> LoadModule(CUcontext ctx);
+
+  CudaPlatform* platform_;
+  const CudaDriver* driver_;
+  int ordinal_;
+  CUdevice device_;
+  CUcontext context_ = nullptr;
+  std::string label_;
+  int sm_count_ = 0;
+  int least_priority_ = 0;
+  int greatest_priority_ = 0;
+  bool vmm_supported_ = false;
+  uint64_t vmm_granularity_ = 0;
+
+  std::mutex mu_;
+  absl::flat_hash_map<CUdeviceptr, uint64_t> allocations_;
+  absl::flat_hash_set<void*> host_allocations_;
+  std::map<CUdeviceptr, uint64_t> reservations_;
+  absl::flat_hash_map<CUmemGenericAllocationHandle, uint64_t> physical_;
+
+  // SM partitions (green contexts) and the kernel modules of every context.
+  std::mutex partition_mu_;
+  std::vector<Partition> partitions_;
+  std::vector<CUgreenCtx> split_helpers_;  // green contexts made only to split the remainder
+  uint64_t generation_ = 0;
+  std::atomic<int> partition_streams_{0};
+  std::mutex module_mu_;
+  std::map<std::pair<uint64_t, int>, KernelFunctions> modules_;  // (generation, partition)
+
+  std::once_flag blas_once_;
+  absl::Status blas_status_;
+  std::unique_ptr<Blas> blas_;
+  std::mutex kernels_mu_;
+  std::unique_ptr<Kernels> kernels_;
+};
+
+class CudaPlatform : public Platform {
+ public:
+  CudaPlatform();
+  ~CudaPlatform() override;
+  // Loads the driver and discovers devices; failures leave 0 devices and a reason.
+  void Init();
+
+  std::string name() const override { return "cuda"; }
+  int DeviceCount() const override { return static_cast<int>(executors_.size()); }
+  std::string Summary() const override;
+  absl::StatusOr<PhysicalDeviceInfo> Describe(int ordinal) override;
+  absl::StatusOr<Executor*> GetExecutor(int ordinal) override;
+
+  // The executor of a CUDA device ordinal (as cuPointerGetAttribute reports), or nullptr.
+  CudaExecutor* ExecutorForDevice(int cuda_ordinal) const;
+
+ private:
+  std::unique_ptr<CudaDriver> driver_;
+  std::string reason_;  // why there are 0 devices
+  std::vector<std::unique_ptr<CudaExecutor>> executors_;
+};
+
+// In cuda_blas.cc / cuda_kernels.cc.
+absl::StatusOr<std::unique_ptr<Blas>> CreateCudaBlas(CudaExecutor* executor);
+std::unique_ptr<Kernels> CreateCudaKernels(CudaExecutor* executor);
+
+}  // namespace vgpu::cuda
+
+#endif  // VGPU_RUNTIME_CUDA_CUDA_EXECUTOR_H_

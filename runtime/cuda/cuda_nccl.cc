@@ -1,0 +1,139 @@
+#include "runtime/cuda/cuda_nccl.h"
+
+#include <dlfcn.h>
+
+#include <cstdlib>
+#include <mutex>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "runtime/cuda/cuda_executor.h"
+#include "runtime/status.h"
+
+namespace vgpu::cuda {
+namespace {
+
+struct NcclApi {
+  decltype(&ncclGetVersion) get_version = nullptr;
+  decltype(&ncclCommInitAll) comm_init_all = nullptr;
+  decltype(&ncclCommDestroy) comm_destroy = nullptr;
+  decltype(&ncclAllReduce) all_reduce = nullptr;
+  decltype(&ncclGroupStart) group_start = nullptr;
+  decltype(&ncclGroupEnd) group_end = nullptr;
+  std::string library;
+  int version = 0;
+};
+
+// Loaded once per process on first use; the library stays loaded.
+absl::StatusOr<const NcclApi*> LoadNccl() {
+  static absl::StatusOr<const NcclApi*>* api = [] {
+    const char* env = std::getenv(kNcclLibraryEnv);
+    std::string name = env != nullptr && *env != '\0' ? env : "libnccl.so.2";
+    auto fail = [&](std::string why) {
+      return new absl::StatusOr<const NcclApi*>(absl::FailedPreconditionError(
+          absl::StrCat("NCCL could not be loaded (set ", kNcclLibraryEnv, "): ", why)));
+    };
+    void* h = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (h == nullptr) {
+      const char* e = dlerror();
+      return fail(e == nullptr ? name + " not found" : e);
+    }
+    auto* a = new NcclApi();
+    a->library = name;
+    std::string missing;
+    auto sym = [&](auto& fn, const char* symbol) {
+      fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(h, symbol));
+      if (fn == nullptr) absl::StrAppend(&missing, " ", symbol);
+    };
+    sym(a->get_version, "ncclGetVersion");
+    sym(a->comm_init_all, "ncclCommInitAll");
+    sym(a->comm_destroy, "ncclCommDestroy");
+    sym(a->all_reduce, "ncclAllReduce");
+    sym(a->group_start, "ncclGroupStart");
+    sym(a->group_end, "ncclGroupEnd");
+    if (!missing.empty()) {
+      delete a;
+      return fail(absl::StrCat(name, " lacks", missing));
+    }
+    a->get_version(&a->version);
+    return new absl::StatusOr<const NcclApi*>(a);
+  }();
+  return *api;
+}
+
+class CudaNcclCommunicator : public NcclCommunicator {
+ public:
+  CudaNcclCommunicator(const NcclApi* api, std::vector<CudaExecutor*> executors,
+                       std::vector<ncclComm_t> comms)
+      : api_(api), executors_(std::move(executors)), comms_(std::move(comms)) {}
+  ~CudaNcclCommunicator() override {
+    for (ncclComm_t c : comms_) api_->comm_destroy(c);
+  }
+
+  int size() const override { return static_cast<int>(comms_.size()); }
+
+  absl::Status AllReduce(absl::Span<const AllReduceBuffer> buffers, uint64_t count,
+                         AllReduceOp op) override {
+    if (buffers.size() != comms_.size()) {
+      return absl::InvalidArgumentError(absl::StrCat("NCCL AllReduce: ", buffers.size(),
+                                                     " buffers for ", comms_.size(), " ranks"));
+    }
+    std::vector<CudaStream*> streams;
+    for (size_t i = 0; i < buffers.size(); ++i) {
+      CudaStream* s = AsCudaStream(buffers[i].stream);
+      if (s == nullptr || s->cuda_executor() != executors_[i]) {
+        return absl::InvalidArgumentError(absl::StrCat("NCCL AllReduce: the stream of rank ", i,
+                                                       " does not belong to ",
+                                                       executors_[i]->label()));
+      }
+      if (buffers[i].data == nullptr && count > 0) {
+        return absl::InvalidArgumentError(absl::StrCat("NCCL AllReduce: null buffer for rank ", i));
+      }
+      VGPU_RETURN_IF_ERROR(s->Begin());
+      streams.push_back(s);
+    }
+    if (count == 0) return absl::OkStatus();
+    std::lock_guard<std::mutex> l(mu_);
+    VGPU_RETURN_IF_ERROR(ToStatus(api_->group_start(), "ncclGroupStart"));
+    absl::Status status;
+    for (size_t i = 0; i < buffers.size() && status.ok(); ++i) {
+      status = ToStatus(api_->all_reduce(buffers[i].data, buffers[i].data, count, ncclFloat32,
+                                         op == AllReduceOp::kMean ? ncclAvg : ncclSum, comms_[i],
+                                         streams[i]->handle()),
+                        absl::StrCat("ncclAllReduce of ", count, " floats on rank ", i));
+    }
+    // Always close the group, even after a failed enqueue.
+    absl::Status end = ToStatus(api_->group_end(), "ncclGroupEnd");
+    return status.ok() ? end : status;
+  }
+
+ private:
+  const NcclApi* api_;
+  std::vector<CudaExecutor*> executors_;
+  std::vector<ncclComm_t> comms_;
+  std::mutex mu_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<NcclCommunicator>> CreateNcclCommunicator(
+    absl::Span<Executor* const> executors) {
+  std::vector<CudaExecutor*> cuda_executors;
+  std::vector<int> devices;
+  for (Executor* e : executors) {
+    auto* c = dynamic_cast<CudaExecutor*>(e);
+    if (c == nullptr) return absl::InvalidArgumentError("NCCL: not a cuda executor");
+    cuda_executors.push_back(c);
+    devices.push_back(static_cast<int>(c->device()));
+  }
+  VGPU_ASSIGN_OR_RETURN(const NcclApi* api, LoadNccl());
+  std::vector<ncclComm_t> comms(executors.size(), nullptr);
+  VGPU_RETURN_IF_ERROR(
+      ToStatus(api->comm_init_all(comms.data(), static_cast<int>(comms.size()), devices.data()),
+               absl::StrCat("ncclCommInitAll over ", comms.size(), " device(s) (", api->library,
+                            ", NCCL ", api->version, ")")));
+  return std::unique_ptr<NcclCommunicator>(
+      std::make_unique<CudaNcclCommunicator>(api, std::move(cuda_executors), std::move(comms)));
+}
+
+}  // namespace vgpu::cuda

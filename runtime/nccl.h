@@ -1,0 +1,50 @@
+// NCCL collectives over executors of the cuda platform, behind a backend-neutral front: one
+// rank per executor (ncclCommInitAll), all-reduce of float buffers with group calls. libnccl is
+// loaded with dlopen("libnccl.so.2") on first use (VGPU_NCCL_LIBRARY overrides the name), never
+// linked. On the host platform, or in a build without CUDA, Create returns Unimplemented with
+// the reason, so callers fall back to another algorithm.
+//
+// NCCL 2.28 refuses two ranks on one GPU; Create rejects that with InvalidArgument naming the
+// duplicated device instead of calling NCCL (use the local all-reduce, Kernels::SumN).
+//
+// Thread safety: Create is safe from any thread. A communicator's AllReduce calls must not run
+// concurrently with each other (NCCL's rule for one communicator); serialize them.
+#ifndef VGPU_RUNTIME_NCCL_H_
+#define VGPU_RUNTIME_NCCL_H_
+
+#include <cstdint>
+#include <memory>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "runtime/platform.h"
+
+namespace vgpu {
+
+enum class AllReduceOp { kSum, kMean };
+
+// One rank's buffer: reduced in place on `stream` (which must belong to the rank's executor).
+struct AllReduceBuffer {
+  Stream* stream = nullptr;
+  float* data = nullptr;
+};
+
+class NcclCommunicator {
+ public:
+  virtual ~NcclCommunicator() = default;
+
+  // One rank per executor, in order. InvalidArgument for an empty list, a null executor,
+  // executors of different platforms or the same device twice; Unimplemented off cuda.
+  static absl::StatusOr<std::unique_ptr<NcclCommunicator>> Create(
+      absl::Span<Executor* const> executors);
+
+  virtual int size() const = 0;
+  // buffers[i] is rank i's; `count` floats each. Enqueued on the streams; returns once queued.
+  virtual absl::Status AllReduce(absl::Span<const AllReduceBuffer> buffers, uint64_t count,
+                                 AllReduceOp op) = 0;
+};
+
+}  // namespace vgpu
+
+#endif  // VGPU_RUNTIME_NCCL_H_

@@ -1,0 +1,211 @@
+// The cuda platform on machines WITHOUT a GPU (label unit): the no-driver paths, the error
+// mapping, the embedded fatbin and the NCCL front. GPU behaviour is in
+// cuda_platform_gpu_test.cc and the conformance suite.
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "runtime/host/host_platform.h"
+#include "runtime/nccl.h"
+#include "runtime/platform.h"
+#include "runtime/status_matchers.h"
+
+#if VGPU_HAVE_CUDA
+#include "runtime/cuda/cuda_driver.h"
+#include "runtime/cuda/cuda_fatbin.h"
+#include "runtime/cuda/cuda_platform.h"
+#endif
+
+namespace vgpu {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+using ::vgpu::testing::IsOk;
+using ::vgpu::testing::StatusIs;
+
+TEST(CudaPlatformTest, GetPlatformNeverFailsAndExplainsZeroDevices) {
+  absl::StatusOr<Platform*> p = GetPlatform("cuda");
+  ASSERT_THAT(p, IsOk());
+  EXPECT_EQ((*p)->name(), "cuda");
+  if ((*p)->DeviceCount() > 0) GTEST_SKIP() << "this machine has a GPU: " << (*p)->Summary();
+  EXPECT_THAT((*p)->Summary(), StartsWith("0 CUDA devices: "));
+  EXPECT_THAT((*p)->GetExecutor(0), StatusIs(absl::StatusCode::kNotFound, HasSubstr("cuda")));
+  EXPECT_THAT((*p)->Describe(0), StatusIs(absl::StatusCode::kNotFound, HasSubstr("cuda")));
+}
+
+TEST(CudaPlatformTest, AutoFallsBackToHostWithoutDevices) {
+  absl::StatusOr<Platform*> cuda = GetPlatform("cuda");
+  ASSERT_THAT(cuda, IsOk());
+  if ((*cuda)->DeviceCount() > 0) GTEST_SKIP() << "this machine has a GPU";
+  if (std::getenv("VGPU_PLATFORM") != nullptr) GTEST_SKIP() << "VGPU_PLATFORM is set";
+  absl::StatusOr<Platform*> p = DefaultPlatform();
+  ASSERT_THAT(p, IsOk());
+  EXPECT_EQ((*p)->name(), "host");
+}
+
+#if VGPU_HAVE_CUDA
+
+// Sets an environment variable for one scope.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name); old != nullptr) old_ = old;
+    setenv(name, value, 1);
+  }
+  ~ScopedEnv() {
+    if (old_.has_value()) {
+      setenv(name_, old_->c_str(), 1);
+    } else {
+      unsetenv(name_);
+    }
+  }
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
+
+TEST(CudaPlatformTest, MissingDriverLibraryGivesZeroDevicesNamingTheLibrary) {
+  ScopedEnv env(cuda::kDriverLibraryEnv, "libvgpu-no-such-driver.so.1");
+  std::unique_ptr<Platform> p = CreateCudaPlatform();
+  ASSERT_NE(p, nullptr);
+  EXPECT_EQ(p->name(), "cuda");
+  EXPECT_EQ(p->DeviceCount(), 0);
+  EXPECT_THAT(p->Summary(), StartsWith("0 CUDA devices: libvgpu-no-such-driver.so.1 not found"));
+  EXPECT_THAT(p->GetExecutor(0),
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr("libvgpu-no-such-driver.so.1")));
+  EXPECT_THAT(p->Describe(0), StatusIs(absl::StatusCode::kNotFound, HasSubstr("not found")));
+  EXPECT_THAT(p->GetExecutor(-1), StatusIs(absl::StatusCode::kNotFound, HasSubstr("cuda")));
+}
+
+TEST(CudaPlatformTest, LibraryThatIsNotADriverGivesZeroDevices) {
+  // A real shared library without the Driver API: loads, but has no cuGetProcAddress_v2.
+  ScopedEnv env(cuda::kDriverLibraryEnv, "libz.so.1");
+  std::unique_ptr<Platform> p = CreateCudaPlatform();
+  EXPECT_EQ(p->DeviceCount(), 0);
+  EXPECT_THAT(p->Summary(), HasSubstr("libz.so.1 has no cuGetProcAddress_v2"));
+}
+
+TEST(CudaPlatformTest, DefaultDriverOnThisMachine) {
+  std::unique_ptr<Platform> p = CreateCudaPlatform();
+  if (p->DeviceCount() > 0) GTEST_SKIP() << "this machine has a GPU: " << p->Summary();
+  EXPECT_THAT(p->Summary(), StartsWith("0 CUDA devices: "));
+  EXPECT_THAT(p->GetExecutor(0), StatusIs(absl::StatusCode::kNotFound, ::testing::_));
+}
+
+TEST(CudaPlatformTest, CuResultMapsToCanonicalCodesWithTheName) {
+  using absl::StatusCode;
+  EXPECT_THAT(cuda::ToStatus(CUDA_SUCCESS, "x"), IsOk());
+  EXPECT_THAT(cuda::ToStatus(CUDA_ERROR_OUT_OF_MEMORY, "cuMemAlloc of 1 GiB"),
+              StatusIs(StatusCode::kResourceExhausted,
+                       HasSubstr("cuMemAlloc of 1 GiB: CUDA_ERROR_OUT_OF_MEMORY (2)")));
+  EXPECT_THAT(cuda::ToStatus(CUDA_ERROR_INVALID_VALUE, "cuMemMap"),
+              StatusIs(StatusCode::kInvalidArgument, HasSubstr("CUDA_ERROR_INVALID_VALUE")));
+  EXPECT_THAT(cuda::ToStatus(CUDA_ERROR_INVALID_HANDLE, "h"),
+              StatusIs(StatusCode::kInvalidArgument, HasSubstr("CUDA_ERROR_INVALID_HANDLE")));
+  EXPECT_THAT(cuda::ToStatus(CUDA_ERROR_NO_DEVICE, "cuInit"),
+              StatusIs(StatusCode::kNotFound, HasSubstr("CUDA_ERROR_NO_DEVICE (100)")));
+  EXPECT_THAT(cuda::ToStatus(CUDA_ERROR_NOT_INITIALIZED, "c"),
+              StatusIs(StatusCode::kFailedPrecondition, HasSubstr("CUDA_ERROR_NOT_INITIALIZED")));
+  EXPECT_THAT(cuda::ToStatus(CUDA_ERROR_NOT_SUPPORTED, "c"),
+              StatusIs(StatusCode::kUnimplemented, HasSubstr("CUDA_ERROR_NOT_SUPPORTED")));
+  EXPECT_THAT(cuda::ToStatus(CUDA_ERROR_NOT_READY, "c"),
+              StatusIs(StatusCode::kUnavailable, HasSubstr("CUDA_ERROR_NOT_READY")));
+  EXPECT_THAT(cuda::ToStatus(CUDA_ERROR_ILLEGAL_ADDRESS, "c"),
+              StatusIs(StatusCode::kInternal, HasSubstr("CUDA_ERROR_ILLEGAL_ADDRESS")));
+  EXPECT_THAT(cuda::ToStatus(CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES, "c"),
+              StatusIs(StatusCode::kResourceExhausted, HasSubstr("LAUNCH_OUT_OF_RESOURCES")));
+  EXPECT_THAT(cuda::ToStatus(static_cast<CUresult>(123456), "c"),
+              StatusIs(StatusCode::kInternal, HasSubstr("CUresult 123456")));
+}
+
+TEST(CudaPlatformTest, CublasAndNcclCodesMapToCanonicalCodes) {
+  using absl::StatusCode;
+  EXPECT_THAT(cuda::ToStatus(CUBLAS_STATUS_SUCCESS, "x"), IsOk());
+  EXPECT_THAT(cuda::ToStatus(CUBLAS_STATUS_ALLOC_FAILED, "cublasCreate"),
+              StatusIs(StatusCode::kResourceExhausted,
+                       HasSubstr("cublasCreate: CUBLAS_STATUS_ALLOC_FAILED (3)")));
+  EXPECT_THAT(cuda::ToStatus(CUBLAS_STATUS_INVALID_VALUE, "sgemm"),
+              StatusIs(StatusCode::kInvalidArgument, HasSubstr("CUBLAS_STATUS_INVALID_VALUE")));
+  EXPECT_THAT(cuda::ToStatus(CUBLAS_STATUS_EXECUTION_FAILED, "sgemm"),
+              StatusIs(StatusCode::kInternal, HasSubstr("CUBLAS_STATUS_EXECUTION_FAILED")));
+  EXPECT_THAT(cuda::ToStatus(ncclSuccess, "x"), IsOk());
+  EXPECT_THAT(cuda::ToStatus(ncclInvalidArgument, "ncclAllReduce"),
+              StatusIs(StatusCode::kInvalidArgument, HasSubstr("ncclInvalidArgument (4)")));
+  EXPECT_THAT(cuda::ToStatus(ncclInvalidUsage, "init"),
+              StatusIs(StatusCode::kFailedPrecondition, HasSubstr("ncclInvalidUsage")));
+  EXPECT_THAT(cuda::ToStatus(ncclUnhandledCudaError, "init"),
+              StatusIs(StatusCode::kInternal, HasSubstr("ncclUnhandledCudaError")));
+}
+
+TEST(CudaPlatformTest, EmbeddedFatbinIsAFatbin) {
+  absl::Span<const uint8_t> image = cuda::KernelsFatbin();
+  ASSERT_GT(image.size(), 16u);
+  uint32_t magic = 0;
+  std::memcpy(&magic, image.data(), sizeof(magic));
+  EXPECT_EQ(magic, cuda::kFatbinMagic);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(image.data()) % 8, 0u);
+  // Every kernel the launcher looks up is in the image (names are stored in the ELF/PTX).
+  std::string bytes(image.begin(), image.end());
+  for (const char* name : {"vgpu_sum_n", "vgpu_sum_n_vec4", "vgpu_fill", "vgpu_bias_add",
+                           "vgpu_bias_grad", "vgpu_relu", "vgpu_relu_grad", "vgpu_softmax_xent",
+                           "vgpu_sgd_update", "vgpu_adam_update"}) {
+    EXPECT_NE(bytes.find(name), std::string::npos) << name;
+  }
+}
+
+#else  // !VGPU_HAVE_CUDA
+
+TEST(CudaPlatformTest, BuildWithoutCudaSaysSo) {
+  absl::StatusOr<Platform*> p = GetPlatform("cuda");
+  ASSERT_THAT(p, IsOk());
+  EXPECT_EQ((*p)->DeviceCount(), 0);
+  EXPECT_THAT((*p)->Summary(), HasSubstr("without CUDA"));
+}
+
+#endif  // VGPU_HAVE_CUDA
+
+// ---- NCCL front -----------------------------------------------------------------------------
+
+class NcclFrontTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    HostPlatformOptions options;
+    options.device_bytes = {64 << 20, 64 << 20};
+    auto p = HostPlatform::Create(options);
+    ASSERT_THAT(p, IsOk());
+    host_ = *std::move(p);
+  }
+  Executor* Host(int i) { return *host_->GetExecutor(i); }
+  std::unique_ptr<HostPlatform> host_;
+};
+
+TEST_F(NcclFrontTest, HostPlatformIsUnimplemented) {
+  std::vector<Executor*> executors = {Host(0), Host(1)};
+  EXPECT_THAT(NcclCommunicator::Create(executors),
+              StatusIs(absl::StatusCode::kUnimplemented, HasSubstr("host platform")));
+}
+
+TEST_F(NcclFrontTest, DuplicatedDeviceIsInvalidArgumentNamingIt) {
+  std::vector<Executor*> executors = {Host(0), Host(1), Host(1)};
+  EXPECT_THAT(NcclCommunicator::Create(executors),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("host device 1 is given twice (ranks 1 and 2)")));
+}
+
+TEST_F(NcclFrontTest, EmptyOrNullIsInvalidArgument) {
+  EXPECT_THAT(NcclCommunicator::Create({}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("no executors")));
+  std::vector<Executor*> executors = {Host(0), nullptr};
+  EXPECT_THAT(NcclCommunicator::Create(executors),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("executor 1 is null")));
+}
+
+}  // namespace
+}  // namespace vgpu
