@@ -1,6 +1,7 @@
 #include "allocator/vmm_allocator.h"
 
 #include <algorithm>
+#include <bit>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -53,9 +54,7 @@ class VmmAllocator::SlabSubAllocator final : public SubAllocator {
     owner_->slab_ranges_.erase(it);
     owner_->slab_granules_ -= range->granules.size();
     VGPU_RETURN_IF_ERROR(owner_->UnmapRangeLocked(std::move(range)));
-    if (owner_->options_.allow_growth) {
-      VGPU_RETURN_IF_ERROR(owner_->GiveBackLocked(owner_->keep_granules_));
-    }
+    if (owner_->options_.allow_growth) VGPU_RETURN_IF_ERROR(owner_->MaybeGiveBackLocked());
     return absl::OkStatus();
   }
 
@@ -95,7 +94,7 @@ absl::Status VmmAllocator::Init() {
   }
   cache_limit_granules_ = !options_.enable_cache ? 0
                           : options_.cache_bytes ? options_.cache_bytes / g
-                                                 : limit_granules_ / 8;
+                                                 : limit_granules_ / 4;
   keep_granules_ = options_.pool_keep_bytes ? options_.pool_keep_bytes / g
                                             : std::max<uint64_t>(1, limit_granules_ / 64);
   small_block_max_ = options_.small_block_max ? options_.small_block_max : g;
@@ -168,21 +167,7 @@ absl::StatusOr<void*> VmmAllocator::AllocateSmall(uint64_t bytes, uint64_t align
 absl::StatusOr<void*> VmmAllocator::AllocateLarge(uint64_t bytes, uint64_t alignment) {
   const uint64_t count = CeilDiv(bytes, granularity_);
   std::unique_lock<std::mutex> l(mu_);
-  std::unique_ptr<Range> range;
-  if (auto it = cache_.find(count); it != cache_.end()) {
-    for (size_t i = it->second.size(); i-- > 0;) {
-      if (reinterpret_cast<uintptr_t>(it->second[i]->ptr) % alignment == 0) {
-        range = std::move(it->second[i]);
-        it->second.erase(it->second.begin() + static_cast<ptrdiff_t>(i));
-        break;
-      }
-    }
-    if (it->second.empty()) cache_.erase(it);
-    if (range != nullptr) {
-      cached_granules_ -= count;
-      ++cache_hits_;
-    }
-  }
+  std::unique_ptr<Range> range = TakeCachedLocked(count, alignment);
   if (range == nullptr) {
     absl::StatusOr<std::unique_ptr<Range>> r = MapRangeLocked(count, alignment);
     if (!r.ok() && absl::IsResourceExhausted(r.status()) && slabs_ != nullptr) {
@@ -211,6 +196,58 @@ absl::StatusOr<void*> VmmAllocator::AllocateLarge(uint64_t bytes, uint64_t align
   return p;
 }
 
+std::unique_ptr<VmmAllocator::Range> VmmAllocator::TakeCachedLocked(uint64_t count,
+                                                                    uint64_t alignment) {
+  if (cache_.empty()) return nullptr;
+  auto take = [&](std::map<uint64_t, std::vector<std::unique_ptr<Range>>>::iterator it,
+                  bool need_room) -> std::unique_ptr<Range> {
+    auto& v = it->second;
+    for (size_t i = v.size(); i-- > 0;) {
+      if (reinterpret_cast<uintptr_t>(v[i]->ptr) % alignment != 0) continue;
+      if (need_room && CapacityOf(*v[i]) < count) continue;
+      std::unique_ptr<Range> r = std::move(v[i]);
+      v.erase(v.begin() + static_cast<ptrdiff_t>(i));
+      if (v.empty()) cache_.erase(it);
+      cached_granules_ -= r->granules.size();
+      return r;
+    }
+    return nullptr;
+  };
+  // 1. The same size: no mapping call at all.
+  if (auto it = cache_.find(count); it != cache_.end()) {
+    if (auto r = take(it, false)) {
+      ++cache_hits_;
+      return r;
+    }
+  }
+  // 2. A larger one (less than twice): unmap its tail, cheaper than mapping afresh.
+  if (auto it = cache_.upper_bound(count); it != cache_.end() && it->first < 2 * count) {
+    if (auto r = take(it, false)) {
+      if (ShrinkRangeLocked(r.get(), count).ok()) {
+        ++cache_hits_;
+        return r;
+      }
+      UnmapRangeLocked(std::move(r)).IgnoreError();
+      return nullptr;
+    }
+  }
+  // 3. A smaller one (more than half) with virtual room: map the missing granules at its end.
+  if (auto it = cache_.lower_bound(count); it != cache_.begin()) {
+    --it;
+    if (2 * it->first > count) {
+      if (auto r = take(it, true)) {
+        if (GrowRangeLocked(r.get(), count).ok()) {
+          ++cache_hits_;
+          return r;
+        }
+        // No granules for the rest: give its own back and let the caller map afresh.
+        UnmapRangeLocked(std::move(r)).IgnoreError();
+      }
+    }
+  }
+  return nullptr;
+}
+
 absl::Status VmmAllocator::DoDeallocate(void* ptr) {
   {
     std::lock_guard<std::mutex> l(mu_);
@@ -233,10 +270,7 @@ absl::Status VmmAllocator::DoDeallocate(void* ptr) {
       } else {
         VGPU_RETURN_IF_ERROR(UnmapRangeLocked(std::move(range)));
       }
-      if (options_.allow_growth) {
-        VGPU_RETURN_IF_ERROR(
-            GiveBackLocked(blocks_.empty() && small_.empty() ? 0 : keep_granules_));
-      }
+      if (options_.allow_growth) VGPU_RETURN_IF_ERROR(MaybeGiveBackLocked());
       return absl::OkStatus();
     } else {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -290,47 +324,70 @@ absl::StatusOr<std::unique_ptr<VmmAllocator::Range>> VmmAllocator::MapRangeLocke
   VGPU_RETURN_IF_ERROR(EnsureFreeGranulesLocked(count));
   const uint64_t g = granularity_;
   auto range = std::make_unique<Range>();
-  range->reserved_bytes = count * g + (alignment > g ? alignment : 0);
+  // Virtual space is cheap: reserve room to grow to the next power of two, so a cached range
+  // can later serve a somewhat larger request by mapping a few more granules at its end.
+  range->reserved_bytes = alignment > g ? count * g + alignment : std::bit_ceil(count) * g;
   VGPU_ASSIGN_OR_RETURN(range->reserved, backend_->ReserveAddressRange(range->reserved_bytes));
   range->ptr = reinterpret_cast<void*>(
       AlignUp(reinterpret_cast<uint64_t>(range->reserved), std::max(alignment, g)));
-  range->granules.assign(free_granules_.end() - static_cast<ptrdiff_t>(count),
-                         free_granules_.end());
-  std::reverse(range->granules.begin(), range->granules.end());
-  free_granules_.resize(free_granules_.size() - count);
-  // Map runs of physically contiguous granules with one call each.
-  char* base = static_cast<char*>(range->ptr);
-  for (uint64_t i = 0; i < count;) {
-    const Granule& first = granules_[range->granules[i]];
-    uint64_t n = 1;
-    while (i + n < count && granules_[range->granules[i + n]].handle.value == first.handle.value &&
-           granules_[range->granules[i + n]].offset == first.offset + n * g) {
-      ++n;
-    }
-    absl::Status s = backend_->Map(base + i * g, n * g, first.handle, first.offset);
-    if (!s.ok()) {
-      if (i > 0) backend_->Unmap(base, i * g).IgnoreError();
-      for (uint64_t j = count; j-- > 0;) free_granules_.push_back(range->granules[j]);
-      backend_->FreeAddressRange(range->reserved, range->reserved_bytes).IgnoreError();
-      return s;
-    }
-    i += n;
+  range->granules.reserve(count);
+  absl::Status s = GrowRangeLocked(range.get(), count);
+  if (!s.ok()) {
+    backend_->FreeAddressRange(range->reserved, range->reserved_bytes).IgnoreError();
+    return s;
   }
-  mapped_granules_ += count;
-  regions_mapped_ += count;
-  peak_mapped_ = std::max(peak_mapped_, mapped_granules_);
   return range;
 }
 
-absl::Status VmmAllocator::UnmapRangeLocked(std::unique_ptr<Range> range) {
-  const uint64_t count = range->granules.size();
-  VGPU_RETURN_IF_ERROR(backend_->Unmap(range->ptr, count * granularity_));
-  VGPU_RETURN_IF_ERROR(backend_->FreeAddressRange(range->reserved, range->reserved_bytes));
-  // Reversed so the next MapRangeLocked pops them in their old order (contiguous runs).
-  for (uint64_t j = count; j-- > 0;) free_granules_.push_back(range->granules[j]);
-  mapped_granules_ -= count;
-  regions_unmapped_ += count;
+uint64_t VmmAllocator::CapacityOf(const Range& range) const {
+  uint64_t off = reinterpret_cast<uint64_t>(range.ptr) - reinterpret_cast<uint64_t>(range.reserved);
+  return (range.reserved_bytes - off) / granularity_;
+}
+
+absl::Status VmmAllocator::GrowRangeLocked(Range* range, uint64_t count) {
+  const uint64_t g = granularity_;
+  const uint64_t old = range->granules.size();
+  if (count <= old) return absl::OkStatus();
+  VGPU_RETURN_IF_ERROR(EnsureFreeGranulesLocked(count - old));
+  char* base = static_cast<char*>(range->ptr);
+  // One Map per granule: cuMemUnmap cannot unmap part of a mapping, and granules leave a
+  // range one by one (shrinking a cached range, eviction).
+  for (uint64_t i = old; i < count; ++i) {
+    uint32_t idx = free_granules_.back();
+    const Granule& gr = granules_[idx];
+    absl::Status s = backend_->Map(base + i * g, g, gr.handle, gr.offset);
+    if (!s.ok()) {
+      ShrinkRangeLocked(range, old).IgnoreError();
+      return s;
+    }
+    free_granules_.pop_back();
+    range->granules.push_back(idx);
+    ++mapped_granules_;
+    ++regions_mapped_;
+  }
+  free_low_water_ = std::min<uint64_t>(free_low_water_, free_granules_.size());
+  peak_mapped_ = std::max(peak_mapped_, mapped_granules_);
   return absl::OkStatus();
+}
+
+absl::Status VmmAllocator::ShrinkRangeLocked(Range* range, uint64_t count) {
+  const uint64_t g = granularity_;
+  char* base = static_cast<char*>(range->ptr);
+  // From the end, so the pool (LIFO) hands them out again in their old order.
+  while (range->granules.size() > count) {
+    uint64_t i = range->granules.size() - 1;
+    VGPU_RETURN_IF_ERROR(backend_->Unmap(base + i * g, g));
+    free_granules_.push_back(range->granules.back());
+    range->granules.pop_back();
+    --mapped_granules_;
+    ++regions_unmapped_;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status VmmAllocator::UnmapRangeLocked(std::unique_ptr<Range> range) {
+  VGPU_RETURN_IF_ERROR(ShrinkRangeLocked(range.get(), 0));
+  return backend_->FreeAddressRange(range->reserved, range->reserved_bytes);
 }
 
 absl::Status VmmAllocator::EvictOneLocked() {
@@ -344,6 +401,25 @@ absl::Status VmmAllocator::EvictOneLocked() {
   return UnmapRangeLocked(std::move(range));
 }
 
+absl::Status VmmAllocator::MaybeGiveBackLocked() {
+  if (blocks_.empty() && small_.empty()) {
+    epoch_frees_ = 0;
+    VGPU_RETURN_IF_ERROR(GiveBackLocked(0));
+    free_low_water_ = 0;
+    return absl::OkStatus();
+  }
+  if (++epoch_frees_ < std::max<uint64_t>(1, options_.give_back_epoch)) return absl::OkStatus();
+  // Granules that were free through the whole epoch were not needed: give them back, keeping
+  // a small reserve. Waiting an epoch avoids returning and recreating granules every step.
+  epoch_frees_ = 0;
+  if (free_low_water_ > keep_granules_) {
+    VGPU_RETURN_IF_ERROR(
+        GiveBackLocked(free_granules_.size() - (free_low_water_ - keep_granules_)));
+  }
+  free_low_water_ = free_granules_.size();
+  return absl::OkStatus();
+}
+
 absl::Status VmmAllocator::GiveBackLocked(uint64_t keep) {
   while (free_granules_.size() > keep) {
     uint32_t slot = free_granules_.back();
@@ -353,6 +429,7 @@ absl::Status VmmAllocator::GiveBackLocked(uint64_t keep) {
     free_slots_.push_back(slot);
     --created_granules_;
   }
+  free_low_water_ = std::min<uint64_t>(free_low_water_, free_granules_.size());
   return absl::OkStatus();
 }
 
@@ -579,7 +656,9 @@ absl::StatusOr<std::unique_ptr<Allocator>> CreateFakeVmmAllocator(uint64_t granu
                                                                   VmmOptions options) {
   VGPU_ASSIGN_OR_RETURN(
       std::unique_ptr<VmmAllocator> a,
-      VmmAllocator::Create(std::make_unique<FakeVmmBackend>(granularity), std::move(options)));
+      VmmAllocator::Create(std::make_unique<FakeVmmBackend>(granularity, /*physical_capacity=*/0,
+                                                            /*checked=*/false),
+                           std::move(options)));
   return std::unique_ptr<Allocator>(std::move(a));
 }
 

@@ -44,12 +44,14 @@ struct VmmOptions {
   uint64_t small_block_max = 0;
   // Size of each slab BFC takes from the granule pool; 0 = one granule.
   uint64_t slab_bytes = 0;
-  // Mapped-but-free large ranges kept for reuse; 0 = limit / 8. Evicted on pressure.
+  // Mapped-but-free large ranges kept for reuse; 0 = limit / 4. Evicted on pressure.
   uint64_t cache_bytes = 0;
   bool enable_cache = true;
-  // With allow_growth, free granules kept in the pool beyond which they go back to the
-  // device; 0 = limit / 64 (at least one granule).
+  // With allow_growth, granules that stayed free in the pool through a whole epoch of
+  // `give_back_epoch` frees go back to the device, except `pool_keep_bytes` of them
+  // (0 = limit / 64, at least one granule); all go back when nothing is allocated.
   uint64_t pool_keep_bytes = 0;
+  uint64_t give_back_epoch = 256;
 };
 
 class VmmAllocator final : public Allocator {
@@ -111,11 +113,20 @@ class VmmAllocator final : public Allocator {
   // limit needs it. ResourceExhausted when even that is not enough.
   absl::StatusOr<std::unique_ptr<Range>> MapRangeLocked(uint64_t count, uint64_t alignment);
   absl::Status UnmapRangeLocked(std::unique_ptr<Range> range);
+  // Maps free granules at the end of `range` up to `count` (within its reservation), or
+  // unmaps its tail down to `count`, one granule per call.
+  absl::Status GrowRangeLocked(Range* range, uint64_t count);
+  absl::Status ShrinkRangeLocked(Range* range, uint64_t count);
+  uint64_t CapacityOf(const Range& range) const;  // granules the reservation can hold
+  // A cached range resized to `count` granules (exact, shrunk or grown), or null.
+  std::unique_ptr<Range> TakeCachedLocked(uint64_t count, uint64_t alignment);
   // Makes `count` granules free (unmapped) in the pool, creating them (growth) or evicting
   // the cache as needed, within the limit.
   absl::Status EnsureFreeGranulesLocked(uint64_t count);
   absl::Status EvictOneLocked();
   absl::Status GiveBackLocked(uint64_t keep);
+  // After a free with allow_growth: the idle and epoch give-back rules above.
+  absl::Status MaybeGiveBackLocked();
   absl::Status OomError(uint64_t bytes, uint64_t rounded, absl::string_view why) const;
   AllocatorStats StatsLocked() const;
 
@@ -137,6 +148,8 @@ class VmmAllocator final : public Allocator {
   std::vector<uint32_t> free_granules_;  // created and unmapped (LIFO)
   uint64_t mapped_granules_ = 0;
   uint64_t created_granules_ = 0;
+  uint64_t free_low_water_ = 0;  // fewest free granules during this give-back epoch
+  uint64_t epoch_frees_ = 0;
   absl::flat_hash_map<void*, std::unique_ptr<Range>> blocks_;  // live large blocks by ptr
   absl::flat_hash_map<void*, std::unique_ptr<Range>> slab_ranges_;
   absl::flat_hash_map<void*, uint64_t> small_;  // live small blocks -> rounded size
@@ -155,7 +168,7 @@ class VmmAllocator final : public Allocator {
 // The vmm allocator of one logical device over `executor`'s VMM calls (options.kind ignored).
 absl::StatusOr<std::unique_ptr<Allocator>> CreateVmmAllocator(
     Executor* executor, const DeviceAllocatorOptions& options);
-// Over a FakeVmmBackend of `granularity` (no memory touched): replay and tests.
+// Over an unchecked FakeVmmBackend of `granularity` (no memory touched, counters only): replay.
 absl::StatusOr<std::unique_ptr<Allocator>> CreateFakeVmmAllocator(uint64_t granularity,
                                                                   VmmOptions options);
 

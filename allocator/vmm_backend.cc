@@ -59,8 +59,11 @@ absl::StatusOr<std::unique_ptr<VmmBackend>> CreateExecutorVmmBackend(Executor* e
 // Fake addresses start high and far from anything real, so a stray write faults.
 constexpr uint64_t kFakeVaBase = uint64_t{0x7e00} << 32;
 
-FakeVmmBackend::FakeVmmBackend(uint64_t granularity, uint64_t physical_capacity)
-    : granularity_(granularity), physical_capacity_(physical_capacity), next_va_(kFakeVaBase) {}
+FakeVmmBackend::FakeVmmBackend(uint64_t granularity, uint64_t physical_capacity, bool checked)
+    : granularity_(granularity),
+      physical_capacity_(physical_capacity),
+      checked_(checked),
+      next_va_(kFakeVaBase) {}
 
 absl::Status FakeVmmBackend::CheckGranular(const char* what, uint64_t bytes) const {
   if (bytes == 0 || bytes % granularity_ != 0) {
@@ -74,15 +77,22 @@ absl::Status FakeVmmBackend::CheckGranular(const char* what, uint64_t bytes) con
 
 absl::StatusOr<void*> FakeVmmBackend::ReserveAddressRange(uint64_t bytes) {
   VGPU_RETURN_IF_ERROR(CheckGranular("ReserveAddressRange", bytes));
-  std::lock_guard<std::mutex> l(mu_);
-  uint64_t va = next_va_;
   // Leave one granule unreserved between ranges so an overrun is caught as "not reserved".
-  next_va_ += bytes + granularity_;
+  uint64_t va = next_va_.fetch_add(bytes + granularity_);
+  if (!checked_) {
+    ++unchecked_ranges_;
+    return reinterpret_cast<void*>(va);
+  }
+  std::lock_guard<std::mutex> l(mu_);
   ranges_.emplace(va, bytes);
   return reinterpret_cast<void*>(va);
 }
 
 absl::Status FakeVmmBackend::FreeAddressRange(void* va, uint64_t bytes) {
+  if (!checked_) {
+    --unchecked_ranges_;
+    return absl::OkStatus();
+  }
   std::lock_guard<std::mutex> l(mu_);
   uint64_t v = reinterpret_cast<uint64_t>(va);
   auto it = ranges_.find(v);
@@ -109,12 +119,16 @@ absl::StatusOr<PhysicalMemoryHandle> FakeVmmBackend::CreatePhysicalMemory(uint64
         " of ", FormatBytes(physical_capacity_), " already created"));
   }
   uint64_t h = next_handle_++;
-  handles_.emplace(h, bytes);
+  if (checked_) handles_.emplace(h, bytes);
   physical_bytes_ += bytes;
   return PhysicalMemoryHandle{h, bytes};
 }
 
 absl::Status FakeVmmBackend::ReleasePhysicalMemory(PhysicalMemoryHandle handle) {
+  if (!checked_) {
+    physical_bytes_ -= handle.bytes;
+    return absl::OkStatus();
+  }
   std::lock_guard<std::mutex> l(mu_);
   auto it = handles_.find(handle.value);
   if (it == handles_.end() || it->second != handle.bytes) {
@@ -137,6 +151,10 @@ absl::Status FakeVmmBackend::Map(void* va, uint64_t bytes, PhysicalMemoryHandle 
                                  uint64_t offset) {
   VGPU_RETURN_IF_ERROR(CheckGranular("Map", bytes));
   uint64_t v = reinterpret_cast<uint64_t>(va);
+  if (!checked_) {
+    mapped_bytes_ += bytes;
+    return absl::OkStatus();
+  }
   std::lock_guard<std::mutex> l(mu_);
   auto h = handles_.find(handle.value);
   if (h == handles_.end() || offset % granularity_ != 0 || offset + bytes > h->second) {
@@ -166,6 +184,10 @@ absl::Status FakeVmmBackend::Map(void* va, uint64_t bytes, PhysicalMemoryHandle 
 absl::Status FakeVmmBackend::Unmap(void* va, uint64_t bytes) {
   VGPU_RETURN_IF_ERROR(CheckGranular("Unmap", bytes));
   uint64_t v = reinterpret_cast<uint64_t>(va);
+  if (!checked_) {
+    mapped_bytes_ -= bytes;
+    return absl::OkStatus();
+  }
   std::lock_guard<std::mutex> l(mu_);
   for (uint64_t g = v; g < v + bytes; g += granularity_) {
     if (!granules_.contains(g)) {
@@ -182,19 +204,15 @@ absl::Status FakeVmmBackend::Unmap(void* va, uint64_t bytes) {
   return absl::OkStatus();
 }
 
-uint64_t FakeVmmBackend::physical_bytes() const {
-  std::lock_guard<std::mutex> l(mu_);
-  return physical_bytes_;
-}
-uint64_t FakeVmmBackend::mapped_bytes() const {
-  std::lock_guard<std::mutex> l(mu_);
-  return mapped_bytes_;
-}
+uint64_t FakeVmmBackend::physical_bytes() const { return physical_bytes_.load(); }
+uint64_t FakeVmmBackend::mapped_bytes() const { return mapped_bytes_.load(); }
 uint64_t FakeVmmBackend::reserved_ranges() const {
+  if (!checked_) return unchecked_ranges_.load();
   std::lock_guard<std::mutex> l(mu_);
   return ranges_.size();
 }
 absl::StatusOr<std::pair<uint64_t, uint64_t>> FakeVmmBackend::Translate(const void* va) const {
+  if (!checked_) return absl::FailedPreconditionError("fake-vmm: Translate needs checked mode");
   std::lock_guard<std::mutex> l(mu_);
   auto it = granules_.find(reinterpret_cast<uint64_t>(va));
   if (it == granules_.end()) {

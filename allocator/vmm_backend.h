@@ -8,6 +8,7 @@
 #ifndef VGPU_ALLOCATOR_VMM_BACKEND_H_
 #define VGPU_ALLOCATOR_VMM_BACKEND_H_
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -48,10 +49,12 @@ absl::StatusOr<std::unique_ptr<VmmBackend>> CreateExecutorVmmBackend(Executor* e
 // memory is a counter, and every call is checked like a driver would (granular sizes, known
 // handles, maps inside reservations, no double mapping), so tests see misuse as errors.
 // `physical_capacity` (0 = unlimited) makes CreatePhysicalMemory fail with ResourceExhausted
-// past that many bytes, like a full card. Checking is O(1) hash lookups per call.
+// past that many bytes, like a full card. Checking costs hash lookups per granule; with
+// `checked` false only the counters are kept (trace replay measures the allocator, not this).
 class FakeVmmBackend final : public VmmBackend {
  public:
-  explicit FakeVmmBackend(uint64_t granularity, uint64_t physical_capacity = 0);
+  explicit FakeVmmBackend(uint64_t granularity, uint64_t physical_capacity = 0,
+                          bool checked = true);
 
   std::string name() const override { return "fake-vmm"; }
   uint64_t granularity() const override { return granularity_; }
@@ -68,7 +71,8 @@ class FakeVmmBackend final : public VmmBackend {
   uint64_t physical_bytes() const;  // created and not released
   uint64_t mapped_bytes() const;    // currently mapped
   uint64_t reserved_ranges() const;
-  // The physical (handle, offset) mapped at granule-aligned `va`; NotFound when unmapped.
+  // The physical (handle, offset) mapped at granule-aligned `va`; NotFound when unmapped,
+  // FailedPrecondition when not `checked`.
   absl::StatusOr<std::pair<uint64_t, uint64_t>> Translate(const void* va) const;
 
  private:
@@ -76,11 +80,14 @@ class FakeVmmBackend final : public VmmBackend {
 
   const uint64_t granularity_;
   const uint64_t physical_capacity_;
+  const bool checked_;
   mutable std::mutex mu_;
-  uint64_t next_va_;
-  uint64_t next_handle_ = 1;
-  uint64_t physical_bytes_ = 0;
-  uint64_t mapped_bytes_ = 0;
+  // Atomics so the unchecked mode needs no lock.
+  std::atomic<uint64_t> next_va_;
+  std::atomic<uint64_t> next_handle_{1};
+  std::atomic<uint64_t> physical_bytes_{0};
+  std::atomic<uint64_t> mapped_bytes_{0};
+  std::atomic<uint64_t> unchecked_ranges_{0};
   std::map<uint64_t, uint64_t> ranges_;               // va -> bytes
   absl::flat_hash_map<uint64_t, uint64_t> handles_;   // handle -> bytes
   absl::flat_hash_map<uint64_t, uint64_t> map_refs_;  // handle -> mapped granules

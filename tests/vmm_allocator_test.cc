@@ -236,6 +236,7 @@ TEST(VmmAllocatorTest, CacheIsEvictedBeforeTheLimitIsHit) {
 TEST(VmmAllocatorTest, GrowthGivesGranulesBackToTheDevice) {
   VmmOptions o = Opts(64 * kG, true, /*cache=*/false);
   o.pool_keep_bytes = 2 * kG;
+  o.give_back_epoch = 4;
   Fake f = MakeFake(o, 64 * kG);
   EXPECT_EQ(f.backend->physical_bytes(), 0u);  // nothing up front
   auto keep = f.alloc->AllocateRaw(kG);
@@ -244,9 +245,21 @@ TEST(VmmAllocatorTest, GrowthGivesGranulesBackToTheDevice) {
   ASSERT_THAT(big.status(), IsOk());
   EXPECT_EQ(f.backend->physical_bytes(), 11 * kG);
   ASSERT_THAT(f.alloc->Deallocate(*big), IsOk());
-  // Not idle: a reserve of 2 granules stays in the pool, the rest goes back.
-  EXPECT_EQ(f.alloc->Granules().free, 2u);
-  EXPECT_EQ(f.backend->physical_bytes(), 3 * kG);
+  // Freed granules go to the pool at once, and stay there while they may be reused.
+  EXPECT_EQ(f.alloc->Granules().free, 10u);
+  EXPECT_EQ(f.backend->physical_bytes(), 11 * kG);
+  // Two epochs of 4 frees that only ever need 3 granules: the 7 never touched, minus the
+  // reserve of 2, go back to the device.
+  for (int epoch = 0; epoch < 2; ++epoch) {
+    for (int i = 0; i < 4; ++i) {
+      auto p = f.alloc->AllocateRaw(3 * kG);
+      ASSERT_THAT(p.status(), IsOk());
+      ASSERT_THAT(f.alloc->Deallocate(*p), IsOk());
+      ASSERT_THAT(f.alloc->CheckInvariants(), IsOk());
+    }
+  }
+  EXPECT_EQ(f.alloc->Granules().free, 5u);  // 3 in use each step + the reserve of 2
+  EXPECT_EQ(f.backend->physical_bytes(), 6 * kG);
   // Idle: everything goes back.
   ASSERT_THAT(f.alloc->Deallocate(*keep), IsOk());
   EXPECT_EQ(f.backend->physical_bytes(), 0u);
