@@ -40,10 +40,9 @@ class HostEvent : public Event {
     return ++recorded_;
   }
   void Complete(uint64_t gen) {
-    {
-      std::lock_guard<std::mutex> l(mu_);
-      completed_ = std::max(completed_, gen);
-    }
+    // Notify under the lock: a waiter may destroy the event as soon as it sees completion.
+    std::lock_guard<std::mutex> l(mu_);
+    completed_ = std::max(completed_, gen);
     cv_.notify_all();
   }
   uint64_t recorded() {
