@@ -20,20 +20,38 @@ namespace vgpu {
 inline constexpr uint64_t kDefaultAlignment = 256;
 
 struct AllocatorStats {
-  uint64_t num_allocs = 0;           // successful allocations
+  uint64_t num_allocs = 0;  // successful allocations
   uint64_t num_frees = 0;
-  uint64_t bytes_in_use = 0;         // sum of (rounded) live allocations
+  uint64_t bytes_in_use = 0;  // sum of (rounded) live allocations
   uint64_t peak_bytes_in_use = 0;
-  uint64_t bytes_reserved = 0;       // taken from the sub-allocator / device
+  uint64_t bytes_reserved = 0;  // taken from the sub-allocator / device
   uint64_t peak_bytes_reserved = 0;
-  uint64_t bytes_limit = 0;          // hard limit (0 = none)
+  uint64_t bytes_limit = 0;  // hard limit (0 = none)
   uint64_t largest_alloc_size = 0;
-  uint64_t largest_free_block = 0;   // in reserved memory
-  double fragmentation = 0.0;        // 1 - largest_free_block / free bytes in the pool
+  uint64_t largest_free_block = 0;  // in reserved memory
+  double fragmentation = 0.0;       // 1 - largest_free_block / free bytes in the pool
   uint64_t num_ooms = 0;
-  uint64_t regions_mapped = 0;       // regions (or granule mappings) taken from the device
-  uint64_t regions_unmapped = 0;     // and given back
-  std::string ToString() const;      // one line, human-readable sizes
+  uint64_t regions_mapped = 0;    // regions (or granule mappings) taken from the device
+  uint64_t regions_unmapped = 0;  // and given back
+  std::string ToString() const;   // one line, human-readable sizes
+};
+
+// One allocator event, for memory history and trace recording (allocator/memory_history.h,
+// allocator/trace.h). `bytes` is the request (alloc, oom) or the block/region size.
+enum class AllocatorEventKind { kAlloc, kFree, kMap, kUnmap, kOom };
+struct AllocatorEvent {
+  AllocatorEventKind kind = AllocatorEventKind::kAlloc;
+  uint64_t ptr = 0;
+  uint64_t bytes = 0;
+  uint64_t bytes_in_use = 0;    // after the event
+  uint64_t bytes_reserved = 0;  // after the event
+};
+// Receives events from an allocator, called with the allocator's lock held: implementations
+// must be quick and must not call back into the allocator.
+class AllocatorObserver {
+ public:
+  virtual ~AllocatorObserver() = default;
+  virtual void OnAllocatorEvent(const std::string& allocator_name, const AllocatorEvent& e) = 0;
 };
 
 class Allocator;

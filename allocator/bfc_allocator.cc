@@ -1,0 +1,599 @@
+#include "allocator/bfc_allocator.h"
+
+#include <algorithm>
+#include <bit>
+#include <cstdio>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "runtime/bytes.h"
+
+namespace vgpu {
+namespace {
+
+std::string P(uint64_t p) { return absl::StrFormat("0x%x", p); }
+uint64_t AlignUp(uint64_t a, uint64_t b) { return (a + b - 1) & ~(b - 1); }
+
+}  // namespace
+
+int BFCAllocator::BinFor(uint64_t size) {
+  uint64_t units = size >> 8;
+  if (units == 0) return 0;
+  return std::min(kNumBins - 1, 63 - std::countl_zero(units));
+}
+
+BFCAllocator::BFCAllocator(std::unique_ptr<SubAllocator> sub_allocator, BFCOptions options)
+    : sub_allocator_(std::move(sub_allocator)), options_(std::move(options)) {
+  std::fill(std::begin(bin_root_), std::end(bin_root_), kNone);
+  limit_ = options_.memory_limit & ~(kMinAllocationSize - 1);
+  stats_.bytes_limit = limit_;
+  next_region_bytes_ = std::max<uint64_t>(RoundedBytes(options_.initial_region_bytes), 256);
+  chunks_.reserve(256);
+  free_records_.reserve(64);
+  live_.reserve(256);
+  if (sub_allocator_ == nullptr) {
+    init_status_ = absl::InvalidArgumentError(absl::StrCat(name(), ": sub-allocator is null"));
+    return;
+  }
+  if (limit_ == 0) {
+    init_status_ = absl::InvalidArgumentError(
+        absl::StrCat(name(), ": memory limit ", options_.memory_limit,
+                     " bytes is below the minimum allocation of 256 bytes"));
+    return;
+  }
+  if (!options_.allow_growth) {
+    std::lock_guard<std::mutex> l(mu_);
+    absl::Status s = AddRegionLocked(limit_);
+    if (!s.ok()) {
+      init_status_ = absl::ResourceExhaustedError(
+          absl::StrCat(name(), ": cannot take the whole memory limit of ", FormatBytes(limit_),
+                       " up front (allow_growth is off): ", s.message(),
+                       ". Lower the limit, free device memory, or turn on allow_growth"));
+    }
+  }
+}
+
+BFCAllocator::~BFCAllocator() {
+  std::lock_guard<std::mutex> l(mu_);
+  if (!live_.empty()) {
+    std::fprintf(stderr, "vgpu: %s destroyed with %zu live allocations (%s in use)\n",
+                 name().c_str(), live_.size(), FormatBytes(stats_.bytes_in_use).c_str());
+  }
+  for (const Region& r : regions_) {
+    absl::Status s = sub_allocator_->Free(reinterpret_cast<void*>(r.ptr), r.size);
+    if (!s.ok()) std::fprintf(stderr, "vgpu: %s: %s\n", name().c_str(), s.ToString().c_str());
+  }
+}
+
+absl::StatusOr<std::unique_ptr<BFCAllocator>> BFCAllocator::Create(
+    std::unique_ptr<SubAllocator> sub_allocator, BFCOptions options) {
+  auto a = std::make_unique<BFCAllocator>(std::move(sub_allocator), std::move(options));
+  if (!a->init_status().ok()) return a->init_status();
+  return a;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Chunk records and bins.
+
+uint32_t BFCAllocator::NewChunk() {
+  uint32_t c;
+  if (!free_records_.empty()) {
+    c = free_records_.back();
+    free_records_.pop_back();
+    chunks_[c] = Chunk();
+  } else {
+    c = static_cast<uint32_t>(chunks_.size());
+    chunks_.emplace_back();
+  }
+  rng_ ^= rng_ << 13;
+  rng_ ^= rng_ >> 17;
+  rng_ ^= rng_ << 5;
+  chunks_[c].priority = rng_;
+  return c;
+}
+
+void BFCAllocator::DeleteChunk(uint32_t c) {
+  chunks_[c].size = 0;
+  chunks_[c].bin = -1;
+  free_records_.push_back(c);
+}
+
+uint32_t BFCAllocator::SplitChunk(uint32_t c, uint64_t offset) {
+  uint32_t n = NewChunk();  // may move chunks_: no references held across it
+  Chunk& a = chunks_[c];
+  Chunk& b = chunks_[n];
+  b.ptr = a.ptr + offset;
+  b.size = a.size - offset;
+  a.size = offset;
+  b.prev = c;
+  b.next = a.next;
+  if (a.next != kNone) chunks_[a.next].prev = n;
+  a.next = n;
+  return n;
+}
+
+void BFCAllocator::MergeWithNext(uint32_t c) {
+  uint32_t n = chunks_[c].next;
+  Chunk& a = chunks_[c];
+  const Chunk& b = chunks_[n];
+  a.size += b.size;
+  a.next = b.next;
+  if (b.next != kNone) chunks_[b.next].prev = c;
+  DeleteChunk(n);
+}
+
+void BFCAllocator::TreapSplit(uint32_t t, uint32_t key, uint32_t* l, uint32_t* r) {
+  if (t == kNone) {
+    *l = *r = kNone;
+    return;
+  }
+  if (Less(t, key)) {
+    TreapSplit(chunks_[t].right, key, &chunks_[t].right, r);
+    *l = t;
+  } else {
+    TreapSplit(chunks_[t].left, key, l, &chunks_[t].left);
+    *r = t;
+  }
+}
+
+uint32_t BFCAllocator::TreapMerge(uint32_t l, uint32_t r) {
+  if (l == kNone) return r;
+  if (r == kNone) return l;
+  if (chunks_[l].priority > chunks_[r].priority) {
+    chunks_[l].right = TreapMerge(chunks_[l].right, r);
+    return l;
+  }
+  chunks_[r].left = TreapMerge(l, chunks_[r].left);
+  return r;
+}
+
+void BFCAllocator::BinInsert(uint32_t c) {
+  int b = BinFor(chunks_[c].size);
+  chunks_[c].bin = static_cast<int8_t>(b);
+  chunks_[c].left = chunks_[c].right = kNone;
+  // Descend while the nodes outrank c, then split the subtree under c.
+  uint32_t* link = &bin_root_[b];
+  while (*link != kNone && chunks_[*link].priority > chunks_[c].priority) {
+    link = Less(c, *link) ? &chunks_[*link].left : &chunks_[*link].right;
+  }
+  TreapSplit(*link, c, &chunks_[c].left, &chunks_[c].right);
+  *link = c;
+  bin_mask_ |= 1u << b;
+}
+
+void BFCAllocator::BinRemove(uint32_t c) {
+  int b = chunks_[c].bin;
+  uint32_t* link = &bin_root_[b];
+  while (*link != c) link = Less(c, *link) ? &chunks_[*link].left : &chunks_[*link].right;
+  *link = TreapMerge(chunks_[c].left, chunks_[c].right);
+  chunks_[c].bin = -1;
+  chunks_[c].left = chunks_[c].right = kNone;
+  if (bin_root_[b] == kNone) bin_mask_ &= ~(1u << b);
+}
+
+uint32_t BFCAllocator::FindChunkLocked(uint64_t size) const {
+  int b = BinFor(size);
+  uint32_t mask = bin_mask_ & (~0u << b);
+  while (mask != 0) {
+    int i = std::countr_zero(mask);
+    // Smallest (size, address) with size >= `size`.
+    uint32_t best = kNone;
+    uint32_t t = bin_root_[i];
+    while (t != kNone) {
+      if (chunks_[t].size >= size) {
+        best = t;
+        t = chunks_[t].left;
+      } else {
+        t = chunks_[t].right;
+      }
+    }
+    if (best != kNone) return best;
+    mask &= mask - 1;
+  }
+  return kNone;
+}
+
+uint64_t BFCAllocator::LargestFreeLocked() const {
+  if (bin_mask_ == 0) return 0;
+  int i = 31 - std::countl_zero(bin_mask_);
+  uint32_t t = bin_root_[i];
+  while (chunks_[t].right != kNone) t = chunks_[t].right;
+  return chunks_[t].size;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Regions.
+
+absl::Status BFCAllocator::AddRegionLocked(uint64_t size) {
+  absl::StatusOr<void*> p = sub_allocator_->Alloc(size, kMinAllocationSize);
+  if (!p.ok()) return p.status();
+  uint64_t ptr = reinterpret_cast<uint64_t>(*p);
+  uint32_t c = NewChunk();
+  chunks_[c].ptr = ptr;
+  chunks_[c].size = size;
+  Region r{ptr, size, c};
+  regions_.insert(std::upper_bound(regions_.begin(), regions_.end(), r,
+                                   [](const Region& a, const Region& b) { return a.ptr < b.ptr; }),
+                  r);
+  BinInsert(c);
+  stats_.bytes_reserved += size;
+  stats_.peak_bytes_reserved = std::max(stats_.peak_bytes_reserved, stats_.bytes_reserved);
+  ++stats_.regions_mapped;
+  Notify(AllocatorEventKind::kMap, ptr, size);
+  return absl::OkStatus();
+}
+
+absl::Status BFCAllocator::GrowLocked(uint64_t need) {
+  uint64_t available = limit_ - stats_.bytes_reserved;
+  if (need > available) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("growing by ", FormatBytes(need), " would pass the limit"));
+  }
+  uint64_t size = std::min(std::max(next_region_bytes_, need), available);
+  while (true) {
+    absl::Status s = AddRegionLocked(size);
+    if (s.ok()) break;
+    if (!absl::IsResourceExhausted(s) || size == need) {
+      return absl::Status(
+          s.code(), absl::StrCat("the sub-allocator (", sub_allocator_->name(),
+                                 ") refused a region of ", FormatBytes(size), ": ", s.message()));
+    }
+    size = std::max(need, RoundedBytes(size / 2));  // back off towards what is needed
+  }
+  while (next_region_bytes_ <= size && next_region_bytes_ < limit_) next_region_bytes_ *= 2;
+  return absl::OkStatus();
+}
+
+uint64_t BFCAllocator::ReleaseEmptyRegionsLocked() {
+  uint64_t released = 0;
+  size_t out = 0;
+  for (size_t i = 0; i < regions_.size(); ++i) {
+    Region r = regions_[i];
+    const Chunk& c = chunks_[r.first];
+    if (c.in_use || c.next != kNone) {
+      regions_[out++] = r;
+      continue;
+    }
+    BinRemove(r.first);
+    DeleteChunk(r.first);
+    absl::Status s = sub_allocator_->Free(reinterpret_cast<void*>(r.ptr), r.size);
+    // A region the sub-allocator will not take back is dropped anyway: leaking it is safer
+    // than handing out memory in an unknown state.
+    if (!s.ok()) std::fprintf(stderr, "vgpu: %s: %s\n", name().c_str(), s.ToString().c_str());
+    stats_.bytes_reserved -= r.size;
+    ++stats_.regions_unmapped;
+    released += r.size;
+    Notify(AllocatorEventKind::kUnmap, r.ptr, r.size);
+  }
+  regions_.resize(out);
+  return released;
+}
+
+absl::StatusOr<uint64_t> BFCAllocator::ReleaseEmptyRegions() {
+  std::lock_guard<std::mutex> l(mu_);
+  return ReleaseEmptyRegionsLocked();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Allocate / free.
+
+void* BFCAllocator::CarveLocked(uint32_t c, uint64_t rounded, uint64_t alignment,
+                                uint64_t requested) {
+  BinRemove(c);
+  if (alignment > kMinAllocationSize) {
+    uint64_t aligned = AlignUp(chunks_[c].ptr, alignment);
+    if (aligned != chunks_[c].ptr) {
+      uint32_t n = SplitChunk(c, aligned - chunks_[c].ptr);
+      BinInsert(c);  // the padding stays free; its lower neighbour is in use (no free pairs)
+      c = n;
+    }
+  }
+  uint64_t remainder = chunks_[c].size - rounded;
+  if (remainder >= std::max<uint64_t>(options_.min_split_bytes, kMinAllocationSize)) {
+    if (rounded <= options_.small_request_bytes && alignment <= kMinAllocationSize) {
+      // Small: take the high end, leave the low part free where it was.
+      uint32_t n = SplitChunk(c, remainder);
+      BinInsert(c);
+      c = n;
+    } else {
+      uint32_t n = SplitChunk(c, rounded);
+      BinInsert(n);
+    }
+  }
+  Chunk& ch = chunks_[c];
+  ch.in_use = true;
+  ch.requested = requested;
+  live_.emplace(ch.ptr, c);
+  ++stats_.num_allocs;
+  stats_.bytes_in_use += ch.size;
+  stats_.peak_bytes_in_use = std::max(stats_.peak_bytes_in_use, stats_.bytes_in_use);
+  stats_.largest_alloc_size = std::max(stats_.largest_alloc_size, requested);
+  Notify(AllocatorEventKind::kAlloc, ch.ptr, requested);
+  return reinterpret_cast<void*>(ch.ptr);
+}
+
+absl::StatusOr<void*> BFCAllocator::AllocateLocked(uint64_t bytes, uint64_t alignment) {
+  if (!init_status_.ok()) return init_status_;
+  if (bytes > limit_) return OomErrorLocked(bytes, RoundedBytes(limit_), "over the limit");
+  const uint64_t rounded = RoundedBytes(bytes);
+  const uint64_t need =
+      rounded + (alignment > kMinAllocationSize ? alignment - kMinAllocationSize : 0);
+  uint32_t c = FindChunkLocked(need);
+  if (c != kNone) return CarveLocked(c, rounded, alignment, bytes);
+
+  std::string why = "no free chunk is large enough";
+  if (options_.allow_growth) {
+    absl::Status s = GrowLocked(need);
+    if (!s.ok() && options_.garbage_collection && ReleaseEmptyRegionsLocked() > 0) {
+      s = GrowLocked(need);
+    }
+    if (s.ok()) {
+      c = FindChunkLocked(need);
+      if (c != kNone) return CarveLocked(c, rounded, alignment, bytes);
+    } else {
+      why = std::string(s.message());
+    }
+  }
+  return OomErrorLocked(bytes, rounded, why);
+}
+
+absl::StatusOr<void*> BFCAllocator::DoAllocate(uint64_t bytes, uint64_t alignment) {
+  std::lock_guard<std::mutex> l(mu_);
+  return AllocateLocked(bytes, alignment);
+}
+
+absl::Status BFCAllocator::DoDeallocate(void* ptr) {
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = live_.find(reinterpret_cast<uint64_t>(ptr));
+  if (it == live_.end()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(name(), ": ", P(reinterpret_cast<uint64_t>(ptr)),
+                     " was not allocated by this allocator, or was already freed"));
+  }
+  uint32_t c = it->second;
+  live_.erase(it);
+  Chunk& ch = chunks_[c];
+  uint64_t requested = ch.requested;
+  ch.in_use = false;
+  ch.requested = 0;
+  ++stats_.num_frees;
+  stats_.bytes_in_use -= ch.size;
+  if (ch.next != kNone && !chunks_[ch.next].in_use) {
+    BinRemove(ch.next);
+    MergeWithNext(c);
+  }
+  uint32_t prev = chunks_[c].prev;
+  if (prev != kNone && !chunks_[prev].in_use) {
+    BinRemove(prev);
+    MergeWithNext(prev);
+    c = prev;
+  }
+  BinInsert(c);
+  Notify(AllocatorEventKind::kFree, reinterpret_cast<uint64_t>(ptr), requested);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<uint64_t> BFCAllocator::AllocatedSize(const void* ptr) const {
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = live_.find(reinterpret_cast<uint64_t>(ptr));
+  if (it == live_.end()) {
+    return absl::NotFoundError(absl::StrCat(name(), ": ", P(reinterpret_cast<uint64_t>(ptr)),
+                                            " is not a live allocation"));
+  }
+  return chunks_[it->second].size;
+}
+
+absl::Status BFCAllocator::OomErrorLocked(uint64_t bytes, uint64_t rounded, absl::string_view why) {
+  ++stats_.num_ooms;
+  Notify(AllocatorEventKind::kOom, 0, bytes);
+  AllocatorStats s = StatsLocked();
+  uint64_t free_in_pool = s.bytes_reserved - s.bytes_in_use;
+  std::string hint;
+  if (free_in_pool + (limit_ - s.bytes_reserved) >= rounded) {
+    hint = absl::StrCat("enough memory is free in total (", FormatBytes(free_in_pool),
+                        " in the pool), but it is fragmented; try VGPU_ALLOCATOR=vmm, which "
+                        "cannot strand free memory between live blocks, or raise the limit");
+  } else {
+    hint = "raise the device's memory limit, free buffers sooner";
+    if (!options_.allow_growth)
+      absl::StrAppend(&hint, ", ");
+    else
+      absl::StrAppend(&hint, " ");
+    absl::StrAppend(&hint, "or try VGPU_ALLOCATOR=vmm");
+  }
+  return absl::ResourceExhaustedError(absl::StrFormat(
+      "%s: out of memory allocating %s (%d bytes, rounded to %d): %s. limit %s, in use %s, "
+      "reserved %s, largest free block %s, fragmentation %.3f. Hint: %s",
+      name(), FormatBytes(bytes), bytes, rounded, why, FormatBytes(limit_),
+      FormatBytes(s.bytes_in_use), FormatBytes(s.bytes_reserved), FormatBytes(s.largest_free_block),
+      s.fragmentation, hint));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Stats, observers, diagnostics.
+
+AllocatorStats BFCAllocator::StatsLocked() const {
+  AllocatorStats s = stats_;
+  s.largest_free_block = LargestFreeLocked();
+  uint64_t free_in_pool = s.bytes_reserved - s.bytes_in_use;
+  s.fragmentation =
+      free_in_pool == 0 ? 0.0 : 1.0 - static_cast<double>(s.largest_free_block) / free_in_pool;
+  return s;
+}
+
+AllocatorStats BFCAllocator::Stats() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return StatsLocked();
+}
+
+void BFCAllocator::AddObserver(AllocatorObserver* observer) {
+  if (observer == nullptr) return;
+  std::lock_guard<std::mutex> l(mu_);
+  observers_.push_back(observer);
+}
+
+void BFCAllocator::RemoveObserver(AllocatorObserver* observer) {
+  std::lock_guard<std::mutex> l(mu_);
+  observers_.erase(std::remove(observers_.begin(), observers_.end(), observer), observers_.end());
+}
+
+void BFCAllocator::Notify(AllocatorEventKind kind, uint64_t ptr, uint64_t bytes) {
+  if (observers_.empty()) return;
+  AllocatorEvent e{kind, ptr, bytes, stats_.bytes_in_use, stats_.bytes_reserved};
+  for (AllocatorObserver* o : observers_) o->OnAllocatorEvent(options_.name, e);
+}
+
+std::string BFCAllocator::DumpMemoryLog() const {
+  std::lock_guard<std::mutex> l(mu_);
+  std::string out = absl::StrCat(
+      "BFC allocator ", name(), " (sub-allocator ", sub_allocator_->name(), ", growth ",
+      options_.allow_growth ? "on" : "off", ")\n  ", StatsLocked().ToString(), "\n");
+  absl::StrAppend(&out, "Bins (free chunks):\n");
+  for (int b = 0; b < kNumBins; ++b) {
+    if (bin_root_[b] == kNone) continue;
+    uint64_t count = 0, total = 0, largest = 0;
+    std::vector<uint32_t> stack = {bin_root_[b]};
+    while (!stack.empty()) {
+      uint32_t t = stack.back();
+      stack.pop_back();
+      ++count;
+      total += chunks_[t].size;
+      largest = std::max(largest, chunks_[t].size);
+      if (chunks_[t].left != kNone) stack.push_back(chunks_[t].left);
+      if (chunks_[t].right != kNone) stack.push_back(chunks_[t].right);
+    }
+    absl::StrAppend(
+        &out, "  bin ", b, " [", FormatBytes(uint64_t{256} << b),
+        b == kNumBins - 1 ? ", inf)"
+                          : absl::StrCat(", ", FormatBytes(uint64_t{256} << (b + 1)), ")"),
+        ": ", count, " chunks, ", FormatBytes(total), ", largest ", FormatBytes(largest), "\n");
+  }
+  constexpr int kCells = 64;
+  constexpr int kMaxChunksListed = 64;
+  for (size_t i = 0; i < regions_.size(); ++i) {
+    const Region& r = regions_[i];
+    absl::StrAppend(&out, "Region ", i, " at ", P(r.ptr), ", ", FormatBytes(r.size), ":\n");
+    std::vector<uint64_t> used(kCells, 0);
+    const double cell = static_cast<double>(r.size) / kCells;
+    int listed = 0, chunks = 0;
+    for (uint32_t c = r.first; c != kNone; c = chunks_[c].next) {
+      const Chunk& ch = chunks_[c];
+      ++chunks;
+      if (listed < kMaxChunksListed) {
+        ++listed;
+        absl::StrAppend(&out, "  ", P(ch.ptr), " ", FormatBytes(ch.size),
+                        ch.in_use ? absl::StrCat(" in use (requested ", ch.requested, ")")
+                                  : std::string(" free"),
+                        "\n");
+      }
+      if (!ch.in_use) continue;
+      uint64_t lo = ch.ptr - r.ptr, hi = lo + ch.size;
+      for (int k = static_cast<int>(lo / cell); k < kCells && k * cell < hi; ++k) {
+        double a = std::max<double>(lo, k * cell), b = std::min<double>(hi, (k + 1) * cell);
+        if (b > a) used[k] += static_cast<uint64_t>(b - a);
+      }
+    }
+    if (chunks > listed) absl::StrAppend(&out, "  ... ", chunks - listed, " more chunks\n");
+    std::string map;
+    for (int k = 0; k < kCells; ++k) {
+      double f = used[k] / cell;
+      map += f >= 0.999 ? '#' : f <= 0.001 ? '.' : '+';
+    }
+    absl::StrAppend(&out, "  occupancy [", map, "]  (# used, + partly, . free)\n");
+  }
+  return out;
+}
+
+absl::Status BFCAllocator::CheckInvariants() const {
+  std::lock_guard<std::mutex> l(mu_);
+  auto fail = [&](auto&&... args) {
+    return absl::InternalError(absl::StrCat(name(), ": invariant broken: ", args...));
+  };
+  uint64_t reserved = 0, in_use = 0, free_chunks = 0, used_chunks = 0, records = 0;
+  for (size_t i = 0; i < regions_.size(); ++i) {
+    const Region& r = regions_[i];
+    if (i > 0 && regions_[i - 1].ptr + regions_[i - 1].size > r.ptr) {
+      return fail("regions ", i - 1, " and ", i, " overlap");
+    }
+    reserved += r.size;
+    uint64_t expect = r.ptr;
+    uint32_t prev = kNone;
+    for (uint32_t c = r.first; c != kNone; c = chunks_[c].next) {
+      const Chunk& ch = chunks_[c];
+      ++records;
+      if (ch.ptr != expect) return fail("chunk ", P(ch.ptr), " should start at ", P(expect));
+      if (ch.size == 0 || ch.size % kMinAllocationSize != 0) {
+        return fail("chunk ", P(ch.ptr), " has size ", ch.size);
+      }
+      if (ch.prev != prev) return fail("chunk ", P(ch.ptr), " has a wrong prev link");
+      if (ch.in_use) {
+        ++used_chunks;
+        in_use += ch.size;
+        if (ch.bin != -1) return fail("chunk ", P(ch.ptr), " is in use and in bin ", ch.bin);
+        auto it = live_.find(ch.ptr);
+        if (it == live_.end() || it->second != c) {
+          return fail("chunk ", P(ch.ptr), " is in use but not in the live map");
+        }
+      } else {
+        ++free_chunks;
+        if (ch.bin != BinFor(ch.size)) return fail("free chunk ", P(ch.ptr), " in bin ", ch.bin);
+        if (prev != kNone && !chunks_[prev].in_use) {
+          return fail("free chunks ", P(chunks_[prev].ptr), " and ", P(ch.ptr), " are adjacent");
+        }
+      }
+      expect += ch.size;
+      prev = c;
+    }
+    if (expect != r.ptr + r.size) return fail("region ", i, " chunks do not cover it");
+  }
+  uint64_t binned = 0;
+  for (int b = 0; b < kNumBins; ++b) {
+    if (((bin_mask_ >> b) & 1) != (bin_root_[b] != kNone)) return fail("bin mask for bin ", b);
+    // In-order walk: strictly increasing (size, ptr); heap-ordered priorities.
+    std::vector<uint32_t> stack;
+    uint32_t t = bin_root_[b], last = kNone;
+    while (t != kNone || !stack.empty()) {
+      while (t != kNone) {
+        for (uint32_t k : {chunks_[t].left, chunks_[t].right}) {
+          if (k != kNone && chunks_[k].priority > chunks_[t].priority) {
+            return fail("bin ", b, " heap order");
+          }
+        }
+        stack.push_back(t);
+        t = chunks_[t].left;
+      }
+      t = stack.back();
+      stack.pop_back();
+      const Chunk& ch = chunks_[t];
+      if (ch.in_use || ch.bin != b) return fail("bin ", b, " holds chunk ", P(ch.ptr));
+      if (last != kNone && !Less(last, t)) return fail("bin ", b, " is out of order");
+      if (++binned > chunks_.size()) return fail("bin ", b, " has a cycle");
+      last = t;
+      t = ch.right;
+    }
+  }
+  if (binned != free_chunks) {
+    return fail(binned, " chunks in bins but ", free_chunks, " free chunks in regions");
+  }
+  if (live_.size() != used_chunks) {
+    return fail(live_.size(), " live pointers but ", used_chunks, " chunks in use");
+  }
+  if (records + free_records_.size() != chunks_.size()) {
+    return fail(records, " chunk records in regions + ", free_records_.size(),
+                " spare != ", chunks_.size());
+  }
+  if (in_use != stats_.bytes_in_use) {
+    return fail("bytes in use ", stats_.bytes_in_use, " != sum of chunks ", in_use);
+  }
+  if (reserved != stats_.bytes_reserved) {
+    return fail("bytes reserved ", stats_.bytes_reserved, " != sum of regions ", reserved);
+  }
+  if (reserved > limit_) return fail("reserved ", reserved, " is over the limit ", limit_);
+  if (stats_.num_allocs - stats_.num_frees != live_.size()) {
+    return fail("allocs - frees != live pointers");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace vgpu

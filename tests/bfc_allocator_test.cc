@@ -1,0 +1,406 @@
+// Exact placement tests of BFCAllocator on FakeSubAllocator (addresses, splits, merges, growth
+// steps, limit, GC), failure injection, error cases, a randomized test that checks every
+// invariant after every operation, and threads.
+#include "allocator/bfc_allocator.h"
+
+#include <algorithm>
+#include <memory>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "allocator/sub_allocators.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "runtime/status_matchers.h"
+
+namespace vgpu {
+namespace {
+
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+using ::vgpu::testing::IsOk;
+using ::vgpu::testing::IsOkAndHolds;
+using ::vgpu::testing::StatusIs;
+
+constexpr uint64_t kKiB = 1024;
+constexpr uint64_t kMiB = 1024 * kKiB;
+constexpr uint64_t kBase = uint64_t{1} << 40;  // FakeSubAllocator's first address
+
+struct Fixture {
+  FakeSubAllocator* fake = nullptr;
+  std::unique_ptr<BFCAllocator> bfc;
+};
+
+Fixture Make(uint64_t limit, bool growth, FakeSubAllocatorOptions fo = {},
+             uint64_t initial = 2 * kMiB) {
+  auto fake = std::make_unique<FakeSubAllocator>(fo);
+  Fixture f;
+  f.fake = fake.get();
+  BFCOptions o;
+  o.name = "GPU:0 (physical GPU 0)";
+  o.memory_limit = limit;
+  o.allow_growth = growth;
+  o.initial_region_bytes = initial;
+  f.bfc = std::make_unique<BFCAllocator>(std::move(fake), o);
+  return f;
+}
+
+uint64_t U(void* p) { return reinterpret_cast<uint64_t>(p); }
+
+void* Alloc(BFCAllocator& a, uint64_t bytes, uint64_t alignment = 256) {
+  absl::StatusOr<void*> p = a.AllocateRaw(bytes, alignment);
+  EXPECT_THAT(p, IsOk());
+  EXPECT_THAT(a.CheckInvariants(), IsOk());
+  return p.ok() ? *p : nullptr;
+}
+
+void Free(BFCAllocator& a, void* p) {
+  EXPECT_THAT(a.Deallocate(p), IsOk());
+  EXPECT_THAT(a.CheckInvariants(), IsOk());
+}
+
+TEST(BFCAllocatorTest, BinsBySizeClass) {
+  EXPECT_EQ(BFCAllocator::BinFor(256), 0);
+  EXPECT_EQ(BFCAllocator::BinFor(511), 0);
+  EXPECT_EQ(BFCAllocator::BinFor(512), 1);
+  EXPECT_EQ(BFCAllocator::BinFor(1 * kMiB), 12);
+  EXPECT_EQ(BFCAllocator::BinFor(uint64_t{256} << 20), 20);
+  EXPECT_EQ(BFCAllocator::BinFor(uint64_t{1} << 40), 20);
+  EXPECT_EQ(BFCAllocator::RoundedBytes(1), 256u);
+  EXPECT_EQ(BFCAllocator::RoundedBytes(257), 512u);
+}
+
+TEST(BFCAllocatorTest, GrowthOffTakesTheWholeLimitUpFront) {
+  Fixture f = Make(64 * kMiB, /*growth=*/false);
+  ASSERT_THAT(f.bfc->init_status(), IsOk());
+  EXPECT_EQ(f.fake->alloc_calls(), 1);
+  EXPECT_EQ(f.fake->bytes_outstanding(), 64 * kMiB);
+  AllocatorStats s = f.bfc->Stats();
+  EXPECT_EQ(s.bytes_reserved, 64 * kMiB);
+  EXPECT_EQ(s.largest_free_block, 64 * kMiB);
+  EXPECT_EQ(s.regions_mapped, 1u);
+  f.bfc.reset();
+  EXPECT_EQ(f.fake->bytes_outstanding(), 0u);
+}
+
+TEST(BFCAllocatorTest, GrowthOffFailsWhenTheLimitIsNotThere) {
+  FakeSubAllocatorOptions fo;
+  fo.capacity = 32 * kMiB;
+  auto r = BFCAllocator::Create(
+      std::make_unique<FakeSubAllocator>(fo),
+      BFCOptions{.name = "GPU:3", .memory_limit = 64 * kMiB, .allow_growth = false});
+  EXPECT_THAT(r.status(),
+              StatusIs(absl::StatusCode::kResourceExhausted,
+                       AllOf(HasSubstr("GPU:3"), HasSubstr("64 MiB"), HasSubstr("allow_growth"))));
+}
+
+TEST(BFCAllocatorTest, LargeRequestsFromTheLowEndSmallFromTheHighEnd) {
+  Fixture f = Make(16 * kMiB, false);
+  void* a = Alloc(*f.bfc, 2 * kMiB);  // large: low end
+  EXPECT_EQ(U(a), kBase);
+  void* b = Alloc(*f.bfc, 3 * kMiB - 100);  // rounded to 3 MiB - 0, placed right after
+  EXPECT_EQ(U(b), kBase + 2 * kMiB);
+  EXPECT_THAT(f.bfc->AllocatedSize(b), IsOkAndHolds(3 * kMiB));
+  void* s = Alloc(*f.bfc, 1);  // small: the top 256 bytes of the free chunk
+  EXPECT_EQ(U(s), kBase + 16 * kMiB - 256);
+  void* t = Alloc(*f.bfc, 300);
+  EXPECT_EQ(U(t), kBase + 16 * kMiB - 256 - 512);
+  AllocatorStats st = f.bfc->Stats();
+  EXPECT_EQ(st.bytes_in_use, 5 * kMiB + 768);
+  EXPECT_EQ(st.num_allocs, 4u);
+  EXPECT_EQ(st.largest_free_block, 11 * kMiB - 768);
+  Free(*f.bfc, a);
+  Free(*f.bfc, b);  // merges with a
+  EXPECT_EQ(f.bfc->Stats().largest_free_block, 16 * kMiB - 768);
+  Free(*f.bfc, t);
+  Free(*f.bfc, s);  // everything merges back into one chunk
+  st = f.bfc->Stats();
+  EXPECT_EQ(st.largest_free_block, 16 * kMiB);
+  EXPECT_EQ(st.bytes_in_use, 0u);
+  EXPECT_EQ(st.fragmentation, 0.0);
+}
+
+TEST(BFCAllocatorTest, BestFitPrefersTheSmallestHoleThenTheLowestAddress) {
+  Fixture f = Make(32 * kMiB, false);
+  std::vector<void*> p;
+  for (uint64_t mib : {3, 1, 2, 1, 2, 1, 5}) p.push_back(Alloc(*f.bfc, mib * kMiB + kMiB / 2));
+  // Holes: 3.5 MiB at 0, 2.5 MiB at 5 MiB, 2.5 MiB at 9 MiB.
+  Free(*f.bfc, p[0]);
+  Free(*f.bfc, p[2]);
+  Free(*f.bfc, p[4]);
+  void* q = Alloc(*f.bfc, 2 * kMiB + kMiB / 2);
+  EXPECT_EQ(U(q), U(p[2]));  // the smaller hole, though a larger one is lower
+  void* r = Alloc(*f.bfc, 2 * kMiB + kMiB / 2);
+  EXPECT_EQ(U(r), U(p[4]));
+  void* s = Alloc(*f.bfc, 2 * kMiB);  // only the 3.5 MiB hole is left: low end of it
+  EXPECT_EQ(U(s), U(p[0]));
+}
+
+TEST(BFCAllocatorTest, TinyRemaindersAreNotSplitOff) {
+  auto fake = std::make_unique<FakeSubAllocator>();
+  BFCOptions o{.name = "GPU:0", .memory_limit = 4 * kMiB, .allow_growth = false};
+  o.min_split_bytes = 4 * kKiB;
+  BFCAllocator a(std::move(fake), o);
+  void* p = Alloc(a, 4 * kMiB - 1024);  // 1 KiB left: kept inside the chunk
+  EXPECT_THAT(a.AllocatedSize(p), IsOkAndHolds(4 * kMiB));
+  EXPECT_EQ(a.Stats().largest_free_block, 0u);
+  Free(a, p);
+}
+
+TEST(BFCAllocatorTest, LargeAlignmentIsHonoured) {
+  Fixture f = Make(16 * kMiB, false);
+  void* a = Alloc(*f.bfc, 2 * kMiB + 256);
+  void* b = Alloc(*f.bfc, 1 * kMiB + 512, 1 * kMiB);
+  EXPECT_EQ(U(b) % kMiB, 0u);
+  EXPECT_EQ(U(b), kBase + 3 * kMiB);  // padding [2 MiB + 256, 3 MiB) stays free
+  void* c = Alloc(*f.bfc, 1000, 64 * kKiB);
+  EXPECT_EQ(U(c) % (64 * kKiB), 0u);
+  AllocatorStats s = f.bfc->Stats();
+  EXPECT_EQ(s.bytes_in_use, 2 * kMiB + 256 + kMiB + 512 + 1024);
+  Free(*f.bfc, a);
+  Free(*f.bfc, b);
+  Free(*f.bfc, c);
+  EXPECT_EQ(f.bfc->Stats().largest_free_block, 16 * kMiB);
+}
+
+TEST(BFCAllocatorTest, GrowthStartsSmallAndDoubles) {
+  Fixture f = Make(64 * kMiB, true);
+  EXPECT_EQ(f.fake->alloc_calls(), 0);
+  void* a = Alloc(*f.bfc, kMiB + kMiB / 2);
+  EXPECT_EQ(f.bfc->Stats().bytes_reserved, 2 * kMiB);
+  EXPECT_EQ(U(a), kBase);
+  void* b = Alloc(*f.bfc, kMiB + kMiB / 2);  // does not fit the first region: 4 MiB more
+  EXPECT_EQ(f.bfc->Stats().bytes_reserved, 6 * kMiB);
+  EXPECT_EQ(U(b), kBase + 2 * kMiB);
+  void* c = Alloc(*f.bfc, 20 * kMiB);  // bigger than the next step (8 MiB): exactly 20 MiB
+  EXPECT_EQ(f.bfc->Stats().bytes_reserved, 26 * kMiB);
+  void* d = Alloc(*f.bfc, 3 * kMiB);  // the next step, 32 MiB (38 MiB are left)
+  AllocatorStats s = f.bfc->Stats();
+  EXPECT_EQ(s.bytes_reserved, 58 * kMiB);
+  EXPECT_EQ(s.regions_mapped, 4u);
+  EXPECT_EQ(s.peak_bytes_reserved, 58 * kMiB);
+  for (void* p : {a, b, c, d}) Free(*f.bfc, p);
+  EXPECT_EQ(f.bfc->Stats().bytes_reserved, 58 * kMiB);  // regions are kept (a cache)
+}
+
+TEST(BFCAllocatorTest, GrowthNeverPassesTheLimit) {
+  Fixture f = Make(5 * kMiB, true);
+  void* a = Alloc(*f.bfc, 2 * kMiB);
+  void* b = Alloc(*f.bfc, 2 * kMiB);  // next step 4 MiB clipped to 3 MiB
+  EXPECT_EQ(f.bfc->Stats().bytes_reserved, 5 * kMiB);
+  auto c = f.bfc->AllocateRaw(2 * kMiB);
+  EXPECT_THAT(c.status(), StatusIs(absl::StatusCode::kResourceExhausted,
+                                   AllOf(HasSubstr("GPU:0 (physical GPU 0)"), HasSubstr("2 MiB"),
+                                         HasSubstr("rounded to 2097152"), HasSubstr("limit 5 MiB"),
+                                         HasSubstr("in use 4 MiB"), HasSubstr("reserved 5 MiB"),
+                                         HasSubstr("largest free block 1 MiB"),
+                                         HasSubstr("fragmentation"), HasSubstr("Hint"))));
+  EXPECT_EQ(f.bfc->Stats().num_ooms, 1u);
+  EXPECT_THAT(f.bfc->CheckInvariants(), IsOk());
+  Free(*f.bfc, a);
+  Free(*f.bfc, b);
+}
+
+TEST(BFCAllocatorTest, GarbageCollectsEmptyRegionsBeforeOom) {
+  Fixture f = Make(8 * kMiB, true);
+  void* a = Alloc(*f.bfc, kMiB + kMiB / 2);  // region 2 MiB
+  void* b = Alloc(*f.bfc, 3 * kMiB);         // region 4 MiB
+  Free(*f.bfc, a);
+  Free(*f.bfc, b);
+  void* c = Alloc(*f.bfc, 7 * kMiB);  // only 2 MiB left to grow: both regions are released
+  AllocatorStats s = f.bfc->Stats();
+  EXPECT_EQ(s.regions_unmapped, 2u);
+  EXPECT_EQ(s.bytes_reserved, 8 * kMiB);
+  EXPECT_EQ(f.fake->regions_outstanding(), 1u);
+  EXPECT_EQ(f.fake->bytes_outstanding(), 8 * kMiB);
+  Free(*f.bfc, c);
+}
+
+TEST(BFCAllocatorTest, NoGarbageCollectionWhenDisabled) {
+  auto fake = std::make_unique<FakeSubAllocator>();
+  BFCOptions o{.name = "GPU:0", .memory_limit = 8 * kMiB, .allow_growth = true};
+  o.garbage_collection = false;
+  BFCAllocator a(std::move(fake), o);
+  Free(a, Alloc(a, 3 * kMiB));  // region of 3 MiB
+  EXPECT_THAT(a.AllocateRaw(6 * kMiB).status(), StatusIs(absl::StatusCode::kResourceExhausted));
+  EXPECT_THAT(a.ReleaseEmptyRegions(), IsOkAndHolds(3 * kMiB));
+  Free(a, Alloc(a, 6 * kMiB));
+}
+
+TEST(BFCAllocatorTest, BacksOffWhenTheSubAllocatorRefuses) {
+  FakeSubAllocatorOptions fo;
+  fo.capacity = 7 * kMiB;
+  Fixture f = Make(64 * kMiB, true, fo, 4 * kMiB);
+  void* a = Alloc(*f.bfc, 3 * kMiB);  // region 4 MiB
+  void* b = Alloc(*f.bfc, 2 * kMiB);  // 8 MiB refused, 4 MiB refused, 2 MiB granted
+  AllocatorStats s = f.bfc->Stats();
+  EXPECT_EQ(s.bytes_reserved, 6 * kMiB);
+  EXPECT_EQ(f.fake->alloc_calls(), 4);
+  auto c = f.bfc->AllocateRaw(2 * kMiB);
+  EXPECT_THAT(c.status(), StatusIs(absl::StatusCode::kResourceExhausted,
+                                   AllOf(HasSubstr("refused"), HasSubstr("fake"))));
+  EXPECT_THAT(f.bfc->CheckInvariants(), IsOk());
+  Free(*f.bfc, a);
+  Free(*f.bfc, b);
+}
+
+TEST(BFCAllocatorTest, AlwaysFailingSubAllocatorWithACallLimit) {
+  FakeSubAllocatorOptions fo;
+  fo.fail_after_calls = 2;
+  Fixture f = Make(64 * kMiB, true, fo);
+  void* a = Alloc(*f.bfc, 2 * kMiB);
+  void* b = Alloc(*f.bfc, 2 * kMiB);
+  AllocatorStats before = f.bfc->Stats();
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_THAT(f.bfc->AllocateRaw(4 * kMiB).status(),
+                StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("injected failure")));
+    EXPECT_THAT(f.bfc->CheckInvariants(), IsOk());
+  }
+  AllocatorStats after = f.bfc->Stats();
+  EXPECT_EQ(after.bytes_reserved, before.bytes_reserved);
+  EXPECT_EQ(after.bytes_in_use, before.bytes_in_use);
+  EXPECT_EQ(after.num_ooms, 3u);
+  void* c = Alloc(*f.bfc, 1 * kMiB);  // still fits in the second region
+  for (void* p : {a, b, c}) Free(*f.bfc, p);
+}
+
+TEST(BFCAllocatorTest, BadPointersAreInvalidArgumentAndChangeNothing) {
+  Fixture f = Make(8 * kMiB, false);
+  FakeSubAllocatorOptions elsewhere;
+  elsewhere.base_address = uint64_t{1} << 41;
+  Fixture g = Make(8 * kMiB, false, elsewhere);
+  void* a = Alloc(*f.bfc, 1000);
+  void* other = Alloc(*g.bfc, 1000);
+  AllocatorStats before = f.bfc->Stats();
+  EXPECT_THAT(f.bfc->Deallocate(static_cast<char*>(a) + 256),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("not allocated")));
+  int local = 0;
+  EXPECT_THAT(f.bfc->Deallocate(&local), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(f.bfc->Deallocate(other), StatusIs(absl::StatusCode::kInvalidArgument));
+  Free(*f.bfc, a);
+  EXPECT_THAT(f.bfc->Deallocate(a),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("already freed")));
+  AllocatorStats after = f.bfc->Stats();
+  EXPECT_EQ(after.num_frees, before.num_frees + 1);
+  EXPECT_EQ(after.bytes_in_use, 0u);
+  EXPECT_THAT(f.bfc->CheckInvariants(), IsOk());
+  Free(*g.bfc, other);
+}
+
+TEST(BFCAllocatorTest, HugeRequestsAreOomNotOverflow) {
+  Fixture f = Make(8 * kMiB, true);
+  EXPECT_THAT(f.bfc->AllocateRaw(~uint64_t{0}).status(),
+              StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("over the limit")));
+  EXPECT_THAT(f.bfc->AllocateRaw(8 * kMiB + 1).status(),
+              StatusIs(absl::StatusCode::kResourceExhausted));
+  Free(*f.bfc, Alloc(*f.bfc, 8 * kMiB));
+}
+
+TEST(BFCAllocatorTest, DumpMemoryLogShowsBinsChunksAndOccupancy) {
+  Fixture f = Make(8 * kMiB, false);
+  void* a = Alloc(*f.bfc, 4 * kMiB);
+  std::string log = f.bfc->DumpMemoryLog();
+  EXPECT_THAT(log, AllOf(HasSubstr("GPU:0 (physical GPU 0)"), HasSubstr("bin 14"),
+                         HasSubstr("in use (requested 4194304)"), HasSubstr("free"),
+                         HasSubstr("occupancy [################################......")));
+  Free(*f.bfc, a);
+}
+
+TEST(BFCAllocatorTest, ObserversSeeEveryEvent) {
+  struct Recorder : AllocatorObserver {
+    std::vector<AllocatorEvent> events;
+    void OnAllocatorEvent(const std::string&, const AllocatorEvent& e) override {
+      events.push_back(e);
+    }
+  } rec;
+  Fixture f = Make(4 * kMiB, true);
+  f.bfc->AddObserver(&rec);
+  void* a = Alloc(*f.bfc, 1000);
+  EXPECT_FALSE(f.bfc->AllocateRaw(8 * kMiB).ok());
+  Free(*f.bfc, a);
+  ASSERT_THAT(f.bfc->ReleaseEmptyRegions(), IsOkAndHolds(2 * kMiB));
+  f.bfc->RemoveObserver(&rec);
+  ASSERT_EQ(rec.events.size(), 5u);
+  EXPECT_EQ(rec.events[0].kind, AllocatorEventKind::kMap);
+  EXPECT_EQ(rec.events[1].kind, AllocatorEventKind::kAlloc);
+  EXPECT_EQ(rec.events[1].bytes, 1000u);
+  EXPECT_EQ(rec.events[1].bytes_in_use, 1024u);
+  EXPECT_EQ(rec.events[2].kind, AllocatorEventKind::kOom);
+  EXPECT_EQ(rec.events[3].kind, AllocatorEventKind::kFree);
+  EXPECT_EQ(rec.events[3].ptr, U(a));
+  EXPECT_EQ(rec.events[4].kind, AllocatorEventKind::kUnmap);
+  EXPECT_EQ(rec.events[4].bytes_reserved, 0u);
+}
+
+// Random sizes (256 B .. 4 MiB, some aligned), random frees, every invariant after every op.
+TEST(BFCAllocatorTest, RandomizedInvariantsAfterEveryOperation) {
+  for (bool growth : {false, true}) {
+    Fixture f = Make(48 * kMiB, growth, {}, 1 * kMiB);
+    std::mt19937_64 rng(growth ? 7 : 11);
+    std::vector<std::pair<void*, uint64_t>> live;
+    uint64_t requested = 0;
+    int ooms = 0;
+    for (int op = 0; op < 3000; ++op) {
+      bool alloc = live.empty() || rng() % 100 < 55;
+      if (alloc) {
+        uint64_t bytes = uint64_t{256} << (rng() % 15);
+        bytes += rng() % bytes;
+        uint64_t alignment = rng() % 8 == 0 ? uint64_t{512} << (rng() % 8) : 256;
+        absl::StatusOr<void*> p = f.bfc->AllocateRaw(bytes, alignment);
+        if (p.ok()) {
+          ASSERT_EQ(U(*p) % alignment, 0u);
+          live.emplace_back(*p, bytes);
+          requested += bytes;
+        } else {
+          ASSERT_THAT(p.status(), StatusIs(absl::StatusCode::kResourceExhausted));
+          ++ooms;
+        }
+      } else {
+        size_t i = rng() % live.size();
+        ASSERT_THAT(f.bfc->Deallocate(live[i].first), IsOk());
+        requested -= live[i].second;
+        live[i] = live.back();
+        live.pop_back();
+      }
+      ASSERT_THAT(f.bfc->CheckInvariants(), IsOk()) << "after op " << op;
+      AllocatorStats s = f.bfc->Stats();
+      ASSERT_GE(s.bytes_in_use, requested);
+      ASSERT_LE(s.bytes_reserved, 48 * kMiB);
+    }
+    EXPECT_GT(ooms, 0);  // the test does reach the limit
+    for (auto& [p, n] : live) ASSERT_THAT(f.bfc->Deallocate(p), IsOk());
+    EXPECT_THAT(f.bfc->CheckInvariants(), IsOk());
+    EXPECT_EQ(f.bfc->Stats().bytes_in_use, 0u);
+  }
+}
+
+TEST(BFCAllocatorTest, ManyThreads) {
+  Fixture f = Make(256 * kMiB, true, {}, 1 * kMiB);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      std::mt19937 rng(t);
+      std::vector<void*> mine;
+      for (int i = 0; i < 2000; ++i) {
+        if (mine.size() < 16 && rng() % 2 == 0) {
+          auto p = f.bfc->AllocateRaw(256 + rng() % (512 * kKiB));
+          if (p.ok()) mine.push_back(*p);
+        } else if (!mine.empty()) {
+          EXPECT_THAT(f.bfc->Deallocate(mine.back()), IsOk());
+          mine.pop_back();
+        }
+        if (i % 500 == 0) (void)f.bfc->Stats();
+      }
+      for (void* p : mine) EXPECT_THAT(f.bfc->Deallocate(p), IsOk());
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_THAT(f.bfc->CheckInvariants(), IsOk());
+  AllocatorStats s = f.bfc->Stats();
+  EXPECT_EQ(s.bytes_in_use, 0u);
+  EXPECT_EQ(s.num_allocs, s.num_frees);
+}
+
+}  // namespace
+}  // namespace vgpu
