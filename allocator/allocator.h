@@ -107,6 +107,10 @@ class Allocator {
   virtual std::string DumpMemoryLog() const { return name() + ": no memory log\n"; }
   // Walks all bookkeeping; Internal error describing the first inconsistency.
   virtual absl::Status CheckInvariants() const { return absl::OkStatus(); }
+  // Also send this allocator's events (alloc/free/map/unmap/oom) to `observer`, which must
+  // outlive the allocator or be removed first. Allocators that report no events ignore it.
+  virtual void AddObserver(AllocatorObserver* /*observer*/) {}
+  virtual void RemoveObserver(AllocatorObserver* /*observer*/) {}
 
  private:
   virtual absl::StatusOr<void*> DoAllocate(uint64_t bytes, uint64_t alignment) = 0;

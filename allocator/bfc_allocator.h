@@ -74,8 +74,8 @@ class BFCAllocator final : public Allocator {
   absl::StatusOr<uint64_t> AllocatedSize(const void* ptr) const;
   // Events (alloc/free/map/unmap/oom) go to `observer` too; nullptr detaches. The observer
   // must outlive the allocator or be detached first.
-  void AddObserver(AllocatorObserver* observer);
-  void RemoveObserver(AllocatorObserver* observer);
+  void AddObserver(AllocatorObserver* observer) override;
+  void RemoveObserver(AllocatorObserver* observer) override;
 
   static uint64_t RoundedBytes(uint64_t bytes) {
     return (bytes + kMinAllocationSize - 1) & ~(kMinAllocationSize - 1);

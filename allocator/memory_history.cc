@@ -1,0 +1,122 @@
+#include "allocator/memory_history.h"
+
+#include <algorithm>
+#include <fstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "runtime/json.h"
+
+namespace vgpu {
+
+absl::string_view AllocatorEventKindName(AllocatorEventKind kind) {
+  switch (kind) {
+    case AllocatorEventKind::kAlloc:
+      return "alloc";
+    case AllocatorEventKind::kFree:
+      return "free";
+    case AllocatorEventKind::kMap:
+      return "map";
+    case AllocatorEventKind::kUnmap:
+      return "unmap";
+    case AllocatorEventKind::kOom:
+      return "oom";
+  }
+  return "unknown";
+}
+
+MemoryHistory::MemoryHistory(size_t capacity)
+    : capacity_(std::max<size_t>(capacity, 1)), start_(std::chrono::steady_clock::now()) {
+  ring_.reserve(std::min<size_t>(capacity_, 4096));
+}
+
+void MemoryHistory::OnAllocatorEvent(const std::string& allocator_name, const AllocatorEvent& e) {
+  int64_t t = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                  std::chrono::steady_clock::now() - start_)
+                  .count();
+  std::lock_guard<std::mutex> l(mu_);
+  uint32_t index;
+  auto it = std::find(names_.begin(), names_.end(), allocator_name);
+  if (it == names_.end()) {
+    index = static_cast<uint32_t>(names_.size());
+    names_.push_back(allocator_name);
+  } else {
+    index = static_cast<uint32_t>(it - names_.begin());
+  }
+  Entry entry{t, index, e};
+  ++recorded_;
+  if (ring_.size() < capacity_) {
+    ring_.push_back(entry);
+  } else {
+    ring_[next_] = entry;
+    next_ = (next_ + 1) % capacity_;
+  }
+}
+
+std::vector<MemoryHistory::Entry> MemoryHistory::Events() const {
+  std::lock_guard<std::mutex> l(mu_);
+  std::vector<Entry> out;
+  out.reserve(ring_.size());
+  for (size_t i = 0; i < ring_.size(); ++i) out.push_back(ring_[(next_ + i) % ring_.size()]);
+  return out;
+}
+
+std::vector<std::string> MemoryHistory::allocator_names() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return names_;
+}
+
+uint64_t MemoryHistory::recorded() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return recorded_;
+}
+
+uint64_t MemoryHistory::dropped() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return recorded_ - ring_.size();
+}
+
+void MemoryHistory::Clear() {
+  std::lock_guard<std::mutex> l(mu_);
+  ring_.clear();
+  next_ = 0;
+  recorded_ = 0;
+}
+
+std::string MemoryHistory::ToJson() const {
+  std::vector<Entry> events = Events();
+  std::vector<std::string> names = allocator_names();
+  JsonWriter w;
+  w.BeginObject();
+  w.Field("capacity", static_cast<uint64_t>(capacity_));
+  w.Field("recorded", recorded());
+  w.Field("dropped", dropped());
+  w.Key("allocators").BeginArray();
+  for (const std::string& n : names) w.String(n);
+  w.EndArray();
+  w.Key("events").BeginArray();
+  for (const Entry& e : events) {
+    w.BeginObject();
+    w.Field("t_ns", e.t_ns);
+    w.Field("allocator", static_cast<uint64_t>(e.allocator));
+    w.Field("kind", AllocatorEventKindName(e.event.kind));
+    w.Field("ptr", absl::StrFormat("0x%x", e.event.ptr));
+    w.Field("bytes", e.event.bytes);
+    w.Field("in_use", e.event.bytes_in_use);
+    w.Field("reserved", e.event.bytes_reserved);
+    w.EndObject();
+  }
+  w.EndArray();
+  w.EndObject();
+  return w.str();
+}
+
+absl::Status MemoryHistory::WriteJson(const std::string& path) const {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << ToJson() << "\n";
+  out.close();
+  if (!out) return absl::InternalError(absl::StrCat("cannot write memory history to ", path));
+  return absl::OkStatus();
+}
+
+}  // namespace vgpu

@@ -1,0 +1,90 @@
+// Allocation traces in the ../shared/traces text format, so users can record their own
+// workload and replay it in `vgpu-bench replay`:
+//   # comment                (the second line is "# peak_live_bytes N" when known)
+//   a <id> <bytes>           allocate <bytes>, call the block <id>
+//   f <id>                   free the block <id>
+// ParseTrace checks the whole file (unknown or duplicate ids, bad numbers) with errors that
+// name the line; TraceRecorder writes one from an allocator's events; ReplayTrace runs one
+// against an allocator.
+//
+// Thread safety: ParseTrace and ReplayTrace are reentrant; TraceRecorder is thread-safe (it
+// may observe several allocators used from several threads).
+#ifndef VGPU_ALLOCATOR_TRACE_H_
+#define VGPU_ALLOCATOR_TRACE_H_
+
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "allocator/allocator.h"
+
+namespace vgpu {
+
+struct TraceEvent {
+  bool alloc = true;
+  uint64_t id = 0;
+  uint64_t bytes = 0;  // allocations only
+  // Dense index of the block among those live at once (reused after frees), so replay keeps
+  // its pointers in a plain array.
+  uint32_t slot = 0;
+};
+
+struct Trace {
+  std::string name;                     // the first comment line, or the file name
+  uint64_t header_peak_live_bytes = 0;  // from "# peak_live_bytes N"; 0 when absent
+  uint64_t peak_live_bytes = 0;         // computed: max of the sum of live requested bytes
+  uint64_t max_live_blocks = 0;         // slots needed
+  uint64_t allocations = 0;
+  uint64_t unfreed_blocks = 0;  // live at the end (replay frees them)
+  std::vector<TraceEvent> events;
+};
+
+// `source` names the input in errors ("transformer_train.trace:12: ...").
+absl::StatusOr<Trace> ParseTrace(absl::string_view text, absl::string_view source = "trace");
+absl::StatusOr<Trace> ReadTraceFile(const std::string& path);
+
+// Records alloc and free events of the allocators it observes (Allocator::AddObserver) as a
+// trace; ids are assigned in allocation order. OOMs, maps and unmaps are not part of the
+// format and are skipped.
+class TraceRecorder final : public AllocatorObserver {
+ public:
+  explicit TraceRecorder(std::string name = "recorded") : name_(std::move(name)) {}
+  void OnAllocatorEvent(const std::string& allocator_name, const AllocatorEvent& e) override;
+  std::string Text() const;  // the trace so far, with its peak_live_bytes header
+  absl::Status WriteFile(const std::string& path) const;
+
+ private:
+  mutable std::mutex mu_;
+  std::string name_;
+  std::string body_;
+  uint64_t next_id_ = 0;
+  uint64_t live_bytes_ = 0;
+  uint64_t peak_live_ = 0;
+  // (allocator name, ptr) -> (id, bytes): two allocators may hand out the same address.
+  absl::flat_hash_map<std::pair<std::string, uint64_t>, std::pair<uint64_t, uint64_t>> live_;
+};
+
+struct ReplayResult {
+  uint64_t events = 0;         // events replayed (up to and including the first failure)
+  uint64_t failures = 0;       // allocations that failed
+  uint64_t first_failure = 0;  // index of the first failed event
+  absl::Status first_error;
+  int64_t elapsed_ns = 0;  // wall time of the event loop only
+};
+
+// Replays `trace` on `allocator`. stop_at_failure: stop at the first failed allocation (a
+// limit scan only needs to know whether it fits); otherwise failed blocks are skipped. Every
+// block still live at the end is freed (not timed). A failing free is an error.
+absl::StatusOr<ReplayResult> ReplayTrace(const Trace& trace, Allocator& allocator,
+                                         bool stop_at_failure);
+// The baseline: malloc/free of the same sizes, in the same order; nanoseconds of the loop.
+int64_t ReplayTraceWithMalloc(const Trace& trace);
+
+}  // namespace vgpu
+
+#endif  // VGPU_ALLOCATOR_TRACE_H_

@@ -1,0 +1,190 @@
+// vgpu-bench replay: replays an allocation trace (../shared/traces format) on an allocator and
+// reports speed against malloc/free and the smallest limit the trace reliably fits in.
+#include <algorithm>
+#include <cstdio>
+#include <optional>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "allocator/memory_history.h"
+#include "allocator/trace.h"
+#include "runtime/bytes.h"
+#include "runtime/json.h"
+#include "tools/vgpu_bench.h"
+
+namespace vgpu::bench {
+namespace {
+
+constexpr int kScanSteps = 200;   // limits (1 + k/200) x peak live
+constexpr int kConsecutive = 20;  // passes in a row for min_limit
+constexpr int kMaxK = 200 * 10;   // give up past 11x peak live
+constexpr int64_t kTimedBudgetNs = 300'000'000;
+constexpr int kMinTimedRuns = 3, kMaxTimedRuns = 25;
+
+uint64_t LimitFor(uint64_t peak, int k) {
+  uint64_t l =
+      static_cast<uint64_t>(static_cast<long double>(peak) * (kScanSteps + k) / kScanSteps);
+  return (l + 255) & ~uint64_t{255};
+}
+
+// Replays once at `limit` on a fresh allocator; whether every allocation succeeded.
+absl::StatusOr<bool> Fits(const Trace& trace, BenchAllocatorSpec spec, uint64_t limit) {
+  spec.limit = limit;
+  absl::StatusOr<std::unique_ptr<Allocator>> a = MakeBenchAllocator(spec);
+  if (!a.ok()) {
+    // Growth off and the limit is not there (real device): does not fit.
+    if (absl::IsResourceExhausted(a.status())) return false;
+    return a.status();
+  }
+  absl::StatusOr<ReplayResult> r = ReplayTrace(trace, **a, /*stop_at_failure=*/true);
+  if (!r.ok()) return r.status();
+  return r->failures == 0;
+}
+
+}  // namespace
+
+int RunReplay(const BenchArgs& args) {
+  absl::StatusOr<Trace> trace = ReadTraceFile(args.trace_path);
+  if (!trace.ok()) {
+    std::fprintf(stderr, "vgpu-bench replay: %s\n", trace.status().ToString().c_str());
+    return 1;
+  }
+  BenchAllocatorSpec spec;
+  spec.kind = args.allocator;
+  spec.allow_growth = args.allow_growth;
+  spec.name = absl::StrCat("replay/", trace->name);
+  if (!args.platform.empty()) {
+    absl::StatusOr<Executor*> e = BenchExecutor(args.platform);
+    if (!e.ok()) {
+      std::fprintf(stderr, "vgpu-bench replay: --platform %s: %s\n", args.platform.c_str(),
+                   e.status().ToString().c_str());
+      return 1;
+    }
+    spec.executor = *e;
+  }
+  const uint64_t peak = trace->peak_live_bytes;
+  std::fprintf(stderr, "trace %s: %zu events, %llu allocations, peak live %s\n",
+               trace->name.c_str(), trace->events.size(),
+               static_cast<unsigned long long>(trace->allocations), FormatBytes(peak).c_str());
+
+  // Limit scan: not a bisection, fitting is not monotone in the limit.
+  std::optional<int> first_fit_k, min_limit_k;
+  if (args.min_limit) {
+    int run = 0;
+    for (int k = 0; k <= kMaxK; ++k) {
+      absl::StatusOr<bool> fits = Fits(*trace, spec, LimitFor(peak, k));
+      if (!fits.ok()) {
+        std::fprintf(stderr, "vgpu-bench replay: %s\n", fits.status().ToString().c_str());
+        return 1;
+      }
+      if (!*fits) {
+        run = 0;
+        continue;
+      }
+      if (!first_fit_k) first_fit_k = k;
+      if (++run == kConsecutive) {
+        min_limit_k = k - kConsecutive + 1;
+        break;
+      }
+    }
+  }
+
+  // Timed replays at --limit (default 2x peak live), best of several fresh runs.
+  spec.limit = args.limit ? *args.limit : LimitFor(peak, kScanSteps);
+  MemoryHistory history(1 << 20);
+  int64_t best_ns = -1;
+  int64_t total_ns = 0;
+  uint64_t peak_reserved = 0;
+  ReplayResult first;
+  for (int run = 0; run < kMaxTimedRuns; ++run) {
+    absl::StatusOr<std::unique_ptr<Allocator>> a = MakeBenchAllocator(spec);
+    if (!a.ok()) {
+      std::fprintf(stderr, "vgpu-bench replay: %s\n", a.status().ToString().c_str());
+      return 1;
+    }
+    bool record = run == 0 && !args.memory_history_path.empty();
+    if (record) AttachMemoryHistory(**a, &history);
+    absl::StatusOr<ReplayResult> r = ReplayTrace(*trace, **a, /*stop_at_failure=*/false);
+    if (record) DetachMemoryHistory(**a, &history);
+    if (!r.ok()) {
+      std::fprintf(stderr, "vgpu-bench replay: %s\n", r.status().ToString().c_str());
+      return 1;
+    }
+    if (run == 0) {
+      first = *r;
+      peak_reserved = (*a)->Stats().peak_bytes_reserved;
+    }
+    best_ns = best_ns < 0 ? r->elapsed_ns : std::min(best_ns, r->elapsed_ns);
+    total_ns += r->elapsed_ns;
+    if (run + 1 >= kMinTimedRuns && total_ns >= kTimedBudgetNs) break;
+  }
+  int64_t best_malloc_ns = -1;
+  total_ns = 0;
+  for (int run = 0; run < kMaxTimedRuns; ++run) {
+    int64_t ns = ReplayTraceWithMalloc(*trace);
+    best_malloc_ns = best_malloc_ns < 0 ? ns : std::min(best_malloc_ns, ns);
+    total_ns += ns;
+    if (run + 1 >= kMinTimedRuns && total_ns >= kTimedBudgetNs) break;
+  }
+  if (!args.memory_history_path.empty()) {
+    absl::Status s = history.WriteJson(args.memory_history_path);
+    if (!s.ok()) {
+      std::fprintf(stderr, "vgpu-bench replay: %s\n", s.ToString().c_str());
+      return 1;
+    }
+  }
+  const double events = static_cast<double>(trace->events.size());
+  if (first.failures > 0) {
+    std::fprintf(stderr,
+                 "vgpu-bench replay: %llu allocations failed at limit %s; first at event %llu: "
+                 "%s\n",
+                 static_cast<unsigned long long>(first.failures), FormatBytes(spec.limit).c_str(),
+                 static_cast<unsigned long long>(first.first_failure),
+                 first.first_error.ToString().c_str());
+  }
+  std::fprintf(stderr, "%s at limit %s%s: %.1f ns/op (malloc %.1f), peak reserved %s",
+               args.allocator.c_str(), FormatBytes(spec.limit).c_str(),
+               args.allow_growth ? " (growth)" : "", best_ns / events, best_malloc_ns / events,
+               FormatBytes(peak_reserved).c_str());
+  if (min_limit_k) {
+    std::fprintf(stderr, ", min limit %s (%.3fx), first fit %.3fx",
+                 FormatBytes(LimitFor(peak, *min_limit_k)).c_str(),
+                 1.0 + *min_limit_k / double{kScanSteps}, 1.0 + *first_fit_k / double{kScanSteps});
+  }
+  std::fprintf(stderr, "\n");
+
+  JsonWriter w;
+  w.BeginObject();
+  w.Field("trace", trace->name);
+  w.Field("allocator", args.allocator);
+  w.Field("allow_growth", args.allow_growth);
+  w.Field("events", static_cast<uint64_t>(trace->events.size()));
+  w.Field("ns_per_op", best_ns / events);
+  w.Field("baseline_ns_per_op", best_malloc_ns / events);
+  w.Field("peak_live_bytes", peak);
+  w.Field("peak_reserved_bytes", peak_reserved);
+  w.Key("min_limit_bytes");
+  if (min_limit_k)
+    w.Uint(LimitFor(peak, *min_limit_k));
+  else
+    w.Null();
+  w.Key("min_limit_ratio");
+  if (min_limit_k)
+    w.Double(1.0 + *min_limit_k / double{kScanSteps});
+  else
+    w.Null();
+  w.Key("first_fit_ratio");
+  if (first_fit_k)
+    w.Double(1.0 + *first_fit_k / double{kScanSteps});
+  else
+    w.Null();
+  w.EndObject();
+  std::printf("%s\n", w.str().c_str());
+  std::fflush(stdout);
+  // Allocations that failed at the given limit make the run a failure (the JSON still says
+  // how far it got).
+  return first.failures > 0 ? 3 : 0;
+}
+
+}  // namespace vgpu::bench
