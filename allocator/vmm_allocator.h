@@ -16,8 +16,8 @@
 #ifndef VGPU_ALLOCATOR_VMM_ALLOCATOR_H_
 #define VGPU_ALLOCATOR_VMM_ALLOCATOR_H_
 
+#include <atomic>
 #include <cstdint>
-#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -34,15 +34,18 @@
 
 namespace vgpu {
 
+class BFCAllocator;
+
 struct VmmOptions {
   std::string name = "vmm";   // device name for messages, e.g. "/device:GPU:0 (physical GPU 0)"
   uint64_t memory_limit = 0;  // bytes of mapped granules; must be >= one granule
   // false: every granule of the limit is created from the device up front (creation fails
   // with ResourceExhausted when it is not there); true: created on demand and given back.
   bool allow_growth = true;
-  // Requests below this go to the slab BFC; 0 = one granule.
+  // Requests below this go to the slab BFC; 0 = half a granule.
   uint64_t small_block_max = 0;
-  // Size of each slab BFC takes from the granule pool; 0 = one granule.
+  // Size of each slab the BFC takes from the granule pool (a multiple of the granule);
+  // 0 = one granule. Small slabs are given back as soon as they empty.
   uint64_t slab_bytes = 0;
   // Mapped-but-free large ranges kept for reuse; 0 = limit / 4. Evicted on pressure.
   uint64_t cache_bytes = 0;
@@ -100,6 +103,8 @@ class VmmAllocator final : public Allocator {
     uint64_t requested = 0;
   };
   class SlabSubAllocator;
+  class SlabObserver;
+  void NotePeak(uint64_t bytes);
 
   VmmAllocator(std::unique_ptr<VmmBackend> backend, VmmOptions options, uint64_t granularity);
   absl::Status Init();
@@ -137,9 +142,9 @@ class VmmAllocator final : public Allocator {
   uint64_t cache_limit_granules_ = 0;
   uint64_t keep_granules_ = 0;
   uint64_t small_block_max_ = 0;
-  std::unique_ptr<Allocator> slabs_;  // BFC over SlabSubAllocator
-  // Frees the slab BFC's empty regions (granules back to the pool).
-  std::function<void(Allocator*)> slabs_gc_;
+  uint64_t slab_bytes_ = 0;
+  std::unique_ptr<SlabObserver> slab_observer_;
+  std::unique_ptr<BFCAllocator> slabs_;  // small blocks, over SlabSubAllocator
 
   mutable std::mutex mu_;
   PhysicalMemoryHandle bulk_;            // growth off: the one allocation of the whole limit
@@ -152,15 +157,17 @@ class VmmAllocator final : public Allocator {
   uint64_t epoch_frees_ = 0;
   absl::flat_hash_map<void*, std::unique_ptr<Range>> blocks_;  // live large blocks by ptr
   absl::flat_hash_map<void*, std::unique_ptr<Range>> slab_ranges_;
-  absl::flat_hash_map<void*, uint64_t> small_;  // live small blocks -> rounded size
-  uint64_t small_in_use_ = 0;
   std::map<uint64_t, std::vector<std::unique_ptr<Range>>> cache_;  // granule count -> ranges
   uint64_t cached_granules_ = 0;
   uint64_t block_granules_ = 0;
   uint64_t slab_granules_ = 0;
   // Stats of the large path (the slab BFC keeps its own).
-  uint64_t num_allocs_ = 0, num_frees_ = 0, num_ooms_ = 0;
-  uint64_t large_in_use_ = 0, peak_in_use_ = 0, peak_mapped_ = 0, largest_alloc_ = 0;
+  uint64_t num_allocs_ = 0, num_frees_ = 0, num_ooms_ = 0, peak_mapped_ = 0;
+  // Atomics: the small path never takes mu_; the slab BFC reports through SlabObserver.
+  std::atomic<uint64_t> large_in_use_{0};
+  std::atomic<uint64_t> small_in_use_{0};
+  std::atomic<uint64_t> peak_in_use_{0};
+  std::atomic<uint64_t> largest_alloc_{0};
   uint64_t regions_mapped_ = 0, regions_unmapped_ = 0;
   uint64_t cache_hits_ = 0, cache_evictions_ = 0;
 };

@@ -168,7 +168,7 @@ TEST(VmmAllocatorTest, LimitCountsMappedGranulesNotVirtualSpace) {
   ASSERT_THAT(c.status(), StatusIs(absl::StatusCode::kResourceExhausted));
   const std::string msg(c.status().message());
   EXPECT_THAT(msg, HasSubstr("GPU:0 (physical GPU 0)"));
-  EXPECT_THAT(msg, HasSubstr("rounded to 2 MiB"));
+  EXPECT_THAT(msg, HasSubstr("rounded to 256 B"));
   EXPECT_THAT(msg, HasSubstr("limit 10 MiB"));
   EXPECT_THAT(msg, HasSubstr("mapped 10 MiB"));
   EXPECT_THAT(msg, HasSubstr("in use 10 MiB"));
@@ -393,6 +393,70 @@ TEST(VmmAllocatorTest, ConcurrentThreads) {
   for (auto& t : threads) t.join();
   EXPECT_EQ(f.alloc->Stats().bytes_in_use, 0u);
   EXPECT_EQ(f.alloc->Stats().num_allocs, f.alloc->Stats().num_frees);
+  EXPECT_THAT(f.alloc->CheckInvariants(), IsOk());
+}
+
+TEST(VmmAllocatorTest, SmallBlocksShareGranuleSlabs) {
+  Fake f = MakeFake(Opts(8 * kG, false));
+  std::vector<void*> small;
+  for (int i = 0; i < 100; ++i) {
+    auto p = f.alloc->AllocateRaw(1000);
+    ASSERT_THAT(p.status(), IsOk());
+    small.push_back(*p);
+  }
+  auto c = f.alloc->Granules();
+  EXPECT_EQ(c.in_slabs, 1u);  // 100 x 1 KiB in one granule
+  EXPECT_EQ(c.mapped, 1u);
+  AllocatorStats s = f.alloc->Stats();
+  EXPECT_EQ(s.bytes_in_use, 100u * 1024);
+  EXPECT_EQ(s.peak_bytes_in_use, 100u * 1024);
+  EXPECT_EQ(s.num_allocs, 100u);
+  EXPECT_EQ(s.bytes_reserved, kG);
+  // Half a granule and up is a large block of whole granules.
+  auto big = f.alloc->AllocateRaw(kMiB);
+  ASSERT_THAT(big.status(), IsOk());
+  EXPECT_EQ(f.alloc->Granules().in_blocks, 1u);
+  EXPECT_EQ(f.alloc->Stats().peak_bytes_in_use, 100u * 1024 + kG);
+  EXPECT_THAT(f.alloc->CheckInvariants(), IsOk());
+  for (void* p : small) ASSERT_THAT(f.alloc->Deallocate(p), IsOk());
+  EXPECT_THAT(f.alloc->Deallocate(small[0]),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("double free")));
+  ASSERT_THAT(f.alloc->Deallocate(*big), IsOk());
+  s = f.alloc->Stats();
+  EXPECT_EQ(s.bytes_in_use, 0u);
+  EXPECT_EQ(s.num_frees, 101u);
+  ASSERT_THAT(f.alloc->Trim(), IsOk());
+  EXPECT_EQ(f.alloc->Granules().mapped, 0u);  // the empty slab went back to the pool
+  EXPECT_THAT(f.alloc->CheckInvariants(), IsOk());
+}
+
+TEST(VmmAllocatorTest, EmptySlabsAreReclaimedForLargeBlocks) {
+  Fake f = MakeFake(Opts(4 * kG, false, /*cache=*/false));
+  // 32 blocks of 256 KiB: four one-granule slabs fill the limit.
+  std::vector<void*> small;
+  for (int i = 0; i < 32; ++i) {
+    auto p = f.alloc->AllocateRaw(256 * kKiB);
+    ASSERT_THAT(p.status(), IsOk()) << i;
+    small.push_back(*p);
+  }
+  EXPECT_EQ(f.alloc->Granules().in_slabs, 4u);
+  auto more = f.alloc->AllocateRaw(256 * kKiB);
+  EXPECT_THAT(more.status(),
+              StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("GPU:0 (physical GPU 0)")));
+  EXPECT_THAT(f.alloc->CheckInvariants(), IsOk());
+  for (void* p : small) ASSERT_THAT(f.alloc->Deallocate(p), IsOk());
+  // The slabs are empty but mapped; a large block needs their granules.
+  EXPECT_EQ(f.alloc->Granules().in_slabs, 4u);
+  auto big = f.alloc->AllocateRaw(4 * kG);
+  ASSERT_THAT(big.status(), IsOk());
+  EXPECT_EQ(f.alloc->Granules().in_slabs, 0u);
+  EXPECT_EQ(f.alloc->Granules().in_blocks, 4u);
+  EXPECT_THAT(f.alloc->AllocateRaw(1).status(), StatusIs(absl::StatusCode::kResourceExhausted));
+  EXPECT_THAT(f.alloc->CheckInvariants(), IsOk());
+  ASSERT_THAT(f.alloc->Deallocate(*big), IsOk());
+  auto again = f.alloc->AllocateRaw(1);
+  ASSERT_THAT(again.status(), IsOk());
+  ASSERT_THAT(f.alloc->Deallocate(*again), IsOk());
   EXPECT_THAT(f.alloc->CheckInvariants(), IsOk());
 }
 
