@@ -102,9 +102,9 @@ class CudaStream : public Stream {
   // A result of an enqueue call: errors are returned, not sticky (nothing was queued).
   absl::Status Check(CUresult result, absl::string_view what);
 
-  // Device-side error reporting for kernels: a mapped pinned int[2] the kernel writes
-  // {row + 1, value} into, and a host function enqueued after the kernel that turns a
-  // non-zero slot into the stream's sticky error built by `make_error(row, value)`.
+  // Device-side error reporting for kernels: a mapped pinned uint64 the kernel stores
+  // ((row + 1) << 32 | uint32 value) into, and a host function enqueued after the kernel that
+  // turns a non-zero slot into the stream's sticky error built by `make_error(row, value)`.
   absl::StatusOr<CUdeviceptr> DeviceErrorSlot();
   absl::Status CheckDeviceErrorSlot(std::function<absl::Status(int row, int value)> make_error);
 
@@ -118,7 +118,7 @@ class CudaStream : public Stream {
 
   std::mutex mu_;
   absl::Status error_;
-  int* error_slot_host_ = nullptr;  // cuMemHostAlloc(DEVICEMAP), int[2]
+  uint64_t* error_slot_host_ = nullptr;  // cuMemHostAlloc(DEVICEMAP)
   CUdeviceptr error_slot_device_ = 0;
 };
 

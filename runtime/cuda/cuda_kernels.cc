@@ -92,7 +92,7 @@ class CudaKernels : public Kernels {
     VGPU_RETURN_IF_ERROR(s->Memset32(loss_sum, 0, 1));
     VGPU_RETURN_IF_ERROR(s->Memset32(correct, 0, 1));
     if (rows == 0) return absl::OkStatus();
-    int* error = reinterpret_cast<int*>(slot);
+    auto* error = reinterpret_cast<unsigned long long*>(slot);
     void* params[] = {&rows,    &cols,     &logits,  &labels, &grad_scale,
                       &dlogits, &loss_sum, &correct, &error};
     constexpr unsigned kRowsPerBlock = kThreads / 32;

@@ -228,7 +228,7 @@ absl::StatusOr<CUdeviceptr> CudaStream::DeviceErrorSlot() {
   VGPU_RETURN_IF_ERROR(ToStatus(
       d.cuMemHostAlloc(&p, 2 * sizeof(int), CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP),
       absl::StrCat(executor_->label(), ": cuMemHostAlloc of the kernel error slot")));
-  std::memset(p, 0, 2 * sizeof(int));
+  std::memset(p, 0, sizeof(uint64_t));
   CUdeviceptr dp = 0;
   absl::Status s = ToStatus(d.cuMemHostGetDevicePointer(&dp, p, 0),
                             absl::StrCat(executor_->label(), ": cuMemHostGetDevicePointer"));
@@ -236,14 +236,14 @@ absl::StatusOr<CUdeviceptr> CudaStream::DeviceErrorSlot() {
     d.cuMemFreeHost(p);
     return s;
   }
-  error_slot_host_ = static_cast<int*>(p);
+  error_slot_host_ = static_cast<uint64_t*>(p);
   error_slot_device_ = dp;
   return dp;
 }
 
 absl::Status CudaStream::CheckDeviceErrorSlot(
     std::function<absl::Status(int row, int value)> make_error) {
-  int* slot;
+  uint64_t* slot;
   {
     std::lock_guard<std::mutex> l(mu_);
     slot = error_slot_host_;
@@ -251,12 +251,12 @@ absl::Status CudaStream::CheckDeviceErrorSlot(
   if (slot == nullptr) return absl::FailedPreconditionError("no kernel error slot");
   // Runs after the kernel: the slot is read and cleared before later work on the stream.
   return LaunchHostFunc([this, slot, make_error = std::move(make_error)] {
-    volatile int* s = slot;
-    int row = s[0], value = s[1];
-    if (row != 0) {
-      s[0] = 0;
-      s[1] = 0;
-      Fail(make_error(row - 1, value)).IgnoreError();
+    volatile uint64_t* s = slot;
+    const uint64_t v = *s;
+    if (v != 0) {
+      *s = 0;
+      Fail(make_error(static_cast<int>(v >> 32) - 1, static_cast<int32_t>(v & 0xffffffffu)))
+          .IgnoreError();
     }
   });
 }

@@ -109,12 +109,13 @@ __global__ void vgpu_relu_grad(unsigned long long count, const float* y, const f
 }
 
 // One warp per row. loss_sum and correct are zeroed by the launcher (memset on the stream)
-// and accumulated with atomics. A label outside [0, cols) writes {row + 1, label} to `error`
-// (mapped pinned host memory, first writer wins) and leaves that row's dlogits zero; the
+// and accumulated with atomics. A label outside [0, cols) stores ((row + 1) << 32 | label) to
+// `error` (mapped pinned host memory; one 8-byte store, so no atomics over PCIe and no torn
+// value; with several bad rows any one is reported) and leaves that row's dlogits zero; the
 // launcher turns it into the stream's InvalidArgument.
 __global__ void vgpu_softmax_xent(int rows, int cols, const float* logits, const int* labels,
                                   float grad_scale, float* dlogits, float* loss_sum,
-                                  int* correct, int* error) {
+                                  int* correct, volatile unsigned long long* error) {
   const int lane = threadIdx.x & 31;
   const int warps_per_block = blockDim.x / 32;
   const int warp_stride = gridDim.x * warps_per_block;
@@ -123,8 +124,8 @@ __global__ void vgpu_softmax_xent(int rows, int cols, const float* logits, const
     float* d = dlogits == nullptr ? nullptr : dlogits + (long long)r * cols;
     const int label = labels[r];
     if (label < 0 || label >= cols) {
-      if (lane == 0 && atomicCAS(error, 0, r + 1) == 0) {
-        error[1] = label;
+      if (lane == 0) {
+        *error = ((unsigned long long)(r + 1) << 32) | (unsigned)label;
         __threadfence_system();
       }
       if (d != nullptr) {
