@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "allocator/bfc_allocator.h"
 #include "allocator/sub_allocators.h"
+#include "allocator/vmm_allocator.h"
 #include "runtime/status.h"
 
 namespace vgpu {
@@ -51,7 +52,7 @@ absl::StatusOr<std::unique_ptr<Allocator>> CreateDeviceAllocator(
       return std::unique_ptr<Allocator>(std::move(a));
     }
     case AllocatorKind::kVmm:
-      return absl::UnimplementedError("vmm allocator not built yet");
+      return CreateVmmAllocator(executor, options);
   }
   return absl::InvalidArgumentError("unknown allocator kind");
 }
