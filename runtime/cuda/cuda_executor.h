@@ -53,18 +53,30 @@ struct KernelFunctions {
   CUfunction get(KernelId id) const { return functions[static_cast<int>(id)]; }
 };
 
+// An event per context: CUDA requires the event and the stream of cuEventRecord to share a
+// context, and streams of SM partitions live in green contexts. The primary context's event is
+// made up front; others on their first record. Query/Synchronize/Wait use the most recently
+// recorded one, which is what CUDA semantics ask for.
 class CudaEvent : public Event {
  public:
-  CudaEvent(CudaExecutor* executor, CUevent event) : executor_(executor), event_(event) {}
+  CudaEvent(CudaExecutor* executor, CUevent primary_event);
   ~CudaEvent() override;
   absl::StatusOr<bool> Query() override;
   absl::Status Synchronize() override;
-  CUevent handle() const { return event_; }
   CudaExecutor* executor() const { return executor_; }
+
+  // The event to record on a stream of `ctx` (made current by the caller); becomes the
+  // latest recorded one once the record is enqueued (MarkRecorded).
+  absl::StatusOr<CUevent> EventFor(CUcontext ctx);
+  void MarkRecorded(CUevent event);
+  // The latest recorded event, or nullptr when never recorded.
+  CUevent latest();
 
  private:
   CudaExecutor* executor_;
-  CUevent event_;
+  std::mutex mu_;
+  std::map<CUcontext, CUevent> events_;
+  CUevent latest_ = nullptr;
 };
 
 class CudaStream : public Stream {

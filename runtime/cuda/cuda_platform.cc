@@ -49,21 +49,56 @@ absl::Status MakeCurrent(const CudaDriver& driver, CUcontext ctx) {
 // ---------------------------------------------------------------------------------------------
 // Events
 
+CudaEvent::CudaEvent(CudaExecutor* executor, CUevent primary_event) : executor_(executor) {
+  events_[executor->context()] = primary_event;
+}
+
 CudaEvent::~CudaEvent() {
-  if (executor_->Activate().ok()) executor_->driver().cuEventDestroy(event_);
+  const CudaDriver& d = executor_->driver();
+  for (auto& [ctx, event] : events_) {
+    // An event of a green context destroyed since (re-partitioning) is gone with it.
+    if (MakeCurrent(d, ctx).ok()) d.cuEventDestroy(event);
+  }
+  executor_->Activate().IgnoreError();
+}
+
+absl::StatusOr<CUevent> CudaEvent::EventFor(CUcontext ctx) {
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = events_.find(ctx);
+  if (it != events_.end()) return it->second;
+  CUevent event = nullptr;
+  VGPU_RETURN_IF_ERROR(
+      ToStatus(executor_->driver().cuEventCreate(&event, CU_EVENT_DISABLE_TIMING),
+               absl::StrCat(executor_->label(), ": cuEventCreate in an SM partition")));
+  events_[ctx] = event;
+  return event;
+}
+
+void CudaEvent::MarkRecorded(CUevent event) {
+  std::lock_guard<std::mutex> l(mu_);
+  latest_ = event;
+}
+
+CUevent CudaEvent::latest() {
+  std::lock_guard<std::mutex> l(mu_);
+  return latest_;
 }
 
 absl::StatusOr<bool> CudaEvent::Query() {
+  CUevent event = latest();
+  if (event == nullptr) return true;  // never recorded: complete, as in CUDA
   VGPU_RETURN_IF_ERROR(executor_->Activate());
-  CUresult r = executor_->driver().cuEventQuery(event_);
+  CUresult r = executor_->driver().cuEventQuery(event);
   if (r == CUDA_SUCCESS) return true;
   if (r == CUDA_ERROR_NOT_READY) return false;
   return ToStatus(r, absl::StrCat(executor_->label(), ": cuEventQuery"));
 }
 
 absl::Status CudaEvent::Synchronize() {
+  CUevent event = latest();
+  if (event == nullptr) return absl::OkStatus();
   VGPU_RETURN_IF_ERROR(executor_->Activate());
-  return ToStatus(executor_->driver().cuEventSynchronize(event_),
+  return ToStatus(executor_->driver().cuEventSynchronize(event),
                   absl::StrCat(executor_->label(), ": cuEventSynchronize"));
 }
 
@@ -193,14 +228,20 @@ absl::Status CudaStream::RecordEvent(Event* event) {
   }
   // Recording is allowed on a failed stream, so that waiters never hang.
   VGPU_RETURN_IF_ERROR(MakeCurrent(executor_->driver(), context_));
-  return Check(executor_->driver().cuEventRecord(e->handle(), stream_), "cuEventRecord");
+  VGPU_ASSIGN_OR_RETURN(CUevent handle, e->EventFor(context_));
+  VGPU_RETURN_IF_ERROR(Check(executor_->driver().cuEventRecord(handle, stream_), "cuEventRecord"));
+  e->MarkRecorded(handle);
+  return absl::OkStatus();
 }
 
 absl::Status CudaStream::WaitEvent(Event* event) {
   auto* e = dynamic_cast<CudaEvent*>(event);
   if (e == nullptr) return absl::InvalidArgumentError("WaitEvent: not a cuda event");
   VGPU_RETURN_IF_ERROR(Begin());
-  return Check(executor_->driver().cuStreamWaitEvent(stream_, e->handle(), 0), "cuStreamWaitEvent");
+  CUevent handle = e->latest();
+  if (handle == nullptr) return absl::OkStatus();  // never recorded: nothing to wait for
+  // cuStreamWaitEvent accepts events of other contexts and devices.
+  return Check(executor_->driver().cuStreamWaitEvent(stream_, handle, 0), "cuStreamWaitEvent");
 }
 
 absl::Status CudaStream::LaunchHostFunc(std::function<void()> fn) {
