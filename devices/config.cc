@@ -1,0 +1,528 @@
+#include "devices/config.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <limits>
+#include <map>
+#include <set>
+#include <string>
+#include <utility>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "runtime/bytes.h"
+#include "runtime/status.h"
+
+namespace vgpu {
+namespace {
+
+struct SettingInfo {
+  absl::string_view name;
+  absl::string_view env;
+};
+
+const std::vector<SettingInfo>& Settings() {
+  static const auto* settings = new std::vector<SettingInfo>{
+      {kSettingVisibleDevices, "VGPU_VISIBLE_DEVICES"},
+      {kSettingLogicalDevices, "VGPU_LOGICAL_DEVICES"},
+      {kSettingMemoryFraction, "VGPU_MEMORY_FRACTION"},
+      {kSettingAllowGrowth, "VGPU_ALLOW_GROWTH"},
+      {kSettingReservedMemory, "VGPU_RESERVED_MEMORY"},
+      {kSettingAllocator, "VGPU_ALLOCATOR"},
+      {kSettingSmPartition, "VGPU_SM_PARTITION"},
+      {kSettingSoftPlacement, "VGPU_SOFT_PLACEMENT"},
+      {kSettingLogPlacement, "VGPU_LOG_PLACEMENT"},
+  };
+  return *settings;
+}
+
+absl::StatusOr<int> ParseOrdinal(absl::string_view text, absl::string_view what) {
+  int v = 0;
+  absl::string_view t = absl::StripAsciiWhitespace(text);
+  if (t.empty() || !absl::ascii_isdigit(static_cast<unsigned char>(t[0])) ||
+      !absl::SimpleAtoi(t, &v)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "bad ", what, " \"", text, "\": expected a physical device ordinal (0, 1, ...)"));
+  }
+  return v;
+}
+
+// Splits "ORD:rest" groups separated by ';'.
+absl::StatusOr<std::vector<std::pair<int, absl::string_view>>> SplitGroups(absl::string_view text,
+                                                                           absl::string_view what) {
+  std::vector<std::pair<int, absl::string_view>> groups;
+  std::set<int> seen;
+  for (absl::string_view group : absl::StrSplit(text, ';')) {
+    absl::string_view g = absl::StripAsciiWhitespace(group);
+    size_t colon = g.find(':');
+    if (colon == absl::string_view::npos) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "bad ", what, " group \"", g, "\" in \"", text,
+          "\": expected ORDINAL:LIST, e.g. \"0:1GiB,1GiB\"; groups are separated by ';'"));
+    }
+    VGPU_ASSIGN_OR_RETURN(int ordinal, ParseOrdinal(g.substr(0, colon), what));
+    if (!seen.insert(ordinal).second) {
+      return absl::InvalidArgumentError(absl::StrCat("bad ", what, " \"", text,
+                                                     "\": physical device ", ordinal,
+                                                     " appears twice; list it once"));
+    }
+    absl::string_view rest = absl::StripAsciiWhitespace(g.substr(colon + 1));
+    if (rest.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat("bad ", what, " group \"", g, "\" in \"", text,
+                                                     "\": empty list for physical device ",
+                                                     ordinal));
+    }
+    groups.emplace_back(ordinal, rest);
+  }
+  return groups;
+}
+
+std::string FormatPercent(double p) {
+  std::string s = absl::StrFormat("%.4f", p);
+  while (!s.empty() && s.back() == '0') s.pop_back();
+  if (!s.empty() && s.back() == '.') s.pop_back();
+  return s;
+}
+
+std::string DescribeLimit(const LogicalDeviceConfig& d) {
+  if (d.memory_percent) return absl::StrCat(FormatPercent(*d.memory_percent), "%");
+  return FormatBytes(d.memory_bytes);
+}
+
+}  // namespace
+
+absl::string_view ConfigSourceName(ConfigSource source) {
+  switch (source) {
+    case ConfigSource::kDefault:
+      return "default";
+    case ConfigSource::kEnvironment:
+      return "environment";
+    case ConfigSource::kApi:
+      return "api";
+  }
+  return "unknown";
+}
+
+const std::vector<absl::string_view>& AllSettings() {
+  static const auto* names = [] {
+    auto* v = new std::vector<absl::string_view>;
+    for (const SettingInfo& s : Settings()) v->push_back(s.name);
+    return v;
+  }();
+  return *names;
+}
+
+absl::string_view SettingEnvVar(absl::string_view setting) {
+  for (const SettingInfo& s : Settings()) {
+    if (s.name == setting) return s.env;
+  }
+  return "";
+}
+
+ConfigSource RuntimeConfig::SourceOf(absl::string_view setting) const {
+  auto it = sources.find(setting);
+  if (it != sources.end()) return it->second;
+  static const RuntimeConfig* defaults = new RuntimeConfig();
+  bool differs = false;
+  if (setting == kSettingVisibleDevices) {
+    differs = visible_devices != defaults->visible_devices;
+  } else if (setting == kSettingLogicalDevices) {
+    differs = !logical_devices.empty();
+  } else if (setting == kSettingMemoryFraction) {
+    differs = memory_fraction.has_value();
+  } else if (setting == kSettingAllowGrowth) {
+    differs = allow_growth != defaults->allow_growth;
+  } else if (setting == kSettingReservedMemory) {
+    differs = reserved_memory != defaults->reserved_memory;
+  } else if (setting == kSettingAllocator) {
+    differs = allocator != defaults->allocator;
+  } else if (setting == kSettingSmPartition) {
+    differs = !sm_partitions.empty();
+  } else if (setting == kSettingSoftPlacement) {
+    differs = soft_placement != defaults->soft_placement;
+  } else if (setting == kSettingLogPlacement) {
+    differs = log_placement != defaults->log_placement;
+  }
+  return differs ? ConfigSource::kApi : ConfigSource::kDefault;
+}
+
+absl::StatusOr<std::vector<int>> ParseVisibleDevices(absl::string_view text) {
+  std::vector<int> out;
+  if (absl::StripAsciiWhitespace(text).empty()) return out;
+  std::set<int> seen;
+  for (absl::string_view item : absl::StrSplit(text, ',')) {
+    VGPU_ASSIGN_OR_RETURN(int ordinal, ParseOrdinal(item, "visible device"));
+    if (!seen.insert(ordinal).second) {
+      return absl::InvalidArgumentError(absl::StrCat("bad visible devices \"", text,
+                                                     "\": physical device ", ordinal,
+                                                     " appears twice; list it once"));
+    }
+    out.push_back(ordinal);
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<PhysicalDeviceConfig>> ParseLogicalDevices(absl::string_view text) {
+  VGPU_ASSIGN_OR_RETURN(auto groups, SplitGroups(text, "logical devices"));
+  std::vector<PhysicalDeviceConfig> out;
+  for (const auto& [ordinal, list] : groups) {
+    PhysicalDeviceConfig p;
+    p.ordinal = ordinal;
+    for (absl::string_view entry : absl::StrSplit(list, ',')) {
+      absl::string_view e = absl::StripAsciiWhitespace(entry);
+      LogicalDeviceConfig d;
+      absl::string_view size = e;
+      size_t at = e.find('@');
+      if (at != absl::string_view::npos) {
+        size = absl::StripAsciiWhitespace(e.substr(0, at));
+        absl::string_view prio = absl::StripAsciiWhitespace(e.substr(at + 1));
+        if (!absl::SimpleAtoi(prio, &d.priority)) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "bad logical device \"", e, "\" of physical device ", ordinal, " in \"", text,
+              "\": priority \"", prio, "\" is not an integer (SIZE@PRIORITY, e.g. 1GiB@-1)"));
+        }
+      }
+      if (absl::ConsumeSuffix(&size, "%")) {
+        double pct = 0;
+        absl::string_view num = absl::StripAsciiWhitespace(size);
+        if (num.empty() || !absl::SimpleAtod(num, &pct) || !std::isfinite(pct) ||
+            !(absl::ascii_isdigit(static_cast<unsigned char>(num[0])) || num[0] == '.')) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("bad logical device \"", e, "\" of physical device ", ordinal, " in \"",
+                           text, "\": \"", size, "%\" is not a percentage"));
+        }
+        d.memory_percent = pct;
+      } else {
+        absl::StatusOr<uint64_t> bytes = ParseBytes(size);
+        if (!bytes.ok()) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "bad logical device \"", e, "\" of physical device ", ordinal, " in \"", text,
+              "\": ", bytes.status().message(), " (sizes: 1GiB, 512MiB, 4GB, 40%)"));
+        }
+        d.memory_bytes = *bytes;
+      }
+      p.logical_devices.push_back(d);
+    }
+    out.push_back(std::move(p));
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<SmPartitionConfig>> ParseSmPartitions(absl::string_view text) {
+  VGPU_ASSIGN_OR_RETURN(auto groups, SplitGroups(text, "SM partition"));
+  std::vector<SmPartitionConfig> out;
+  for (const auto& [ordinal, list] : groups) {
+    SmPartitionConfig p;
+    p.ordinal = ordinal;
+    for (absl::string_view entry : absl::StrSplit(list, ',')) {
+      absl::string_view e = absl::StripAsciiWhitespace(entry);
+      int count = 0;
+      if (!absl::SimpleAtoi(e, &count) || count <= 0) {
+        return absl::InvalidArgumentError(absl::StrCat("bad SM partition \"", e,
+                                                       "\" of physical device ", ordinal, " in \"",
+                                                       text, "\": expected a positive SM count"));
+      }
+      p.sm_counts.push_back(count);
+    }
+    out.push_back(std::move(p));
+  }
+  return out;
+}
+
+absl::StatusOr<double> ParseMemoryFraction(absl::string_view text) {
+  double v = 0;
+  absl::string_view t = absl::StripAsciiWhitespace(text);
+  if (t.empty() || !absl::SimpleAtod(t, &v) || !std::isfinite(v)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("bad memory fraction \"", text, "\": expected a number in (0, 1], e.g. 0.4"));
+  }
+  return v;
+}
+
+absl::StatusOr<bool> ParseBool(absl::string_view text) {
+  std::string t = absl::AsciiStrToLower(absl::StripAsciiWhitespace(text));
+  if (t == "1" || t == "true" || t == "yes" || t == "on") return true;
+  if (t == "0" || t == "false" || t == "no" || t == "off") return false;
+  return absl::InvalidArgumentError(
+      absl::StrCat("bad boolean \"", text, "\": expected true/false, 1/0, yes/no or on/off"));
+}
+
+std::string FormatLogicalDevices(absl::Span<const PhysicalDeviceConfig> devices) {
+  std::vector<std::string> groups;
+  for (const PhysicalDeviceConfig& p : devices) {
+    std::vector<std::string> items;
+    for (const LogicalDeviceConfig& d : p.logical_devices) {
+      std::string item = d.memory_percent ? absl::StrCat(FormatPercent(*d.memory_percent), "%")
+                                          : absl::StrCat(d.memory_bytes);
+      if (d.priority != 0) absl::StrAppend(&item, "@", d.priority);
+      items.push_back(std::move(item));
+    }
+    groups.push_back(absl::StrCat(p.ordinal, ":", absl::StrJoin(items, ",")));
+  }
+  return absl::StrJoin(groups, ";");
+}
+
+absl::StatusOr<RuntimeConfig> RuntimeConfig::FromEnvironment() {
+  return FromEnvironment([](const char* name) -> std::optional<std::string> {
+    const char* v = std::getenv(name);
+    if (v == nullptr) return std::nullopt;
+    return std::string(v);
+  });
+}
+
+absl::StatusOr<RuntimeConfig> RuntimeConfig::FromEnvironment(const EnvLookup& getenv) {
+  RuntimeConfig c;
+  for (const SettingInfo& s : Settings()) {
+    std::string env(s.env);
+    std::optional<std::string> value = getenv(env.c_str());
+    if (!value) continue;
+    absl::Status st;
+    auto set = [&](auto parsed, auto& field) {
+      if (!parsed.ok()) {
+        st = parsed.status();
+      } else {
+        field = *std::move(parsed);
+      }
+    };
+    if (s.name == kSettingVisibleDevices) {
+      set(ParseVisibleDevices(*value), c.visible_devices);
+    } else if (s.name == kSettingLogicalDevices) {
+      set(ParseLogicalDevices(*value), c.logical_devices);
+    } else if (s.name == kSettingMemoryFraction) {
+      set(ParseMemoryFraction(*value), c.memory_fraction);
+    } else if (s.name == kSettingAllowGrowth) {
+      set(ParseBool(*value), c.allow_growth);
+    } else if (s.name == kSettingReservedMemory) {
+      set(ParseBytes(*value), c.reserved_memory);
+    } else if (s.name == kSettingAllocator) {
+      set(ParseAllocatorKind(*value), c.allocator);
+    } else if (s.name == kSettingSmPartition) {
+      set(ParseSmPartitions(*value), c.sm_partitions);
+    } else if (s.name == kSettingSoftPlacement) {
+      set(ParseBool(*value), c.soft_placement);
+    } else if (s.name == kSettingLogPlacement) {
+      set(ParseBool(*value), c.log_placement);
+    }
+    if (!st.ok()) {
+      return absl::Status(st.code(), absl::StrCat(env, "=\"", *value, "\": ", st.message()));
+    }
+    c.sources[std::string(s.name)] = ConfigSource::kEnvironment;
+  }
+  return c;
+}
+
+absl::StatusOr<std::vector<ResolvedLogicalDevice>> ResolveLogicalDevices(
+    const RuntimeConfig& config, absl::Span<const PhysicalDeviceInfo> physical) {
+  const int count = static_cast<int>(physical.size());
+  auto known = [&](int ordinal) { return ordinal >= 0 && ordinal < count; };
+  auto known_list = [&] {
+    return count == 0 ? std::string("the platform has no physical devices")
+                      : absl::StrCat("the platform has physical devices 0..", count - 1);
+  };
+
+  // Visible devices: known, unique.
+  std::vector<int> visible;
+  if (config.visible_devices) {
+    std::set<int> seen;
+    for (int o : *config.visible_devices) {
+      if (!known(o)) {
+        return absl::NotFoundError(absl::StrCat("visible devices name physical device ", o,
+                                                ", but ", known_list(),
+                                                "; fix VGPU_VISIBLE_DEVICES"));
+      }
+      if (!seen.insert(o).second) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("visible devices list physical device ", o, " twice; list it once"));
+      }
+      visible.push_back(o);
+    }
+  } else {
+    for (int o = 0; o < count; ++o) visible.push_back(o);
+  }
+  auto is_visible = [&](int o) {
+    return std::find(visible.begin(), visible.end(), o) != visible.end();
+  };
+
+  // Memory fraction.
+  if (config.memory_fraction) {
+    double f = *config.memory_fraction;
+    if (!(f > 0.0 && f <= 1.0)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "memory fraction ", f, " is outside (0, 1]; use e.g. VGPU_MEMORY_FRACTION=0.4"));
+    }
+    if (!config.logical_devices.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("memory fraction ", f, " and explicit logical devices (",
+                       FormatLogicalDevices(config.logical_devices),
+                       ") both set; use one: VGPU_MEMORY_FRACTION or VGPU_LOGICAL_DEVICES"));
+    }
+  }
+
+  // Explicit logical devices: known, visible, unique, non-zero.
+  std::map<int, const PhysicalDeviceConfig*> explicit_devices;
+  for (const PhysicalDeviceConfig& p : config.logical_devices) {
+    if (!known(p.ordinal)) {
+      return absl::NotFoundError(absl::StrCat("logical devices are configured for physical device ",
+                                              p.ordinal, ", but ", known_list(),
+                                              "; fix VGPU_LOGICAL_DEVICES"));
+    }
+    if (!is_visible(p.ordinal)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("logical devices are configured for physical device ", p.ordinal,
+                       ", which is not visible (visible: ", absl::StrJoin(visible, ","),
+                       "); add it to VGPU_VISIBLE_DEVICES or drop its group"));
+    }
+    if (!explicit_devices.emplace(p.ordinal, &p).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("logical devices list physical device ", p.ordinal, " twice; list it once"));
+    }
+    if (p.logical_devices.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("physical device ", p.ordinal, " has an empty logical device list"));
+    }
+  }
+
+  std::map<int, const SmPartitionConfig*> partitions;
+  for (const SmPartitionConfig& s : config.sm_partitions) {
+    if (!known(s.ordinal)) {
+      return absl::NotFoundError(absl::StrCat("SM partitions are configured for physical device ",
+                                              s.ordinal, ", but ", known_list(),
+                                              "; fix VGPU_SM_PARTITION"));
+    }
+    if (!is_visible(s.ordinal)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("SM partitions are configured for physical device ", s.ordinal,
+                       ", which is not visible; add it to VGPU_VISIBLE_DEVICES or drop its group"));
+    }
+    if (!partitions.emplace(s.ordinal, &s).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("SM partitions list physical device ", s.ordinal, " twice; list it once"));
+    }
+  }
+
+  std::vector<ResolvedLogicalDevice> out;
+  for (int o : visible) {
+    const PhysicalDeviceInfo& info = physical[o];
+    const std::string dev = absl::StrCat("physical device ", o, " (", info.name, ")");
+    const uint64_t total = info.total_bytes;
+    const uint64_t reserve = config.reserved_memory;
+    if (reserve >= total) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(dev, ": reserved memory ", FormatBytes(reserve), " leaves nothing of its ",
+                       FormatBytes(total), "; lower VGPU_RESERVED_MEMORY"));
+    }
+    std::vector<ResolvedLogicalDevice> mine;
+    auto it = explicit_devices.find(o);
+    if (it != explicit_devices.end()) {
+      const auto& list = it->second->logical_devices;
+      for (size_t i = 0; i < list.size(); ++i) {
+        const LogicalDeviceConfig& d = list[i];
+        ResolvedLogicalDevice r;
+        r.physical_ordinal = o;
+        r.priority = d.priority;
+        if (d.memory_percent) {
+          double pct = *d.memory_percent;
+          if (!(pct > 0.0 && pct <= 100.0)) {
+            return absl::InvalidArgumentError(
+                absl::StrCat(dev, ": logical device ", i, " asks for ", FormatPercent(pct),
+                             "% of the card; a percentage must be in (0, 100]"));
+          }
+          r.memory_limit = static_cast<uint64_t>(static_cast<long double>(total) * pct / 100.0L);
+        } else {
+          r.memory_limit = d.memory_bytes;
+        }
+        if (r.memory_limit == 0) {
+          return absl::InvalidArgumentError(
+              absl::StrCat(dev, ": logical device ", i, " has a zero memory limit (",
+                           DescribeLimit(d), "); give every logical device a positive size"));
+        }
+        mine.push_back(r);
+      }
+    } else if (config.memory_fraction) {
+      ResolvedLogicalDevice r;
+      r.physical_ordinal = o;
+      r.memory_limit = static_cast<uint64_t>(static_cast<long double>(total) *
+                                             static_cast<long double>(*config.memory_fraction));
+      if (r.memory_limit == 0) {
+        return absl::InvalidArgumentError(absl::StrCat(dev, ": memory fraction ",
+                                                       *config.memory_fraction, " of ",
+                                                       FormatBytes(total), " is zero bytes"));
+      }
+      mine.push_back(r);
+    } else {
+      // All of the free memory but the reserve, as TensorFlow does by default.
+      if (info.free_bytes <= reserve) {
+        return absl::ResourceExhaustedError(absl::StrCat(
+            dev, ": only ", FormatBytes(info.free_bytes), " free, not more than the reserve ",
+            FormatBytes(reserve), "; lower VGPU_RESERVED_MEMORY or free memory on the card"));
+      }
+      ResolvedLogicalDevice r;
+      r.physical_ordinal = o;
+      r.memory_limit = info.free_bytes - reserve;
+      mine.push_back(r);
+    }
+
+    uint64_t sum = 0;
+    std::vector<std::string> parts;
+    for (const ResolvedLogicalDevice& r : mine) {
+      // Saturating: absurd sizes must still fail the capacity check, not wrap around.
+      sum = r.memory_limit > std::numeric_limits<uint64_t>::max() - sum
+                ? std::numeric_limits<uint64_t>::max()
+                : sum + r.memory_limit;
+      parts.push_back(FormatBytes(r.memory_limit));
+    }
+    std::string sum_text = absl::StrCat(
+        mine.size() > 1 ? absl::StrCat(absl::StrJoin(parts, " + "), " = ") : "", FormatBytes(sum),
+        reserve > 0 ? absl::StrCat(" + reserve ", FormatBytes(reserve)) : "");
+    if (sum > total - reserve) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(dev, ": logical device limits ", sum_text, " exceed its capacity of ",
+                       FormatBytes(total), " (", sum, " + ", reserve, " > ", total,
+                       " bytes); shrink the limits in VGPU_LOGICAL_DEVICES or the reserve"));
+    }
+    if (!config.allow_growth && sum > (info.free_bytes > reserve ? info.free_bytes - reserve : 0)) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          dev, ": logical device limits ", sum_text, " exceed its free memory of ",
+          FormatBytes(info.free_bytes), " (", sum, " + ", reserve, " > ", info.free_bytes,
+          " bytes), and without growth the whole limit is taken at start; free memory on the "
+          "card, shrink the limits or set VGPU_ALLOW_GROWTH=true"));
+    }
+
+    auto pit = partitions.find(o);
+    if (pit != partitions.end()) {
+      const std::vector<int>& counts = pit->second->sm_counts;
+      if (counts.size() != mine.size()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            dev, ": ", counts.size(), " SM partitions for ", mine.size(),
+            " logical devices; give one SM count per logical device in VGPU_SM_PARTITION"));
+      }
+      int64_t sm_sum = 0;
+      for (size_t i = 0; i < counts.size(); ++i) {
+        if (counts[i] <= 0) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              dev, ": SM count ", counts[i], " of logical device ", i, " must be positive"));
+        }
+        sm_sum += counts[i];
+        mine[i].sm_count = counts[i];
+      }
+      if (info.sm_count > 0 && sm_sum > info.sm_count) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(dev, ": SM partitions ", absl::StrJoin(counts, "+"), " = ", sm_sum,
+                         " exceed its ", info.sm_count, " SMs; shrink VGPU_SM_PARTITION"));
+      }
+    }
+    for (ResolvedLogicalDevice& r : mine) {
+      r.gpu_id = static_cast<int>(out.size());
+      out.push_back(r);
+    }
+  }
+  return out;
+}
+
+}  // namespace vgpu

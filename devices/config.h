@@ -1,0 +1,144 @@
+// The runtime's configuration: which physical devices are used, how each is split into
+// logical devices (hard memory limits, stream priorities, SM partitions), the allocator and
+// the placement behaviour. Filled by the API or read from the environment
+// (RuntimeConfig::FromEnvironment); checked and turned into concrete logical devices by
+// ResolveLogicalDevices before anything is allocated. Grammars and errors: docs/devices.md.
+//
+//   VGPU_VISIBLE_DEVICES=0,1                        physical ordinals used, in this order
+//   VGPU_LOGICAL_DEVICES="0:1GiB,1GiB@-1;1:40%,60%" per physical ordinal: SIZE[@PRIORITY],...
+//   VGPU_MEMORY_FRACTION=0.4                        one logical device per physical, 40%
+//   VGPU_ALLOW_GROWTH=true                          grow on demand up to the limit
+//   VGPU_RESERVED_MEMORY=512MiB                     left free on every physical device
+//   VGPU_ALLOCATOR=bfc|vmm
+//   VGPU_SM_PARTITION="0:33,33,66"                  SMs per logical device (cuda only)
+//   VGPU_SOFT_PLACEMENT=true, VGPU_LOG_PLACEMENT=true
+//
+// Thread safety: RuntimeConfig is a plain value; the functions here are pure (FromEnvironment
+// reads the environment, which must not be modified concurrently).
+#ifndef VGPU_DEVICES_CONFIG_H_
+#define VGPU_DEVICES_CONFIG_H_
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+#include "allocator/factory.h"
+#include "runtime/platform.h"
+
+namespace vgpu {
+
+// Where a setting came from, shown by vgpu-info.
+enum class ConfigSource { kDefault, kEnvironment, kApi };
+absl::string_view ConfigSourceName(ConfigSource source);  // "default", "environment", "api"
+
+// One logical device of a physical device: a limit in bytes or in percent of the card.
+struct LogicalDeviceConfig {
+  uint64_t memory_bytes = 0;             // used when memory_percent is unset
+  std::optional<double> memory_percent;  // of the card's total memory, in (0, 100]
+  int priority = 0;                      // stream priority: lower = higher, as CUDA
+
+  static LogicalDeviceConfig Bytes(uint64_t bytes, int priority = 0) {
+    return {bytes, std::nullopt, priority};
+  }
+  static LogicalDeviceConfig Percent(double percent, int priority = 0) {
+    return {0, percent, priority};
+  }
+};
+
+struct PhysicalDeviceConfig {
+  int ordinal = 0;
+  std::vector<LogicalDeviceConfig> logical_devices;  // GPU ids in this order
+};
+
+struct SmPartitionConfig {
+  int ordinal = 0;
+  std::vector<int> sm_counts;  // one per logical device of `ordinal`, in order
+};
+
+// Names of the settings, for RuntimeConfig::sources and vgpu-info.
+inline constexpr absl::string_view kSettingVisibleDevices = "visible_devices";
+inline constexpr absl::string_view kSettingLogicalDevices = "logical_devices";
+inline constexpr absl::string_view kSettingMemoryFraction = "memory_fraction";
+inline constexpr absl::string_view kSettingAllowGrowth = "allow_growth";
+inline constexpr absl::string_view kSettingReservedMemory = "reserved_memory";
+inline constexpr absl::string_view kSettingAllocator = "allocator";
+inline constexpr absl::string_view kSettingSmPartition = "sm_partition";
+inline constexpr absl::string_view kSettingSoftPlacement = "soft_placement";
+inline constexpr absl::string_view kSettingLogPlacement = "log_placement";
+// All of them, in display order.
+const std::vector<absl::string_view>& AllSettings();
+// The environment variable of a setting ("VGPU_ALLOW_GROWTH"), "" for unknown names.
+absl::string_view SettingEnvVar(absl::string_view setting);
+
+struct RuntimeConfig {
+  // Physical ordinals used, in this order (logical GPU ids follow it); nullopt = all.
+  std::optional<std::vector<int>> visible_devices;
+  // Explicit logical devices; a visible physical device not listed gets one logical device
+  // with all its free memory (less the reserve). Exclusive with memory_fraction.
+  std::vector<PhysicalDeviceConfig> logical_devices;
+  // One logical device per visible physical device with limit = fraction x total.
+  std::optional<double> memory_fraction;
+  bool allow_growth = false;
+  uint64_t reserved_memory = 0;
+  AllocatorKind allocator = AllocatorKind::kBfc;
+  std::vector<SmPartitionConfig> sm_partitions;
+  bool soft_placement = false;
+  bool log_placement = false;
+
+  // Setting name -> source. Settings absent here count as "api" when they differ from the
+  // default and "default" otherwise (see SourceOf), so API users need not fill this.
+  std::map<std::string, ConfigSource, std::less<>> sources;
+  ConfigSource SourceOf(absl::string_view setting) const;
+
+  // Reads the VGPU_* variables; InvalidArgument naming the variable and its value when one
+  // does not parse. Unset variables keep the defaults.
+  static absl::StatusOr<RuntimeConfig> FromEnvironment();
+  // The same with an injectable lookup (tests); `getenv` returns nullopt for unset variables.
+  using EnvLookup = std::function<std::optional<std::string>(const char* name)>;
+  static absl::StatusOr<RuntimeConfig> FromEnvironment(const EnvLookup& getenv);
+};
+
+// The grammars (each InvalidArgument naming the bad part; whitespace around items ignored).
+// "0,1" -> {0, 1}; "" -> {} (no GPUs).
+absl::StatusOr<std::vector<int>> ParseVisibleDevices(absl::string_view text);
+// "0:1GiB,1GiB@-1;1:40%,60%": groups by ';', ORDINAL ':' then SIZE['@'PRIORITY] by ','.
+absl::StatusOr<std::vector<PhysicalDeviceConfig>> ParseLogicalDevices(absl::string_view text);
+// "0:33,33,66;1:64": groups by ';', ORDINAL ':' then SM counts by ','.
+absl::StatusOr<std::vector<SmPartitionConfig>> ParseSmPartitions(absl::string_view text);
+// A decimal number ("0.4"); the (0, 1] range is checked by ResolveLogicalDevices.
+absl::StatusOr<double> ParseMemoryFraction(absl::string_view text);
+// true/false, 1/0, yes/no, on/off (case-insensitive).
+absl::StatusOr<bool> ParseBool(absl::string_view text);
+// Inverse of ParseLogicalDevices (for messages and vgpu-info).
+std::string FormatLogicalDevices(absl::Span<const PhysicalDeviceConfig> devices);
+
+// A logical GPU as the configuration defines it, limits in bytes.
+struct ResolvedLogicalDevice {
+  int gpu_id = 0;
+  int physical_ordinal = 0;
+  uint64_t memory_limit = 0;
+  int priority = 0;
+  int sm_count = 0;  // requested SMs (0 = whole device)
+};
+
+// Checks `config` against the platform's physical devices (`physical[i]` is ordinal i, fresh
+// from Describe) and lists the logical GPUs in id order. Errors (nothing is allocated):
+//   NotFound          visible or configured ordinal the platform does not have
+//   InvalidArgument   duplicate ordinals; logical devices for a device not visible; fraction
+//                     outside (0, 1]; fraction together with logical devices; a zero limit or
+//                     a percentage outside (0, 100]; sum of limits + reserve over the card's
+//                     total; reserve >= total; SM partitions that do not match the devices
+//   ResourceExhausted growth off (memory taken at start) and limits + reserve over the
+//                     card's free memory
+absl::StatusOr<std::vector<ResolvedLogicalDevice>> ResolveLogicalDevices(
+    const RuntimeConfig& config, absl::Span<const PhysicalDeviceInfo> physical);
+
+}  // namespace vgpu
+
+#endif  // VGPU_DEVICES_CONFIG_H_

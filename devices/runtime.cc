@@ -1,0 +1,266 @@
+#include "devices/runtime.h"
+
+#include <cstdio>
+#include <map>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "allocator/factory.h"
+#include "runtime/status.h"
+
+namespace vgpu {
+namespace {
+
+absl::Status Annotate(const absl::Status& s, absl::string_view context) {
+  return absl::Status(s.code(), absl::StrCat(context, ": ", s.message()));
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Runtime>> Runtime::Create(const RuntimeConfig& config,
+                                                         Platform* platform) {
+  if (platform == nullptr) {
+    VGPU_ASSIGN_OR_RETURN(platform, DefaultPlatform());
+  }
+  // 1. Discover.
+  std::vector<PhysicalDeviceInfo> physical;
+  for (int i = 0; i < platform->DeviceCount(); ++i) {
+    absl::StatusOr<PhysicalDeviceInfo> info = platform->Describe(i);
+    if (!info.ok()) return Annotate(info.status(), absl::StrCat("physical device ", i));
+    physical.push_back(*std::move(info));
+  }
+  // 2. Validate everything before anything is allocated.
+  VGPU_ASSIGN_OR_RETURN(std::vector<ResolvedLogicalDevice> resolved,
+                        ResolveLogicalDevices(config, physical));
+  std::map<int, Executor*> executors;
+  for (const ResolvedLogicalDevice& r : resolved) {
+    if (executors.count(r.physical_ordinal) == 0) {
+      absl::StatusOr<Executor*> e = platform->GetExecutor(r.physical_ordinal);
+      if (!e.ok()) {
+        return Annotate(e.status(), absl::StrCat("physical device ", r.physical_ordinal));
+      }
+      executors[r.physical_ordinal] = *e;
+    }
+    auto [least, greatest] = executors[r.physical_ordinal]->StreamPriorityRange();
+    if (r.priority > least || r.priority < greatest) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "logical GPU:", r.gpu_id, " on physical device ", r.physical_ordinal, ": priority ",
+          r.priority, " is outside the device's stream priority range [", greatest, ", ", least,
+          "] (lower = higher priority); fix the @PRIORITY in VGPU_LOGICAL_DEVICES"));
+    }
+  }
+  // SM partitions: one per logical device of each partitioned physical device, in order.
+  std::map<int, std::vector<int>> actual_sms;
+  for (const SmPartitionConfig& p : config.sm_partitions) {
+    absl::StatusOr<std::vector<int>> sms = executors[p.ordinal]->PartitionSms(p.sm_counts);
+    if (!sms.ok()) {
+      if (sms.status().code() == absl::StatusCode::kUnimplemented) {
+        return absl::UnimplementedError(
+            absl::StrCat("SM partitions (VGPU_SM_PARTITION) are not available on physical device ",
+                         p.ordinal, " of platform ", platform->name(), ": ", sms.status().message(),
+                         "; unset VGPU_SM_PARTITION"));
+      }
+      return Annotate(sms.status(),
+                      absl::StrCat("physical device ", p.ordinal, ": partitioning SMs"));
+    }
+    actual_sms[p.ordinal] = *std::move(sms);
+  }
+
+  // 3. Build the devices.
+  std::unique_ptr<Runtime> rt(new Runtime());
+  rt->platform_ = platform;
+  rt->config_ = config;
+  std::map<int, int> position;  // physical ordinal -> next list position
+  for (const ResolvedLogicalDevice& r : resolved) {
+    Executor* executor = executors[r.physical_ordinal];
+    LogicalDeviceInfo info;
+    info.type = DeviceType::kGpu;
+    info.id = r.gpu_id;
+    info.name = DeviceName::Local("GPU", r.gpu_id).ToString();
+    info.physical_ordinal = r.physical_ordinal;
+    info.memory_limit = r.memory_limit;
+    info.priority = r.priority;
+    info.allow_growth = config.allow_growth;
+    info.allocator_kind = std::string(AllocatorKindName(config.allocator));
+    const std::string label = absl::StrCat(info.name, " (physical GPU ", r.physical_ordinal, ")");
+    StreamOptions so;
+    so.priority = r.priority;
+    int pos = position[r.physical_ordinal]++;
+    auto sms = actual_sms.find(r.physical_ordinal);
+    if (sms != actual_sms.end()) {
+      so.sm_partition = pos;
+      info.sm_count = pos < static_cast<int>(sms->second.size()) ? sms->second[pos] : 0;
+    }
+    absl::StatusOr<std::unique_ptr<Stream>> stream = executor->CreateStream(so);
+    if (!stream.ok())
+      return Annotate(stream.status(), absl::StrCat(label, ": creating its stream"));
+    DeviceAllocatorOptions ao;
+    ao.kind = config.allocator;
+    ao.device_name = label;
+    ao.memory_limit = r.memory_limit;
+    ao.allow_growth = config.allow_growth;
+    absl::StatusOr<std::unique_ptr<Allocator>> allocator = CreateDeviceAllocator(executor, ao);
+    if (!allocator.ok()) {
+      return Annotate(allocator.status(), absl::StrCat(label, ": creating its allocator"));
+    }
+    rt->owned_.push_back(std::make_unique<LogicalDevice>(
+        std::move(info), executor, *std::move(stream), *std::move(allocator)));
+    rt->gpus_.push_back(rt->owned_.back().get());
+  }
+
+  // CPU:0 uses the first visible physical device for pinned memory and copies.
+  Executor* host_executor = nullptr;
+  if (!resolved.empty()) host_executor = executors[resolved.front().physical_ordinal];
+  LogicalDeviceInfo cpu;
+  cpu.type = DeviceType::kCpu;
+  cpu.id = 0;
+  cpu.name = DeviceName::Local("CPU", 0).ToString();
+  cpu.allocator_kind = "host";
+  cpu.allow_growth = true;
+  std::unique_ptr<Stream> cpu_stream;
+  if (host_executor != nullptr) {
+    VGPU_ASSIGN_OR_RETURN(cpu_stream, host_executor->CreateStream(StreamOptions{}));
+  }
+  absl::StatusOr<std::unique_ptr<Allocator>> cpu_allocator =
+      CreateHostMemoryAllocator(host_executor, cpu.name, 0);
+  if (!cpu_allocator.ok()) return Annotate(cpu_allocator.status(), cpu.name);
+  rt->owned_.push_back(std::make_unique<LogicalDevice>(
+      std::move(cpu), host_executor, std::move(cpu_stream), *std::move(cpu_allocator)));
+  rt->cpu_ = rt->owned_.back().get();
+
+  rt->all_ = rt->gpus_;
+  rt->all_.push_back(rt->cpu_);
+  for (LogicalDevice* d : rt->all_) {
+    VGPU_ASSIGN_OR_RETURN(DeviceName n, DeviceName::Parse(d->name()));
+    rt->parsed_names_.push_back(std::move(n));
+  }
+  return rt;
+}
+
+Runtime::~Runtime() {
+  // Drain each device's stream before its allocator frees memory the work may still use.
+  for (auto& d : owned_) {
+    if (d->stream() != nullptr) d->stream()->Synchronize().IgnoreError();
+  }
+}
+
+std::string Runtime::DeviceList() const {
+  std::vector<std::string> names;
+  for (const LogicalDevice* d : all_) names.push_back(d->name());
+  return absl::StrJoin(names, ", ");
+}
+
+absl::StatusOr<std::vector<LogicalDevice*>> Runtime::FindAll(absl::string_view spec) const {
+  VGPU_ASSIGN_OR_RETURN(DeviceName s, DeviceName::Parse(spec));
+  std::vector<LogicalDevice*> out;
+  for (size_t i = 0; i < all_.size(); ++i) {
+    if (IsSpecification(s, parsed_names_[i])) out.push_back(all_[i]);
+  }
+  return out;
+}
+
+absl::StatusOr<LogicalDevice*> Runtime::Find(absl::string_view spec) const {
+  VGPU_ASSIGN_OR_RETURN(std::vector<LogicalDevice*> found, FindAll(spec));
+  if (found.empty()) {
+    return absl::NotFoundError(
+        absl::StrCat("no device matches \"", spec, "\"; devices: ", DeviceList()));
+  }
+  return found.front();
+}
+
+absl::StatusOr<LogicalDevice*> Runtime::Place(absl::string_view spec,
+                                              const PlaceOptions& options) const {
+  const bool soft = options.soft_placement.value_or(config_.soft_placement);
+  const bool log = options.log_placement.value_or(config_.log_placement);
+  const std::string what = options.what.empty() ? "op" : options.what;
+  VGPU_ASSIGN_OR_RETURN(DeviceName s, DeviceName::Parse(spec));
+  VGPU_ASSIGN_OR_RETURN(std::vector<LogicalDevice*> found, FindAll(spec));
+  LogicalDevice* chosen = nullptr;
+  std::string note;
+  if (!found.empty()) {
+    chosen = found.front();
+  } else if (!soft) {
+    return absl::NotFoundError(absl::StrCat("cannot place ", what, " on \"", spec,
+                                            "\": no such device; devices: ", DeviceList(),
+                                            " (soft placement, VGPU_SOFT_PLACEMENT=true, would "
+                                            "fall back to another device)"));
+  } else {
+    // Soft: the requested type with any id (job/replica/task ignored), then CPU:0.
+    DeviceName same_type;
+    same_type.type = s.type;
+    if (s.type) {
+      for (size_t i = 0; i < all_.size() && chosen == nullptr; ++i) {
+        if (IsSpecification(same_type, parsed_names_[i])) chosen = all_[i];
+      }
+    }
+    if (chosen != nullptr) {
+      note = ", soft";
+    } else {
+      chosen = cpu_;
+      note = absl::StrCat(", soft: no ", s.type ? *s.type : std::string("matching"),
+                          " device, fell back to CPU");
+    }
+  }
+  if (log) Log(absl::StrCat(what, " -> ", chosen->name(), " (requested ", spec, note, ")"));
+  return chosen;
+}
+
+void Runtime::SetPlacementLogSink(std::function<void(absl::string_view)> sink) {
+  std::lock_guard<std::mutex> lock(log_mu_);
+  log_sink_ = std::move(sink);
+}
+
+void Runtime::Log(absl::string_view line) const {
+  std::lock_guard<std::mutex> lock(log_mu_);
+  if (log_sink_) {
+    log_sink_(line);
+  } else {
+    std::fprintf(stderr, "%.*s\n", static_cast<int>(line.size()), line.data());
+  }
+}
+
+namespace {
+
+struct DefaultState {
+  std::mutex mu;
+  std::optional<RuntimeConfig> config;  // from SetDefaultRuntimeConfig
+  Runtime* runtime = nullptr;           // leaked on purpose: lives until exit
+};
+
+DefaultState& Default() {
+  static DefaultState* state = new DefaultState();
+  return *state;
+}
+
+}  // namespace
+
+absl::StatusOr<Runtime*> DefaultRuntime() {
+  DefaultState& d = Default();
+  std::lock_guard<std::mutex> lock(d.mu);
+  if (d.runtime != nullptr) return d.runtime;
+  RuntimeConfig config;
+  if (d.config) {
+    config = *d.config;
+  } else {
+    VGPU_ASSIGN_OR_RETURN(config, RuntimeConfig::FromEnvironment());
+  }
+  VGPU_ASSIGN_OR_RETURN(std::unique_ptr<Runtime> rt, Runtime::Create(config));
+  d.runtime = rt.release();
+  return d.runtime;
+}
+
+absl::Status SetDefaultRuntimeConfig(const RuntimeConfig& config) {
+  DefaultState& d = Default();
+  std::lock_guard<std::mutex> lock(d.mu);
+  if (d.runtime != nullptr) {
+    return absl::FailedPreconditionError(
+        "the default runtime's configuration cannot be modified after it has been "
+        "initialized; call SetDefaultRuntimeConfig before the first DefaultRuntime() (or "
+        "create your own with Runtime::Create)");
+  }
+  d.config = config;
+  return absl::OkStatus();
+}
+
+}  // namespace vgpu

@@ -1,0 +1,99 @@
+// The logical-device registry: Runtime::Create discovers the platform's physical devices,
+// validates a RuntimeConfig, and builds the logical GPUs (each with its own hard memory
+// limit, allocator and stream) plus CPU:0. Find and Place resolve TensorFlow-style device
+// names to devices; Place implements soft placement and placement logging.
+// A process-wide default runtime is created lazily from the environment (DefaultRuntime).
+//
+// Thread safety: Create, Find, FindAll, Place, devices() and the accessors are safe from any
+// thread at once; the devices live as long as the Runtime. DefaultRuntime and
+// SetDefaultRuntimeConfig are safe from any thread.
+#ifndef VGPU_DEVICES_RUNTIME_H_
+#define VGPU_DEVICES_RUNTIME_H_
+
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "devices/config.h"
+#include "devices/device_name.h"
+#include "devices/logical_device.h"
+#include "runtime/platform.h"
+
+namespace vgpu {
+
+struct PlaceOptions {
+  // What is being placed, for the log line ("<what> -> <device> (...)"); "op" when empty.
+  std::string what;
+  // Override the runtime's configuration for this call.
+  std::optional<bool> soft_placement;
+  std::optional<bool> log_placement;
+};
+
+class Runtime {
+ public:
+  // `platform` nullptr: DefaultPlatform(). Validation errors are those of
+  // ResolveLogicalDevices (config.h) plus: InvalidArgument for a priority outside the
+  // device's stream priority range, Unimplemented for SM partitions on a platform without
+  // them; allocator and stream failures are passed on naming the logical device. Nothing
+  // stays allocated on failure.
+  static absl::StatusOr<std::unique_ptr<Runtime>> Create(const RuntimeConfig& config,
+                                                         Platform* platform = nullptr);
+  ~Runtime();
+  Runtime(const Runtime&) = delete;
+  Runtime& operator=(const Runtime&) = delete;
+
+  Platform* platform() const { return platform_; }
+  const RuntimeConfig& config() const { return config_; }
+  // GPUs in id order, then CPU:0.
+  const std::vector<LogicalDevice*>& devices() const { return all_; }
+  const std::vector<LogicalDevice*>& gpus() const { return gpus_; }
+  LogicalDevice* cpu() const { return cpu_; }
+
+  // The first device (GPUs in id order, then CPU:0) that `spec` (any form of device_name.h)
+  // specifies. InvalidArgument for a bad name; NotFound naming the spec and listing the
+  // devices that exist.
+  absl::StatusOr<LogicalDevice*> Find(absl::string_view spec) const;
+  // Every device that `spec` specifies (possibly none); InvalidArgument for a bad name.
+  absl::StatusOr<std::vector<LogicalDevice*>> FindAll(absl::string_view spec) const;
+  // Find with soft placement: when nothing matches and soft placement is on, falls back to
+  // the first device of the requested type (any id), then to CPU:0, and says so in the log.
+  // With placement logging on, writes one line per decision to the log sink:
+  //   <what> -> /job:localhost/replica:0/task:0/device:GPU:1 (requested GPU:7, soft)
+  absl::StatusOr<LogicalDevice*> Place(absl::string_view spec,
+                                       const PlaceOptions& options = {}) const;
+  // Where placement log lines go (default: stderr). Safe to call concurrently with Place.
+  void SetPlacementLogSink(std::function<void(absl::string_view line)> sink);
+
+ private:
+  Runtime() = default;
+  std::string DeviceList() const;
+  void Log(absl::string_view line) const;
+
+  Platform* platform_ = nullptr;
+  RuntimeConfig config_;
+  std::vector<std::unique_ptr<LogicalDevice>> owned_;
+  std::vector<LogicalDevice*> all_;
+  std::vector<LogicalDevice*> gpus_;
+  LogicalDevice* cpu_ = nullptr;
+  std::vector<DeviceName> parsed_names_;  // parallel to all_
+  mutable std::mutex log_mu_;
+  std::function<void(absl::string_view)> log_sink_;  // guarded by log_mu_
+};
+
+// The process-wide runtime: created on first call from the config given to
+// SetDefaultRuntimeConfig, or else RuntimeConfig::FromEnvironment(), on DefaultPlatform().
+// A failed creation is returned and retried on the next call. Never destroyed.
+absl::StatusOr<Runtime*> DefaultRuntime();
+// Sets the default runtime's configuration; FailedPrecondition once the default runtime
+// exists (as TensorFlow's "cannot be modified after being initialized").
+absl::Status SetDefaultRuntimeConfig(const RuntimeConfig& config);
+
+}  // namespace vgpu
+
+#endif  // VGPU_DEVICES_RUNTIME_H_
