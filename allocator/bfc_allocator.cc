@@ -25,7 +25,8 @@ int BFCAllocator::BinFor(uint64_t size) {
 
 BFCAllocator::BFCAllocator(std::unique_ptr<SubAllocator> sub_allocator, BFCOptions options)
     : sub_allocator_(std::move(sub_allocator)), options_(std::move(options)) {
-  std::fill(std::begin(bin_root_), std::end(bin_root_), kNone);
+  bins_.reserve(kNumBins);
+  for (int b = 0; b < kNumBins; ++b) bins_.emplace_back(PoolAllocator<FreeKey>(&node_pool_));
   limit_ = options_.memory_limit & ~(kMinAllocationSize - 1);
   stats_.bytes_limit = limit_;
   next_region_bytes_ = std::max<uint64_t>(RoundedBytes(options_.initial_region_bytes), 256);
@@ -86,10 +87,6 @@ uint32_t BFCAllocator::NewChunk() {
     c = static_cast<uint32_t>(chunks_.size());
     chunks_.emplace_back();
   }
-  rng_ ^= rng_ << 13;
-  rng_ ^= rng_ >> 17;
-  rng_ ^= rng_ << 5;
-  chunks_[c].priority = rng_;
   return c;
 }
 
@@ -123,83 +120,93 @@ void BFCAllocator::MergeWithNext(uint32_t c) {
   DeleteChunk(n);
 }
 
-void BFCAllocator::TreapSplit(uint32_t t, uint32_t key, uint32_t* l, uint32_t* r) {
-  if (t == kNone) {
-    *l = *r = kNone;
-    return;
-  }
-  if (Less(t, key)) {
-    TreapSplit(chunks_[t].right, key, &chunks_[t].right, r);
-    *l = t;
-  } else {
-    TreapSplit(chunks_[t].left, key, l, &chunks_[t].left);
-    *r = t;
+BFCAllocator::NodePool::~NodePool() {
+  for (List& l : lists_) {
+    while (l.head != nullptr) {
+      void* next = *static_cast<void**>(l.head);
+      ::operator delete(l.head);
+      l.head = next;
+    }
   }
 }
 
-uint32_t BFCAllocator::TreapMerge(uint32_t l, uint32_t r) {
-  if (l == kNone) return r;
-  if (r == kNone) return l;
-  if (chunks_[l].priority > chunks_[r].priority) {
-    chunks_[l].right = TreapMerge(chunks_[l].right, r);
-    return l;
+void* BFCAllocator::NodePool::Get(size_t bytes) {
+  for (List& l : lists_) {
+    if (l.bytes == bytes && l.head != nullptr) {
+      void* p = l.head;
+      l.head = *static_cast<void**>(p);
+      return p;
+    }
   }
-  chunks_[r].left = TreapMerge(l, chunks_[r].left);
-  return r;
+  return ::operator new(std::max(bytes, sizeof(void*)));
+}
+
+void BFCAllocator::NodePool::Put(void* p, size_t bytes) {
+  for (List& l : lists_) {
+    if (l.bytes == bytes) {
+      *static_cast<void**>(p) = l.head;
+      l.head = p;
+      return;
+    }
+  }
+  *static_cast<void**>(p) = nullptr;
+  lists_.push_back(List{bytes, p});
 }
 
 void BFCAllocator::BinInsert(uint32_t c) {
-  int b = BinFor(chunks_[c].size);
-  chunks_[c].bin = static_cast<int8_t>(b);
-  chunks_[c].left = chunks_[c].right = kNone;
-  // Descend while the nodes outrank c, then split the subtree under c.
-  uint32_t* link = &bin_root_[b];
-  while (*link != kNone && chunks_[*link].priority > chunks_[c].priority) {
-    link = Less(c, *link) ? &chunks_[*link].left : &chunks_[*link].right;
-  }
-  TreapSplit(*link, c, &chunks_[c].left, &chunks_[c].right);
-  *link = c;
+  Chunk& ch = chunks_[c];
+  int b = BinFor(ch.size);
+  ch.bin = static_cast<int8_t>(b);
+  bins_[b].insert(FreeKey{ch.size, ch.ptr, c});
   bin_mask_ |= 1u << b;
 }
 
 void BFCAllocator::BinRemove(uint32_t c) {
-  int b = chunks_[c].bin;
-  uint32_t* link = &bin_root_[b];
-  while (*link != c) link = Less(c, *link) ? &chunks_[*link].left : &chunks_[*link].right;
-  *link = TreapMerge(chunks_[c].left, chunks_[c].right);
-  chunks_[c].bin = -1;
-  chunks_[c].left = chunks_[c].right = kNone;
-  if (bin_root_[b] == kNone) bin_mask_ &= ~(1u << b);
+  Chunk& ch = chunks_[c];
+  int b = ch.bin;
+  bins_[b].erase(FreeKey{ch.size, ch.ptr, c});
+  ch.bin = -1;
+  if (bins_[b].empty()) bin_mask_ &= ~(1u << b);
 }
 
-uint32_t BFCAllocator::FindChunkLocked(uint64_t size) const {
+void BFCAllocator::BinErase(int b, Bin::iterator it) {
+  chunks_[it->chunk].bin = -1;
+  bins_[b].erase(it);
+  if (bins_[b].empty()) bin_mask_ &= ~(1u << b);
+}
+
+void BFCAllocator::BinReplace(int b, Bin::iterator it, uint32_t c) {
+  Chunk& ch = chunks_[c];
+  const FreeKey key{ch.size, ch.ptr, c};
+  if (BinFor(ch.size) == b && (it == bins_[b].begin() || *std::prev(it) < key) &&
+      (std::next(it) == bins_[b].end() || key < *std::next(it))) {
+    // Same bin, same position: B-tree order is unchanged, so the key is edited in place.
+    if (it->chunk != c) chunks_[it->chunk].bin = -1;
+    const_cast<FreeKey&>(*it) = key;
+    ch.bin = static_cast<int8_t>(b);
+    return;
+  }
+  BinErase(b, it);
+  BinInsert(c);
+}
+
+BFCAllocator::Found BFCAllocator::FindChunkLocked(uint64_t size) {
   int b = BinFor(size);
   uint32_t mask = bin_mask_ & (~0u << b);
   while (mask != 0) {
     int i = std::countr_zero(mask);
     // Smallest (size, address) with size >= `size`.
-    uint32_t best = kNone;
-    uint32_t t = bin_root_[i];
-    while (t != kNone) {
-      if (chunks_[t].size >= size) {
-        best = t;
-        t = chunks_[t].left;
-      } else {
-        t = chunks_[t].right;
-      }
-    }
-    if (best != kNone) return best;
+    auto it = bins_[i].lower_bound(FreeKey{size, 0, 0});
+    if (it != bins_[i].end()) return Found{i, it};
     mask &= mask - 1;
   }
-  return kNone;
+  return Found{};
 }
 
 uint64_t BFCAllocator::LargestFreeLocked() const {
   if (bin_mask_ == 0) return 0;
   int i = 31 - std::countl_zero(bin_mask_);
-  uint32_t t = bin_root_[i];
-  while (chunks_[t].right != kNone) t = chunks_[t].right;
-  return chunks_[t].size;
+  return bins_[i].rbegin()->size;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -278,28 +285,30 @@ absl::StatusOr<uint64_t> BFCAllocator::ReleaseEmptyRegions() {
 // ---------------------------------------------------------------------------------------------
 // Allocate / free.
 
-void* BFCAllocator::CarveLocked(uint32_t c, uint64_t rounded, uint64_t alignment,
-                                uint64_t requested) {
-  BinRemove(c);
-  if (alignment > kMinAllocationSize) {
-    uint64_t aligned = AlignUp(chunks_[c].ptr, alignment);
-    if (aligned != chunks_[c].ptr) {
-      uint32_t n = SplitChunk(c, aligned - chunks_[c].ptr);
-      BinInsert(c);  // the padding stays free; its lower neighbour is in use (no free pairs)
-      c = n;
-    }
+void* BFCAllocator::CarveLocked(Found f, uint64_t rounded, uint64_t alignment, uint64_t requested) {
+  uint32_t c = f.it->chunk;
+  if (alignment > kMinAllocationSize && AlignUp(chunks_[c].ptr, alignment) != chunks_[c].ptr) {
+    BinErase(f.bin, f.it);
+    uint32_t n = SplitChunk(c, AlignUp(chunks_[c].ptr, alignment) - chunks_[c].ptr);
+    BinInsert(c);  // the padding stays free; its lower neighbour is in use (no free pairs)
+    c = n;
+    BinInsert(c);
+    f = Found{chunks_[c].bin, BinFind(c)};
   }
   uint64_t remainder = chunks_[c].size - rounded;
   if (remainder >= std::max<uint64_t>(options_.min_split_bytes, kMinAllocationSize)) {
     if (rounded <= options_.small_request_bytes && alignment <= kMinAllocationSize) {
       // Small: take the high end, leave the low part free where it was.
       uint32_t n = SplitChunk(c, remainder);
-      BinInsert(c);
+      BinReplace(f.bin, f.it, c);
       c = n;
     } else {
       uint32_t n = SplitChunk(c, rounded);
-      BinInsert(n);
+      BinReplace(f.bin, f.it, n);
+      chunks_[c].bin = -1;
     }
+  } else {
+    BinErase(f.bin, f.it);
   }
   Chunk& ch = chunks_[c];
   ch.in_use = true;
@@ -319,8 +328,8 @@ absl::StatusOr<void*> BFCAllocator::AllocateLocked(uint64_t bytes, uint64_t alig
   const uint64_t rounded = RoundedBytes(bytes);
   const uint64_t need =
       rounded + (alignment > kMinAllocationSize ? alignment - kMinAllocationSize : 0);
-  uint32_t c = FindChunkLocked(need);
-  if (c != kNone) return CarveLocked(c, rounded, alignment, bytes);
+  Found f = FindChunkLocked(need);
+  if (f.bin >= 0) return CarveLocked(f, rounded, alignment, bytes);
 
   std::string why = "no free chunk is large enough";
   if (options_.allow_growth) {
@@ -329,8 +338,8 @@ absl::StatusOr<void*> BFCAllocator::AllocateLocked(uint64_t bytes, uint64_t alig
       s = GrowLocked(need);
     }
     if (s.ok()) {
-      c = FindChunkLocked(need);
-      if (c != kNone) return CarveLocked(c, rounded, alignment, bytes);
+      f = FindChunkLocked(need);
+      if (f.bin >= 0) return CarveLocked(f, rounded, alignment, bytes);
     } else {
       why = std::string(s.message());
     }
@@ -359,17 +368,27 @@ absl::Status BFCAllocator::DoDeallocate(void* ptr) {
   ch.requested = 0;
   ++stats_.num_frees;
   stats_.bytes_in_use -= ch.size;
-  if (ch.next != kNone && !chunks_[ch.next].in_use) {
-    BinRemove(ch.next);
-    MergeWithNext(c);
-  }
-  uint32_t prev = chunks_[c].prev;
-  if (prev != kNone && !chunks_[prev].in_use) {
-    BinRemove(prev);
+  const uint32_t next = ch.next, prev = ch.prev;
+  const bool next_free = next != kNone && !chunks_[next].in_use;
+  const bool prev_free = prev != kNone && !chunks_[prev].in_use;
+  // Coalesce, reusing a neighbour's bin entry for the merged chunk where possible.
+  if (prev_free) {
+    if (next_free) {
+      BinRemove(next);  // before finding prev: erasing invalidates B-tree iterators
+      MergeWithNext(c);
+    }
+    int pb = chunks_[prev].bin;
+    Bin::iterator pit = BinFind(prev);
     MergeWithNext(prev);
-    c = prev;
+    BinReplace(pb, pit, prev);
+  } else if (next_free) {
+    int nb = chunks_[next].bin;
+    Bin::iterator nit = BinFind(next);
+    MergeWithNext(c);  // next's record is recycled, its bin entry now stands for c
+    BinReplace(nb, nit, c);
+  } else {
+    BinInsert(c);
   }
-  BinInsert(c);
   Notify(AllocatorEventKind::kFree, reinterpret_cast<uint64_t>(ptr), requested);
   return absl::OkStatus();
 }
@@ -451,18 +470,9 @@ std::string BFCAllocator::DumpMemoryLog() const {
       options_.allow_growth ? "on" : "off", ")\n  ", StatsLocked().ToString(), "\n");
   absl::StrAppend(&out, "Bins (free chunks):\n");
   for (int b = 0; b < kNumBins; ++b) {
-    if (bin_root_[b] == kNone) continue;
-    uint64_t count = 0, total = 0, largest = 0;
-    std::vector<uint32_t> stack = {bin_root_[b]};
-    while (!stack.empty()) {
-      uint32_t t = stack.back();
-      stack.pop_back();
-      ++count;
-      total += chunks_[t].size;
-      largest = std::max(largest, chunks_[t].size);
-      if (chunks_[t].left != kNone) stack.push_back(chunks_[t].left);
-      if (chunks_[t].right != kNone) stack.push_back(chunks_[t].right);
-    }
+    if (bins_[b].empty()) continue;
+    uint64_t count = bins_[b].size(), total = 0, largest = bins_[b].rbegin()->size;
+    for (const FreeKey& k : bins_[b]) total += k.size;
     absl::StrAppend(
         &out, "  bin ", b, " [", FormatBytes(uint64_t{256} << b),
         b == kNumBins - 1 ? ", inf)"
@@ -549,28 +559,15 @@ absl::Status BFCAllocator::CheckInvariants() const {
   }
   uint64_t binned = 0;
   for (int b = 0; b < kNumBins; ++b) {
-    if (((bin_mask_ >> b) & 1) != (bin_root_[b] != kNone)) return fail("bin mask for bin ", b);
-    // In-order walk: strictly increasing (size, ptr); heap-ordered priorities.
-    std::vector<uint32_t> stack;
-    uint32_t t = bin_root_[b], last = kNone;
-    while (t != kNone || !stack.empty()) {
-      while (t != kNone) {
-        for (uint32_t k : {chunks_[t].left, chunks_[t].right}) {
-          if (k != kNone && chunks_[k].priority > chunks_[t].priority) {
-            return fail("bin ", b, " heap order");
-          }
-        }
-        stack.push_back(t);
-        t = chunks_[t].left;
+    if (((bin_mask_ >> b) & 1) != !bins_[b].empty()) return fail("bin mask for bin ", b);
+    for (const FreeKey& k : bins_[b]) {
+      if (k.chunk >= chunks_.size()) return fail("bin ", b, " holds a bad record ", k.chunk);
+      const Chunk& ch = chunks_[k.chunk];
+      if (ch.in_use || ch.bin != b || ch.size != k.size || ch.ptr != k.ptr) {
+        return fail("bin ", b, " holds chunk ", P(k.ptr), " of ", k.size,
+                    " bytes that is not a free chunk of this bin");
       }
-      t = stack.back();
-      stack.pop_back();
-      const Chunk& ch = chunks_[t];
-      if (ch.in_use || ch.bin != b) return fail("bin ", b, " holds chunk ", P(ch.ptr));
-      if (last != kNone && !Less(last, t)) return fail("bin ", b, " is out of order");
-      if (++binned > chunks_.size()) return fail("bin ", b, " has a cycle");
-      last = t;
-      t = ch.right;
+      ++binned;
     }
   }
   if (binned != free_chunks) {

@@ -82,7 +82,7 @@ struct ReplayResult {
 // block still live at the end is freed (not timed). A failing free is an error.
 absl::StatusOr<ReplayResult> ReplayTrace(const Trace& trace, Allocator& allocator,
                                          bool stop_at_failure);
-// The baseline: malloc/free of the same sizes, in the same order; nanoseconds of the loop.
+// The baseline: malloc/free of the same sizes, in the same order; CPU nanoseconds of the loop.
 int64_t ReplayTraceWithMalloc(const Trace& trace);
 
 }  // namespace vgpu
