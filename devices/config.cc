@@ -90,6 +90,14 @@ std::string FormatPercent(double p) {
   return s;
 }
 
+// "1GiB", "512MiB", "3KiB", or plain bytes: exact and accepted by ParseBytes.
+std::string CompactBytes(uint64_t b) {
+  if (b != 0 && b % kGiB == 0) return absl::StrCat(b / kGiB, "GiB");
+  if (b != 0 && b % kMiB == 0) return absl::StrCat(b / kMiB, "MiB");
+  if (b != 0 && b % kKiB == 0) return absl::StrCat(b / kKiB, "KiB");
+  return absl::StrCat(b);
+}
+
 std::string DescribeLimit(const LogicalDeviceConfig& d) {
   if (d.memory_percent) return absl::StrCat(FormatPercent(*d.memory_percent), "%");
   return FormatBytes(d.memory_bytes);
@@ -259,13 +267,41 @@ std::string FormatLogicalDevices(absl::Span<const PhysicalDeviceConfig> devices)
     std::vector<std::string> items;
     for (const LogicalDeviceConfig& d : p.logical_devices) {
       std::string item = d.memory_percent ? absl::StrCat(FormatPercent(*d.memory_percent), "%")
-                                          : absl::StrCat(d.memory_bytes);
+                                          : CompactBytes(d.memory_bytes);
       if (d.priority != 0) absl::StrAppend(&item, "@", d.priority);
       items.push_back(std::move(item));
     }
     groups.push_back(absl::StrCat(p.ordinal, ":", absl::StrJoin(items, ",")));
   }
   return absl::StrJoin(groups, ";");
+}
+
+std::string FormatSetting(const RuntimeConfig& c, absl::string_view setting) {
+  auto boolean = [](bool b) { return std::string(b ? "true" : "false"); };
+  if (setting == kSettingVisibleDevices) {
+    return c.visible_devices ? absl::StrJoin(*c.visible_devices, ",") : "all";
+  }
+  if (setting == kSettingLogicalDevices) {
+    return c.logical_devices.empty() ? "one per physical device"
+                                     : FormatLogicalDevices(c.logical_devices);
+  }
+  if (setting == kSettingMemoryFraction) {
+    return c.memory_fraction ? absl::StrCat(*c.memory_fraction) : "unset";
+  }
+  if (setting == kSettingAllowGrowth) return boolean(c.allow_growth);
+  if (setting == kSettingReservedMemory) return FormatBytes(c.reserved_memory);
+  if (setting == kSettingAllocator) return std::string(AllocatorKindName(c.allocator));
+  if (setting == kSettingSmPartition) {
+    if (c.sm_partitions.empty()) return "none";
+    std::vector<std::string> groups;
+    for (const SmPartitionConfig& p : c.sm_partitions) {
+      groups.push_back(absl::StrCat(p.ordinal, ":", absl::StrJoin(p.sm_counts, ",")));
+    }
+    return absl::StrJoin(groups, ";");
+  }
+  if (setting == kSettingSoftPlacement) return boolean(c.soft_placement);
+  if (setting == kSettingLogPlacement) return boolean(c.log_placement);
+  return "";
 }
 
 absl::StatusOr<RuntimeConfig> RuntimeConfig::FromEnvironment() {
@@ -481,15 +517,16 @@ absl::StatusOr<std::vector<ResolvedLogicalDevice>> ResolveLogicalDevices(
         mine.size() > 1 ? absl::StrCat(absl::StrJoin(parts, " + "), " = ") : "", FormatBytes(sum),
         reserve > 0 ? absl::StrCat(" + reserve ", FormatBytes(reserve)) : "");
     if (sum > total - reserve) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(dev, ": logical device limits ", sum_text, " exceed its capacity of ",
-                       FormatBytes(total), " (", sum, " + ", reserve, " > ", total,
-                       " bytes); shrink the limits in VGPU_LOGICAL_DEVICES or the reserve"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          dev, ": logical device limits ", sum_text, " exceed its capacity of ", FormatBytes(total),
+          " (", sum, reserve > 0 ? absl::StrCat(" + ", reserve) : "", " > ", total,
+          " bytes); shrink the limits in VGPU_LOGICAL_DEVICES or the reserve"));
     }
     if (!config.allow_growth && sum > (info.free_bytes > reserve ? info.free_bytes - reserve : 0)) {
       return absl::ResourceExhaustedError(absl::StrCat(
           dev, ": logical device limits ", sum_text, " exceed its free memory of ",
-          FormatBytes(info.free_bytes), " (", sum, " + ", reserve, " > ", info.free_bytes,
+          FormatBytes(info.free_bytes), " (", sum, reserve > 0 ? absl::StrCat(" + ", reserve) : "",
+          " > ", info.free_bytes,
           " bytes), and without growth the whole limit is taken at start; free memory on the "
           "card, shrink the limits or set VGPU_ALLOW_GROWTH=true"));
     }

@@ -118,6 +118,10 @@ absl::StatusOr<bool> ParseBool(absl::string_view text);
 // Inverse of ParseLogicalDevices (for messages and vgpu-info).
 std::string FormatLogicalDevices(absl::Span<const PhysicalDeviceConfig> devices);
 
+// The value of a setting as text, for vgpu-info ("all", "0:1073741824,1073741824", "0.4",
+// "unset", "true", "512 MiB", "bfc", ...); "" for unknown names.
+std::string FormatSetting(const RuntimeConfig& config, absl::string_view setting);
+
 // A logical GPU as the configuration defines it, limits in bytes.
 struct ResolvedLogicalDevice {
   int gpu_id = 0;

@@ -145,6 +145,28 @@ Runtime::~Runtime() {
   }
 }
 
+DeviceSettingSources Runtime::SourcesOf(const LogicalDevice& device) const {
+  DeviceSettingSources s;
+  s.allocator = config_.SourceOf(kSettingAllocator);
+  s.allow_growth = config_.SourceOf(kSettingAllowGrowth);
+  if (!device.is_gpu()) return s;
+  const int ordinal = device.info().physical_ordinal;
+  bool listed = false;
+  for (const PhysicalDeviceConfig& p : config_.logical_devices) listed |= p.ordinal == ordinal;
+  if (listed) {
+    s.memory_limit = s.priority = config_.SourceOf(kSettingLogicalDevices);
+  } else if (config_.memory_fraction) {
+    s.memory_limit = config_.SourceOf(kSettingMemoryFraction);
+  } else if (config_.reserved_memory != 0) {
+    // Free memory less the reserve: the reserve decided it.
+    s.memory_limit = config_.SourceOf(kSettingReservedMemory);
+  }
+  for (const SmPartitionConfig& p : config_.sm_partitions) {
+    if (p.ordinal == ordinal) s.sm_partition = config_.SourceOf(kSettingSmPartition);
+  }
+  return s;
+}
+
 std::string Runtime::DeviceList() const {
   std::vector<std::string> names;
   for (const LogicalDevice* d : all_) names.push_back(d->name());

@@ -35,6 +35,15 @@ struct PlaceOptions {
   std::optional<bool> log_placement;
 };
 
+// Where each per-device setting of a logical device came from (for vgpu-info).
+struct DeviceSettingSources {
+  ConfigSource memory_limit = ConfigSource::kDefault;
+  ConfigSource priority = ConfigSource::kDefault;
+  ConfigSource allocator = ConfigSource::kDefault;
+  ConfigSource allow_growth = ConfigSource::kDefault;
+  ConfigSource sm_partition = ConfigSource::kDefault;
+};
+
 class Runtime {
  public:
   // `platform` nullptr: DefaultPlatform(). Validation errors are those of
@@ -67,6 +76,9 @@ class Runtime {
   //   <what> -> /job:localhost/replica:0/task:0/device:GPU:1 (requested GPU:7, soft)
   absl::StatusOr<LogicalDevice*> Place(absl::string_view spec,
                                        const PlaceOptions& options = {}) const;
+  // Which settings of `config()` decided `device`'s limit, priority, allocator, growth and
+  // SM partition, and where each came from.
+  DeviceSettingSources SourcesOf(const LogicalDevice& device) const;
   // Where placement log lines go (default: stderr). Safe to call concurrently with Place.
   void SetPlacementLogSink(std::function<void(absl::string_view line)> sink);
 

@@ -79,7 +79,7 @@ TEST(ConfigParseTest, LogicalDevices) {
   EXPECT_EQ((*d)[1].logical_devices[0].memory_percent, 40.0);
   EXPECT_EQ((*d)[1].logical_devices[1].memory_percent, 60.0);
   EXPECT_EQ((*d)[1].logical_devices[1].priority, -5);
-  EXPECT_EQ(FormatLogicalDevices(*d), "0:1073741824,536870912@-1;1:40%,60%@-5");
+  EXPECT_EQ(FormatLogicalDevices(*d), "0:1GiB,512MiB@-1;1:40%,60%@-5");
   EXPECT_THAT(ParseLogicalDevices(FormatLogicalDevices(*d)), IsOk());
 }
 
@@ -287,7 +287,7 @@ TEST(ResolveTest, FractionWithExplicitLimits) {
   RuntimeConfig c = WithLogical("0:1GiB");
   c.memory_fraction = 0.5;
   EXPECT_THAT(ResolveLogicalDevices(c, Cards({8 * kGiB})),
-              StatusIs(kInvalid, AllOf(HasSubstr("both set"), HasSubstr("0:1073741824"))));
+              StatusIs(kInvalid, AllOf(HasSubstr("both set"), HasSubstr("0:1GiB"))));
 }
 
 TEST(ResolveTest, ZeroLimit) {
