@@ -296,7 +296,8 @@ void* BFCAllocator::CarveLocked(Found f, uint64_t rounded, uint64_t alignment, u
     f = Found{chunks_[c].bin, BinFind(c)};
   }
   uint64_t remainder = chunks_[c].size - rounded;
-  if (remainder >= std::max<uint64_t>(options_.min_split_bytes, kMinAllocationSize)) {
+  if (remainder >= std::max<uint64_t>(options_.min_split_bytes, kMinAllocationSize) &&
+      remainder >= options_.min_split_fraction * rounded) {
     if (rounded <= options_.small_request_bytes && alignment <= kMinAllocationSize) {
       // Small: take the high end, leave the low part free where it was.
       uint32_t n = SplitChunk(c, remainder);

@@ -33,7 +33,7 @@ struct Fixture {
 };
 
 Fixture Make(uint64_t limit, bool growth, FakeSubAllocatorOptions fo = {},
-             uint64_t initial = 2 * kMiB) {
+             uint64_t initial = 2 * kMiB, uint64_t small_request_bytes = 0) {
   auto fake = std::make_unique<FakeSubAllocator>(fo);
   Fixture f;
   f.fake = fake.get();
@@ -42,6 +42,7 @@ Fixture Make(uint64_t limit, bool growth, FakeSubAllocatorOptions fo = {},
   o.memory_limit = limit;
   o.allow_growth = growth;
   o.initial_region_bytes = initial;
+  o.small_request_bytes = small_request_bytes;
   f.bfc = std::make_unique<BFCAllocator>(std::move(fake), o);
   return f;
 }
@@ -96,7 +97,7 @@ TEST(BFCAllocatorTest, GrowthOffFailsWhenTheLimitIsNotThere) {
 }
 
 TEST(BFCAllocatorTest, LargeRequestsFromTheLowEndSmallFromTheHighEnd) {
-  Fixture f = Make(16 * kMiB, false);
+  Fixture f = Make(16 * kMiB, false, {}, 2 * kMiB, /*small_request_bytes=*/1 * kMiB);
   void* a = Alloc(*f.bfc, 2 * kMiB);  // large: low end
   EXPECT_EQ(U(a), kBase);
   void* b = Alloc(*f.bfc, 3 * kMiB - 100);  // rounded to 3 MiB - 0, placed right after
@@ -137,10 +138,28 @@ TEST(BFCAllocatorTest, BestFitPrefersTheSmallestHoleThenTheLowestAddress) {
   EXPECT_EQ(U(s), U(p[0]));
 }
 
+TEST(BFCAllocatorTest, RemaindersUnderAQuarterOfTheRequestAreNotSplitOff) {
+  Fixture f = Make(16 * kMiB, false);
+  void* a = Alloc(*f.bfc, 4 * kMiB);
+  void* b = Alloc(*f.bfc, 4 * kMiB);
+  void* c = Alloc(*f.bfc, 8 * kMiB);
+  Free(*f.bfc, a);
+  void* d = Alloc(*f.bfc, 3 * kMiB + 512 * kKiB);  // 512 KiB left < 1/4 of the request: kept
+  EXPECT_EQ(U(d), kBase);
+  EXPECT_THAT(f.bfc->AllocatedSize(d), IsOkAndHolds(4 * kMiB));
+  Free(*f.bfc, b);
+  void* e = Alloc(*f.bfc, 3 * kMiB);  // 1 MiB left = 1/3 of the request: split
+  EXPECT_EQ(U(e), kBase + 4 * kMiB);
+  EXPECT_THAT(f.bfc->AllocatedSize(e), IsOkAndHolds(3 * kMiB));
+  EXPECT_EQ(f.bfc->Stats().largest_free_block, 1 * kMiB);
+  for (void* p : {c, d, e}) Free(*f.bfc, p);
+}
+
 TEST(BFCAllocatorTest, TinyRemaindersAreNotSplitOff) {
   auto fake = std::make_unique<FakeSubAllocator>();
   BFCOptions o{.name = "GPU:0", .memory_limit = 4 * kMiB, .allow_growth = false};
   o.min_split_bytes = 4 * kKiB;
+  o.min_split_fraction = 0;
   BFCAllocator a(std::move(fake), o);
   void* p = Alloc(a, 4 * kMiB - 1024);  // 1 KiB left: kept inside the chunk
   EXPECT_THAT(a.AllocatedSize(p), IsOkAndHolds(4 * kMiB));

@@ -7,6 +7,7 @@
 #include "tools/vgpu_bench.h"
 
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -94,6 +95,12 @@ absl::StatusOr<std::unique_ptr<Allocator>> MakeBenchAllocator(const BenchAllocat
     o.name = spec.name;
     o.memory_limit = spec.limit;
     o.allow_growth = spec.allow_growth;
+    // Policy knobs for experiments (docs/allocator.md lists the sweep made with them).
+    if (const char* e = std::getenv("VGPU_BFC_SMALL_REQUEST_BYTES"))
+      o.small_request_bytes = std::stoull(e);
+    if (const char* e = std::getenv("VGPU_BFC_MIN_SPLIT_BYTES")) o.min_split_bytes = std::stoull(e);
+    if (const char* e = std::getenv("VGPU_BFC_MIN_SPLIT_FRACTION"))
+      o.min_split_fraction = std::stod(e);
     std::unique_ptr<SubAllocator> sub;
     if (spec.executor != nullptr) {
       sub = std::make_unique<DeviceSubAllocator>(spec.executor);
