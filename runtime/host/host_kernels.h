@@ -14,6 +14,11 @@ namespace vgpu {
 // The stream passed to every method must be a host-platform stream.
 std::unique_ptr<Kernels> CreateHostKernels();
 
+// Threads OpenBLAS uses for each host-platform Blas call (process-wide). Callers that run
+// several streams' gemms at once lower it so the streams do not oversubscribe the cores.
+void SetHostBlasThreads(int threads);
+int HostBlasThreads();
+
 }  // namespace vgpu
 
 #endif  // VGPU_RUNTIME_HOST_HOST_KERNELS_H_

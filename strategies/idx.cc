@@ -1,0 +1,146 @@
+#include "strategies/idx.h"
+
+#include <sys/stat.h>
+#include <zlib.h>
+
+#include <memory>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "runtime/status.h"
+
+namespace vgpu {
+namespace strategies {
+namespace {
+
+bool Exists(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+
+struct GzCloser {
+  void operator()(gzFile f) const { gzclose(f); }
+};
+
+// Reads exactly `n` bytes; false on a short read.
+bool ReadExact(gzFile f, void* dst, uint64_t n) {
+  auto* p = static_cast<uint8_t*>(dst);
+  while (n > 0) {
+    unsigned chunk = static_cast<unsigned>(std::min<uint64_t>(n, 1u << 30));
+    int got = gzread(f, p, chunk);
+    if (got <= 0) return false;
+    p += got;
+    n -= static_cast<uint64_t>(got);
+  }
+  return true;
+}
+
+}  // namespace
+
+absl::StatusOr<IdxArray> ReadIdx(const std::string& path) {
+  if (!Exists(path)) return absl::NotFoundError(absl::StrCat(path, ": no such file"));
+  std::unique_ptr<gzFile_s, GzCloser> f(gzopen(path.c_str(), "rb"));
+  if (f == nullptr) return absl::NotFoundError(absl::StrCat(path, ": cannot open"));
+  uint8_t magic[4];
+  if (!ReadExact(f.get(), magic, 4)) {
+    return absl::InvalidArgumentError(absl::StrCat(path,
+                                                   ": not an IDX file (shorter than its "
+                                                   "4-byte magic number, or corrupt gzip)"));
+  }
+  if (magic[0] != 0 || magic[1] != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": not an IDX file (magic number starts ",
+                                                   static_cast<int>(magic[0]), " ",
+                                                   static_cast<int>(magic[1]), ", expected 0 0)"));
+  }
+  if (magic[2] != 0x08) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": IDX element type 0x",
+                                                   absl::Hex(magic[2]),
+                                                   " is not supported (need 0x08, "
+                                                   "unsigned bytes)"));
+  }
+  const int ndims = magic[3];
+  if (ndims < 1 || ndims > 4) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": IDX file with ", ndims, " dimensions (expected 1..4)"));
+  }
+  IdxArray a;
+  uint64_t total = 1;
+  for (int i = 0; i < ndims; ++i) {
+    uint8_t b[4];
+    if (!ReadExact(f.get(), b, 4)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ": truncated header (dimension ", i, " of ", ndims, ")"));
+    }
+    uint32_t d = (uint32_t{b[0]} << 24) | (uint32_t{b[1]} << 16) | (uint32_t{b[2]} << 8) | b[3];
+    if (d == 0 || d > (1u << 28)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ": implausible dimension ", i, " of size ", d));
+    }
+    a.dims.push_back(static_cast<int>(d));
+    total *= d;
+  }
+  if (total > (uint64_t{1} << 33)) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": ", total, " elements is too large"));
+  }
+  a.data.resize(total);
+  if (!ReadExact(f.get(), a.data.data(), total)) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": truncated data (header promises [",
+                                                   absl::StrJoin(a.dims, ","), "] = ", total,
+                                                   " bytes)"));
+  }
+  return a;
+}
+
+absl::StatusOr<Dataset> LoadIdxPair(const std::string& images_path,
+                                    const std::string& labels_path) {
+  VGPU_ASSIGN_OR_RETURN(IdxArray images, ReadIdx(images_path));
+  VGPU_ASSIGN_OR_RETURN(IdxArray labels, ReadIdx(labels_path));
+  if (images.dims.size() < 2) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(images_path, ": images need at least 2 dimensions, got ", images.dims.size()));
+  }
+  if (labels.dims.size() != 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(labels_path, ": labels need 1 dimension, got ", labels.dims.size()));
+  }
+  if (images.dims[0] != labels.dims[0]) {
+    return absl::InvalidArgumentError(absl::StrCat(images_path, " has ", images.dims[0],
+                                                   " images but ", labels_path, " has ",
+                                                   labels.dims[0], " labels"));
+  }
+  Dataset d;
+  d.rows = images.dims[0];
+  d.features = static_cast<int>(images.data.size() / d.rows);
+  d.x.resize(images.data.size());
+  for (size_t i = 0; i < images.data.size(); ++i) d.x[i] = images.data[i] * (1.0f / 255.0f);
+  d.y.assign(labels.data.begin(), labels.data.end());
+  return d;
+}
+
+absl::StatusOr<MnistLike> LoadMnistLike(const std::string& dir) {
+  auto find = [&](const std::string& stem) -> absl::StatusOr<std::string> {
+    for (const std::string& p :
+         {absl::StrCat(dir, "/", stem, ".gz"), absl::StrCat(dir, "/", stem)}) {
+      if (Exists(p)) return p;
+    }
+    return absl::NotFoundError(absl::StrCat(dir, "/", stem,
+                                            "[.gz]: no such file (expected an "
+                                            "MNIST-style IDX folder; Fashion-MNIST is in Debian's "
+                                            "dataset-fashion-mnist package)"));
+  };
+  MnistLike m;
+  VGPU_ASSIGN_OR_RETURN(std::string tri, find("train-images-idx3-ubyte"));
+  VGPU_ASSIGN_OR_RETURN(std::string trl, find("train-labels-idx1-ubyte"));
+  VGPU_ASSIGN_OR_RETURN(std::string tei, find("t10k-images-idx3-ubyte"));
+  VGPU_ASSIGN_OR_RETURN(std::string tel, find("t10k-labels-idx1-ubyte"));
+  VGPU_ASSIGN_OR_RETURN(m.train, LoadIdxPair(tri, trl));
+  VGPU_ASSIGN_OR_RETURN(m.test, LoadIdxPair(tei, tel));
+  if (m.train.features != m.test.features) {
+    return absl::InvalidArgumentError(absl::StrCat(dir, ": train images have ", m.train.features,
+                                                   " features, test images ", m.test.features));
+  }
+  return m;
+}
+
+}  // namespace strategies
+}  // namespace vgpu

@@ -1,0 +1,145 @@
+#include "strategies/mirrored.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "runtime/bytes.h"
+#include "runtime/status.h"
+
+namespace vgpu {
+namespace strategies {
+
+int MirroredStrategy::RowsForReplica(int rows, int replicas, int i) {
+  return rows / replicas + (i < rows % replicas ? 1 : 0);
+}
+
+absl::StatusOr<std::unique_ptr<MirroredStrategy>> MirroredStrategy::Create(
+    std::vector<LogicalDevice*> devices, const StrategyOptions& options,
+    AllReduceAlgorithm algorithm) {
+  if (devices.empty()) return absl::InvalidArgumentError("MirroredStrategy: no devices");
+  if (options.global_batch <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("MirroredStrategy: global batch ", options.global_batch));
+  }
+  std::unique_ptr<MirroredStrategy> m(new MirroredStrategy());
+  m->devices_ = devices;
+  m->options_ = options;
+  const int n = static_cast<int>(devices.size());
+  const int per_replica = RowsForReplica(options.global_batch, n, 0);
+  const int max_rows = std::max(per_replica, std::min(options.eval_batch, options.global_batch));
+  const std::vector<float> init = GlorotUniformInit(options.spec, options.seed);
+  for (LogicalDevice* d : devices) {
+    std::vector<std::unique_ptr<MlpStage>> stages;
+    VGPU_ASSIGN_OR_RETURN(auto stage,
+                          MlpStage::Create(d, options.spec, 0, options.spec.num_layers(), max_rows,
+                                           options.optimizer, options.max_slots));
+    stages.push_back(std::move(stage));
+    VGPU_ASSIGN_OR_RETURN(auto chain, MlpChain::Create(std::move(stages)));
+    VGPU_RETURN_IF_ERROR(chain->LoadParams(init));
+    m->grad_buffers_.push_back(chain->front()->grads());
+    m->replicas_.push_back(std::move(chain));
+  }
+  VGPU_ASSIGN_OR_RETURN(m->reducer_, AllReducer::Create(devices, algorithm));
+  return m;
+}
+
+MirroredStrategy::~MirroredStrategy() {
+  for (auto& r : replicas_) (void)r->Synchronize();
+}
+
+absl::Status MirroredStrategy::Step(const float* x, const int32_t* y, int rows) {
+  if (rows <= 0 || rows > options_.global_batch) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "MirroredStrategy::Step: ", rows, " rows; the global batch is 1..", options_.global_batch));
+  }
+  if (slot_ == options_.max_slots) VGPU_RETURN_IF_ERROR(Flush().status());
+  const int n = num_replicas();
+  const int in = options_.spec.in(0);
+  const float grad_scale = 1.0f / static_cast<float>(rows);
+  int offset = 0;
+  for (int i = 0; i < n; ++i) {
+    const int r = RowsForReplica(rows, n, i);
+    MlpChain& rep = *replicas_[i];
+    if (r == 0) {
+      VGPU_RETURN_IF_ERROR(rep.back()->ZeroGradsAndSlot(slot_));
+      continue;
+    }
+    VGPU_RETURN_IF_ERROR(rep.Upload(x + static_cast<int64_t>(offset) * in, y + offset, r));
+    VGPU_RETURN_IF_ERROR(rep.Forward(r));
+    VGPU_RETURN_IF_ERROR(rep.back()->Loss(r, grad_scale, slot_));
+    VGPU_RETURN_IF_ERROR(rep.Backward(r));
+    offset += r;
+  }
+  VGPU_RETURN_IF_ERROR(
+      reducer_->AllReduce(grad_buffers_, replicas_[0]->front()->param_count(), AllReduceOp::kSum));
+  ++step_;
+  for (auto& rep : replicas_) VGPU_RETURN_IF_ERROR(rep->Update(step_));
+  ++slot_;
+  pending_.examples += rows;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<StepTotals> MirroredStrategy::Flush() {
+  for (auto& rep : replicas_) {
+    VGPU_RETURN_IF_ERROR(rep->back()->AccumulateSlots(slot_, totals_.loss_sum, totals_.correct));
+  }
+  totals_.examples += pending_.examples;
+  pending_ = StepTotals();
+  slot_ = 0;
+  StepTotals out = totals_;
+  totals_ = StepTotals();
+  return out;
+}
+
+absl::StatusOr<StepTotals> MirroredStrategy::Evaluate(const float* x, const int32_t* y, int n) {
+  // Examples go round the replicas in chunks, so every replica evaluates concurrently.
+  VGPU_RETURN_IF_ERROR(Flush().status());
+  StepTotals t;
+  const int chunk = replicas_[0]->front()->max_rows();
+  std::vector<int> used(replicas_.size(), 0);
+  int i = 0;
+  for (int start = 0; start < n; start += chunk, i = (i + 1) % num_replicas()) {
+    const int rows = std::min(chunk, n - start);
+    MlpChain& rep = *replicas_[i];
+    if (used[i] == options_.max_slots) {
+      VGPU_RETURN_IF_ERROR(rep.back()->AccumulateSlots(used[i], t.loss_sum, t.correct));
+      used[i] = 0;
+    }
+    VGPU_RETURN_IF_ERROR(
+        rep.Upload(x + static_cast<int64_t>(start) * options_.spec.in(0), y + start, rows));
+    VGPU_RETURN_IF_ERROR(rep.Forward(rows));
+    VGPU_RETURN_IF_ERROR(rep.back()->Loss(rows, 0.0f, used[i]++));
+  }
+  for (size_t r = 0; r < replicas_.size(); ++r) {
+    VGPU_RETURN_IF_ERROR(replicas_[r]->back()->AccumulateSlots(used[r], t.loss_sum, t.correct));
+  }
+  t.examples = n;
+  return t;
+}
+
+absl::StatusOr<std::vector<float>> MirroredStrategy::Params() { return ReplicaParams(0); }
+
+absl::StatusOr<std::vector<float>> MirroredStrategy::ReplicaParams(int i) {
+  if (i < 0 || i >= num_replicas()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("ReplicaParams: replica ", i, " of ", num_replicas()));
+  }
+  std::vector<float> p;
+  VGPU_RETURN_IF_ERROR(replicas_[i]->ReadParams(p));
+  return p;
+}
+
+std::string MirroredStrategy::PlacementReport() const {
+  std::string out = absl::StrCat(name(), ": ", num_replicas(), " replica(s), all-reduce ",
+                                 AllReduceAlgorithmName(reducer_->algorithm()), "\n");
+  for (int i = 0; i < num_replicas(); ++i) {
+    absl::StrAppend(&out, "  replica ", i, " -> ", devices_[i]->name(), " (",
+                    RowsForReplica(options_.global_batch, num_replicas(), i),
+                    " of each global batch of ", options_.global_batch, ")\n");
+  }
+  return out;
+}
+
+}  // namespace strategies
+}  // namespace vgpu

@@ -1,0 +1,64 @@
+// MirroredStrategy: data parallelism over N logical devices (TensorFlow's MirroredStrategy).
+// Every replica holds the whole model; variables start equal (same seeded init) and stay
+// bitwise equal because every replica applies the same optimizer update to the same all-reduced
+// gradient. The global batch is split evenly, the first (rows % N) replicas taking one more
+// example; each replica's loss gradient is scaled by 1/rows of the GLOBAL batch and the
+// gradients are SUM-all-reduced, so N replicas compute exactly the single-device gradient of
+// the global batch (up to float summation order). Replicas run concurrently, each on its own
+// device stream; the all-reduce algorithm comes from collectives.h (topology, overridable).
+// With one device it is the "single" strategy.
+//
+// Thread safety: drive from one thread (see strategy.h).
+#ifndef VGPU_STRATEGIES_MIRRORED_H_
+#define VGPU_STRATEGIES_MIRRORED_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "strategies/collectives.h"
+#include "strategies/strategy.h"
+
+namespace vgpu {
+namespace strategies {
+
+class MirroredStrategy : public Strategy {
+ public:
+  static absl::StatusOr<std::unique_ptr<MirroredStrategy>> Create(
+      std::vector<LogicalDevice*> devices, const StrategyOptions& options,
+      AllReduceAlgorithm algorithm = AllReduceAlgorithm::kAuto);
+  ~MirroredStrategy() override;
+
+  std::string name() const override { return replicas_.size() == 1 ? "single" : "mirrored"; }
+  std::vector<LogicalDevice*> devices() const override { return devices_; }
+  absl::Status Step(const float* x, const int32_t* y, int rows) override;
+  absl::StatusOr<StepTotals> Flush() override;
+  absl::StatusOr<StepTotals> Evaluate(const float* x, const int32_t* y, int n) override;
+  absl::StatusOr<std::vector<float>> Params() override;
+  std::string PlacementReport() const override;
+
+  int num_replicas() const { return static_cast<int>(replicas_.size()); }
+  AllReduceAlgorithm algorithm() const { return reducer_->algorithm(); }
+  // Replica i's parameters (for the bitwise-equality checks).
+  absl::StatusOr<std::vector<float>> ReplicaParams(int i);
+  // Examples replica i gets from a global batch of `rows`.
+  static int RowsForReplica(int rows, int replicas, int i);
+
+ private:
+  MirroredStrategy() = default;
+  std::vector<LogicalDevice*> devices_;
+  StrategyOptions options_;
+  std::vector<std::unique_ptr<MlpChain>> replicas_;
+  std::unique_ptr<AllReducer> reducer_;
+  std::vector<float*> grad_buffers_;
+  int64_t step_ = 0;
+  int slot_ = 0;
+  StepTotals pending_;  // examples of the queued steps; losses read at Flush
+  StepTotals totals_;
+};
+
+}  // namespace strategies
+}  // namespace vgpu
+
+#endif  // VGPU_STRATEGIES_MIRRORED_H_

@@ -1,0 +1,59 @@
+// The training-strategy interface vgpu-train drives: one optimizer step over a global batch,
+// loss/accuracy bookkeeping without a per-step synchronisation, evaluation, and the model's
+// parameters. Implementations: MirroredStrategy (also "single" with one device),
+// ModelParallelStrategy, CentralStorageStrategy.
+//
+// Thread safety: a Strategy is driven from one thread; it runs work on its devices' streams.
+#ifndef VGPU_STRATEGIES_STRATEGY_H_
+#define VGPU_STRATEGIES_STRATEGY_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "devices/logical_device.h"
+#include "strategies/nn.h"
+
+namespace vgpu {
+namespace strategies {
+
+struct StrategyOptions {
+  MlpSpec spec;
+  OptimizerOptions optimizer;
+  int global_batch = 256;  // largest batch Step() accepts
+  uint64_t seed = 0;
+  int eval_batch = 1000;  // rows per evaluation pass (capped by the device buffers)
+  int max_slots = 512;    // steps between automatic loss read-backs
+};
+
+struct StepTotals {
+  double loss_sum = 0.0;  // summed per-example loss
+  int64_t correct = 0;
+  int64_t examples = 0;
+  double mean_loss() const { return examples ? loss_sum / examples : 0.0; }
+  double accuracy() const { return examples ? static_cast<double>(correct) / examples : 0.0; }
+};
+
+class Strategy {
+ public:
+  virtual ~Strategy() = default;
+  virtual std::string name() const = 0;
+  virtual std::vector<LogicalDevice*> devices() const = 0;
+  // Enqueues one step on `rows` examples (x: rows x inputs row-major, y: labels). The host
+  // memory must stay valid until Flush() returns.
+  virtual absl::Status Step(const float* x, const int32_t* y, int rows) = 0;
+  // Waits for every queued step; returns the totals since the previous Flush.
+  virtual absl::StatusOr<StepTotals> Flush() = 0;
+  // Loss and accuracy on `n` examples (forward only).
+  virtual absl::StatusOr<StepTotals> Evaluate(const float* x, const int32_t* y, int n) = 0;
+  // The model's flat parameters (see nn.h for the layout) from the first replica.
+  virtual absl::StatusOr<std::vector<float>> Params() = 0;
+  // Human-readable placement: one line per stage or replica.
+  virtual std::string PlacementReport() const = 0;
+};
+
+}  // namespace strategies
+}  // namespace vgpu
+
+#endif  // VGPU_STRATEGIES_STRATEGY_H_
