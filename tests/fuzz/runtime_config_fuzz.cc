@@ -1,0 +1,58 @@
+// Fuzzes the runtime-configuration grammars (VGPU_LOGICAL_DEVICES, VGPU_VISIBLE_DEVICES,
+// VGPU_SM_PARTITION, fractions, booleans) and validation against two fixed cards: never
+// crashes; accepted logical-device lists format and parse back to the same limits; validation
+// either fails with a message or yields devices within each card's capacity.
+#include <cstdint>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "devices/config.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  std::string text(reinterpret_cast<const char*>(data), size);
+  vgpu::ParseVisibleDevices(text).IgnoreError();
+  vgpu::ParseSmPartitions(text).IgnoreError();
+  vgpu::ParseMemoryFraction(text).IgnoreError();
+  vgpu::ParseBool(text).IgnoreError();
+  absl::StatusOr<std::vector<vgpu::PhysicalDeviceConfig>> d = vgpu::ParseLogicalDevices(text);
+  if (!d.ok()) {
+    if (d.status().message().empty()) std::abort();
+    return 0;
+  }
+  absl::StatusOr<std::vector<vgpu::PhysicalDeviceConfig>> again =
+      vgpu::ParseLogicalDevices(vgpu::FormatLogicalDevices(*d));
+  if (!again.ok() || again->size() != d->size()) std::abort();
+  for (size_t i = 0; i < d->size(); ++i) {
+    const auto& a = (*d)[i].logical_devices;
+    const auto& b = (*again)[i].logical_devices;
+    if (a.size() != b.size()) std::abort();
+    for (size_t j = 0; j < a.size(); ++j) {
+      if (a[j].priority != b[j].priority ||
+          a[j].memory_percent.has_value() != b[j].memory_percent.has_value()) {
+        std::abort();
+      }
+      if (!a[j].memory_percent && a[j].memory_bytes != b[j].memory_bytes) std::abort();
+    }
+  }
+  std::vector<vgpu::PhysicalDeviceInfo> cards(2);
+  for (int i = 0; i < 2; ++i) {
+    cards[i].ordinal = i;
+    cards[i].total_bytes = cards[i].free_bytes = uint64_t{8} << 30;
+  }
+  vgpu::RuntimeConfig c;
+  c.logical_devices = *d;
+  absl::StatusOr<std::vector<vgpu::ResolvedLogicalDevice>> r =
+      vgpu::ResolveLogicalDevices(c, cards);
+  if (!r.ok()) {
+    if (r.status().message().empty()) std::abort();
+    return 0;
+  }
+  uint64_t sum[2] = {0, 0};
+  for (const auto& dev : *r) {
+    if (dev.memory_limit == 0 || dev.physical_ordinal < 0 || dev.physical_ordinal > 1) std::abort();
+    sum[dev.physical_ordinal] += dev.memory_limit;
+    if (sum[dev.physical_ordinal] > cards[dev.physical_ordinal].total_bytes) std::abort();
+  }
+  return 0;
+}
