@@ -80,7 +80,10 @@ class VmmAllocator::SlabObserver final : public AllocatorObserver {
       owner_->NotePeak(e.bytes_in_use + owner_->large_in_use_.load(std::memory_order_relaxed));
     } else if (e.kind == AllocatorEventKind::kFree) {
       owner_->small_in_use_.store(e.bytes_in_use, std::memory_order_relaxed);
+    } else {
+      return;  // slab map/unmap are reported by the granule pool, OOMs by AllocateSmall
     }
+    owner_->Notify(e.kind, reinterpret_cast<const void*>(e.ptr), e.bytes);
   }
 
  private:
@@ -88,6 +91,31 @@ class VmmAllocator::SlabObserver final : public AllocatorObserver {
 };
 
 void VmmAllocator::NotePeak(uint64_t bytes) { AtomicMax(peak_in_use_, bytes); }
+
+void VmmAllocator::Notify(AllocatorEventKind kind, const void* ptr, uint64_t bytes) {
+  if (!has_observers_.load(std::memory_order_relaxed)) return;
+  AllocatorEvent e;
+  e.kind = kind;
+  e.ptr = reinterpret_cast<uint64_t>(ptr);
+  e.bytes = bytes;
+  e.bytes_in_use = large_in_use_.load() + small_in_use_.load();
+  e.bytes_reserved = mapped_bytes_.load();
+  std::lock_guard<std::mutex> l(observers_mu_);
+  for (AllocatorObserver* o : observers_) o->OnAllocatorEvent(options_.name, e);
+}
+
+void VmmAllocator::AddObserver(AllocatorObserver* observer) {
+  if (observer == nullptr) return;
+  std::lock_guard<std::mutex> l(observers_mu_);
+  observers_.push_back(observer);
+  has_observers_ = true;
+}
+
+void VmmAllocator::RemoveObserver(AllocatorObserver* observer) {
+  std::lock_guard<std::mutex> l(observers_mu_);
+  observers_.erase(std::remove(observers_.begin(), observers_.end(), observer), observers_.end());
+  has_observers_ = !observers_.empty();
+}
 
 absl::StatusOr<std::unique_ptr<VmmAllocator>> VmmAllocator::Create(
     std::unique_ptr<VmmBackend> backend, VmmOptions options) {
@@ -193,6 +221,7 @@ absl::StatusOr<void*> VmmAllocator::AllocateSmall(uint64_t bytes, uint64_t align
   if (p.ok() || !absl::IsResourceExhausted(p.status())) return p;
   std::lock_guard<std::mutex> l(mu_);
   ++num_ooms_;
+  Notify(AllocatorEventKind::kOom, nullptr, bytes);
   return OomError(
       bytes, AlignUp(bytes, kDefaultAlignment),
       absl::StrCat("no slab space and no granule for a new slab (", p.status().message(), ")"));
@@ -215,6 +244,7 @@ absl::StatusOr<void*> VmmAllocator::AllocateLarge(uint64_t bytes, uint64_t align
     if (!r.ok()) {
       if (!absl::IsResourceExhausted(r.status())) return r.status();
       ++num_ooms_;
+      Notify(AllocatorEventKind::kOom, nullptr, bytes);
       return OomError(bytes, count * granularity_, r.status().message());
     }
     range = *std::move(r);
@@ -227,6 +257,7 @@ absl::StatusOr<void*> VmmAllocator::AllocateLarge(uint64_t bytes, uint64_t align
   ++num_allocs_;
   AtomicMax(largest_alloc_, bytes);
   NotePeak(large + small_in_use_.load(std::memory_order_relaxed));
+  Notify(AllocatorEventKind::kAlloc, p, bytes);
   return p;
 }
 
@@ -294,6 +325,7 @@ absl::Status VmmAllocator::DoDeallocate(void* ptr) {
       block_granules_ -= count;
       large_in_use_ -= count * granularity_;
       ++num_frees_;
+      Notify(AllocatorEventKind::kFree, ptr, count * granularity_);
       if (count <= cache_limit_granules_) {
         cached_granules_ += count;
         cache_[count].push_back(std::move(range));
@@ -400,20 +432,31 @@ absl::Status VmmAllocator::GrowRangeLocked(Range* range, uint64_t count) {
   }
   free_low_water_ = std::min<uint64_t>(free_low_water_, free_granules_.size());
   peak_mapped_ = std::max(peak_mapped_, mapped_granules_);
+  mapped_bytes_.store(mapped_granules_ * g);
+  Notify(AllocatorEventKind::kMap, base + old * g, (count - old) * g);
   return absl::OkStatus();
 }
 
 absl::Status VmmAllocator::ShrinkRangeLocked(Range* range, uint64_t count) {
   const uint64_t g = granularity_;
   char* base = static_cast<char*>(range->ptr);
+  const uint64_t old = range->granules.size();
   // From the end, so the pool (LIFO) hands them out again in their old order.
   while (range->granules.size() > count) {
     uint64_t i = range->granules.size() - 1;
-    VGPU_RETURN_IF_ERROR(backend_->Unmap(base + i * g, g));
+    absl::Status s = backend_->Unmap(base + i * g, g);
+    if (!s.ok()) {
+      mapped_bytes_.store(mapped_granules_ * g);
+      return s;
+    }
     free_granules_.push_back(range->granules.back());
     range->granules.pop_back();
     --mapped_granules_;
     ++regions_unmapped_;
+  }
+  if (old > count) {
+    mapped_bytes_.store(mapped_granules_ * g);
+    Notify(AllocatorEventKind::kUnmap, base + count * g, (old - count) * g);
   }
   return absl::OkStatus();
 }

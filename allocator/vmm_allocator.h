@@ -68,6 +68,9 @@ class VmmAllocator final : public Allocator {
   AllocatorStats Stats() const override;
   std::string DumpMemoryLog() const override;
   absl::Status CheckInvariants() const override;
+  // Events: alloc/free/oom of every block (small ones too) and map/unmap of granule runs.
+  void AddObserver(AllocatorObserver* observer) override;
+  void RemoveObserver(AllocatorObserver* observer) override;
 
   // Evicts the mapping cache, frees empty slabs and (with growth) gives every free granule
   // back to the device. Live blocks are untouched.
@@ -105,6 +108,7 @@ class VmmAllocator final : public Allocator {
   class SlabSubAllocator;
   class SlabObserver;
   void NotePeak(uint64_t bytes);
+  void Notify(AllocatorEventKind kind, const void* ptr, uint64_t bytes);
 
   VmmAllocator(std::unique_ptr<VmmBackend> backend, VmmOptions options, uint64_t granularity);
   absl::Status Init();
@@ -168,6 +172,11 @@ class VmmAllocator final : public Allocator {
   std::atomic<uint64_t> small_in_use_{0};
   std::atomic<uint64_t> peak_in_use_{0};
   std::atomic<uint64_t> largest_alloc_{0};
+  std::atomic<uint64_t> mapped_bytes_{0};  // mirror of mapped_granules_ for observers
+  // Observers: a leaf lock, taken under mu_ or under the slab BFC's lock.
+  std::atomic<bool> has_observers_{false};
+  std::mutex observers_mu_;
+  std::vector<AllocatorObserver*> observers_;
   uint64_t regions_mapped_ = 0, regions_unmapped_ = 0;
   uint64_t cache_hits_ = 0, cache_evictions_ = 0;
 };

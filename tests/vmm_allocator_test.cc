@@ -460,6 +460,51 @@ TEST(VmmAllocatorTest, EmptySlabsAreReclaimedForLargeBlocks) {
   EXPECT_THAT(f.alloc->CheckInvariants(), IsOk());
 }
 
+class Recorder : public AllocatorObserver {
+ public:
+  void OnAllocatorEvent(const std::string& name, const AllocatorEvent& e) override {
+    names.insert(name);
+    events.push_back(e);
+  }
+  int Count(AllocatorEventKind k) const {
+    int n = 0;
+    for (const auto& e : events) n += e.kind == k;
+    return n;
+  }
+  std::set<std::string> names;
+  std::vector<AllocatorEvent> events;
+};
+
+TEST(VmmAllocatorTest, ObserversSeeEveryBlockAndMapping) {
+  Fake f = MakeFake(Opts(4 * kG, false, /*cache=*/false));
+  Recorder r;
+  f.alloc->AddObserver(&r);
+  auto small = f.alloc->AllocateRaw(4096);
+  auto big = f.alloc->AllocateRaw(2 * kG);
+  ASSERT_THAT(small.status(), IsOk());
+  ASSERT_THAT(big.status(), IsOk());
+  EXPECT_THAT(f.alloc->AllocateRaw(2 * kG).status(),
+              StatusIs(absl::StatusCode::kResourceExhausted));
+  ASSERT_THAT(f.alloc->Deallocate(*big), IsOk());
+  ASSERT_THAT(f.alloc->Deallocate(*small), IsOk());
+  f.alloc->RemoveObserver(&r);
+  auto after = f.alloc->AllocateRaw(4096);
+  ASSERT_THAT(after.status(), IsOk());
+  ASSERT_THAT(f.alloc->Deallocate(*after), IsOk());
+  EXPECT_EQ(r.names, std::set<std::string>{"GPU:0 (physical GPU 0)"});
+  EXPECT_EQ(r.Count(AllocatorEventKind::kAlloc), 2);
+  EXPECT_EQ(r.Count(AllocatorEventKind::kFree), 2);
+  EXPECT_EQ(r.Count(AllocatorEventKind::kOom), 1);
+  EXPECT_EQ(r.Count(AllocatorEventKind::kMap), 2);    // the slab, the block
+  EXPECT_EQ(r.Count(AllocatorEventKind::kUnmap), 1);  // the block (no cache)
+  // After the big block's alloc event: slab + block mapped, 4 KiB + 2 granules in use.
+  const AllocatorEvent& e = r.events[3];
+  ASSERT_EQ(e.kind, AllocatorEventKind::kAlloc);
+  EXPECT_EQ(e.bytes, 2 * kG);
+  EXPECT_EQ(e.bytes_in_use, 4096 + 2 * kG);
+  EXPECT_EQ(e.bytes_reserved, 3 * kG);
+}
+
 TEST(VmmAllocatorTest, DumpShowsOccupancy) {
   Fake f = MakeFake(Opts(8 * kG, false));
   auto p = f.alloc->AllocateRaw(2 * kG);
