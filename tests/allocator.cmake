@@ -1,0 +1,37 @@
+# vgpu-bench smoke tests: the replay's last line is one JSON object with every key design.md
+# section 7 names. The traces come from ../shared/traces beside the repository; without them the
+# tests report "SKIPPED".
+set(VGPU_TRACES ${PROJECT_SOURCE_DIR}/../shared/traces)
+
+foreach(growth off on)
+  set(flag "")
+  if(growth STREQUAL "on")
+    set(flag "--allow-growth")
+  endif()
+  add_test(NAME vgpu_bench_replay_json_growth_${growth}
+    COMMAND sh -c "t=${VGPU_TRACES}/transformer_train.trace; \
+if [ ! -f \"$t\" ]; then echo \"SKIPPED: $t is absent\"; exit 0; fi; \
+$<TARGET_FILE:vgpu-bench> replay \"$t\" --min-limit ${flag} 2>/dev/null | tail -n 1")
+  set_tests_properties(vgpu_bench_replay_json_growth_${growth} PROPERTIES LABELS unit TIMEOUT 120
+    SKIP_REGULAR_EXPRESSION "SKIPPED:"
+    PASS_REGULAR_EXPRESSION "^{\"trace\":\"transformer_train\",\"allocator\":\"bfc\",\"allow_growth\":(true|false),\"events\":6888,\"ns_per_op\":[0-9.e+]+,\"baseline_ns_per_op\":[0-9.e+]+,\"peak_live_bytes\":10762125316,\"peak_reserved_bytes\":[0-9]+,\"min_limit_bytes\":[0-9]+,\"min_limit_ratio\":1\\.0[0-9]*,\"first_fit_ratio\":1\\.0[0-9]*}")
+endforeach()
+
+# A limit below the peak: the JSON still comes, and the exit status says allocations failed.
+add_test(NAME vgpu_bench_replay_too_small_limit
+  COMMAND sh -c "t=${VGPU_TRACES}/transformer_train.trace; \
+if [ ! -f \"$t\" ]; then echo \"SKIPPED: $t is absent\"; exit 0; fi; \
+$<TARGET_FILE:vgpu-bench> replay \"$t\" --limit 1GiB 2>&1; echo \"exit=$?\"")
+set_tests_properties(vgpu_bench_replay_too_small_limit PROPERTIES LABELS unit
+  SKIP_REGULAR_EXPRESSION "SKIPPED:"
+  PASS_REGULAR_EXPRESSION "out of memory.*\"min_limit_bytes\":null.*exit=3")
+
+add_test(NAME vgpu_bench_bad_arguments
+  COMMAND sh -c "$<TARGET_FILE:vgpu-bench> replay x.trace --limit lots 2>&1; echo \"exit=$?\"")
+set_tests_properties(vgpu_bench_bad_arguments PROPERTIES LABELS unit
+  PASS_REGULAR_EXPRESSION "--limit: .*lots.*usage: vgpu-bench replay.*exit=2")
+
+add_test(NAME vgpu_bench_missing_trace
+  COMMAND sh -c "$<TARGET_FILE:vgpu-bench> replay /nonexistent.trace 2>&1; echo \"exit=$?\"")
+set_tests_properties(vgpu_bench_missing_trace PROPERTIES LABELS unit
+  PASS_REGULAR_EXPRESSION "cannot open trace file /nonexistent.trace.*exit=1")

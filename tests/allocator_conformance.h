@@ -1,0 +1,259 @@
+// The conformance suite every Allocator passes: alignment, distinct blocks, zero-byte
+// requests, bad alignments, the hard limit and clean OOMs, bad pointers, stats, DeviceBuffer
+// ownership, threads and invariants.
+//
+// To add an allocator, write a type with
+//   static constexpr bool kRealMemory;   // true: blocks may be written (not fake addresses)
+//   static std::unique_ptr<Allocator> Make(uint64_t limit);  // limit: a multiple of 2 MiB
+// and instantiate the suite in your own test file:
+//   using MyTypes = ::testing::Types<MyAllocatorType>;
+//   INSTANTIATE_TYPED_TEST_SUITE_P(Mine, AllocatorConformance, MyTypes);
+#ifndef VGPU_TESTS_ALLOCATOR_CONFORMANCE_H_
+#define VGPU_TESTS_ALLOCATOR_CONFORMANCE_H_
+
+#include <algorithm>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "allocator/allocator.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "runtime/status_matchers.h"
+
+namespace vgpu::testing {
+
+inline constexpr uint64_t kConformanceLimit = uint64_t{64} << 20;
+
+template <typename T>
+class AllocatorConformance : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    allocator_ = T::Make(kConformanceLimit);
+    ASSERT_NE(allocator_, nullptr);
+  }
+  void TearDown() override {
+    if (allocator_ != nullptr) EXPECT_THAT(allocator_->CheckInvariants(), IsOk());
+  }
+  std::unique_ptr<Allocator> allocator_;
+};
+
+TYPED_TEST_SUITE_P(AllocatorConformance);
+
+TYPED_TEST_P(AllocatorConformance, DistinctAlignedBlocks) {
+  Allocator& a = *this->allocator_;
+  std::vector<std::pair<uint64_t, uint64_t>> blocks;
+  std::vector<void*> ptrs;
+  for (uint64_t bytes : {1, 255, 256, 257, 4096, 100000, 1 << 20, 3 << 20, 5000, 7}) {
+    auto p = a.AllocateRaw(bytes);
+    ASSERT_THAT(p, IsOk()) << bytes;
+    ASSERT_EQ(reinterpret_cast<uint64_t>(*p) % 256, 0u) << bytes;
+    blocks.emplace_back(reinterpret_cast<uint64_t>(*p), bytes);
+    ptrs.push_back(*p);
+    if (TypeParam::kRealMemory) std::memset(*p, static_cast<int>(bytes & 0xff), bytes);
+  }
+  std::sort(blocks.begin(), blocks.end());
+  for (size_t i = 1; i < blocks.size(); ++i) {
+    EXPECT_LE(blocks[i - 1].first + blocks[i - 1].second, blocks[i].first) << "overlap";
+  }
+  if (TypeParam::kRealMemory) {
+    for (void* p : ptrs) {
+      auto it = std::find_if(blocks.begin(), blocks.end(), [&](const auto& b) {
+        return b.first == reinterpret_cast<uint64_t>(p);
+      });
+      const auto* bytes = static_cast<const unsigned char*>(p);
+      EXPECT_EQ(bytes[0], it->second & 0xff);
+      EXPECT_EQ(bytes[it->second - 1], it->second & 0xff);
+    }
+  }
+  for (void* p : ptrs) EXPECT_THAT(a.Deallocate(p), IsOk());
+  EXPECT_EQ(a.Stats().bytes_in_use, 0u);
+}
+
+TYPED_TEST_P(AllocatorConformance, ZeroBytesAndNullptr) {
+  Allocator& a = *this->allocator_;
+  auto b = a.Allocate(0);
+  ASSERT_THAT(b, IsOk());
+  EXPECT_TRUE(b->empty());
+  EXPECT_THAT(a.Deallocate(nullptr), IsOk());
+  EXPECT_EQ(a.Stats().num_allocs, 0u);
+}
+
+TYPED_TEST_P(AllocatorConformance, LargeAlignments) {
+  Allocator& a = *this->allocator_;
+  std::vector<void*> ptrs;
+  for (uint64_t alignment : {512, 4096, 65536, 1 << 20, 2 << 20}) {
+    auto p = a.AllocateRaw(1000 + alignment / 3, alignment);
+    ASSERT_THAT(p, IsOk()) << alignment;
+    EXPECT_EQ(reinterpret_cast<uint64_t>(*p) % alignment, 0u) << alignment;
+    ptrs.push_back(*p);
+  }
+  for (void* p : ptrs) EXPECT_THAT(a.Deallocate(p), IsOk());
+}
+
+TYPED_TEST_P(AllocatorConformance, BadAlignmentIsInvalidArgument) {
+  Allocator& a = *this->allocator_;
+  EXPECT_THAT(a.AllocateRaw(1024, 3).status(), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(a.AllocateRaw(1024, 0).status(), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_EQ(a.Stats().num_allocs, 0u);
+}
+
+TYPED_TEST_P(AllocatorConformance, FillsToTheLimitThenFailsCleanly) {
+  Allocator& a = *this->allocator_;
+  std::vector<void*> ptrs;
+  uint64_t total = 0;
+  absl::Status last;
+  while (true) {
+    auto p = a.AllocateRaw(1 << 20);
+    if (!p.ok()) {
+      last = p.status();
+      break;
+    }
+    ptrs.push_back(*p);
+    total += 1 << 20;
+    ASSERT_LE(total, kConformanceLimit) << "allocated past the limit";
+  }
+  EXPECT_THAT(last, StatusIs(absl::StatusCode::kResourceExhausted, ::testing::HasSubstr(a.name())));
+  EXPECT_GE(total, kConformanceLimit / 2);  // the limit is usable
+  AllocatorStats s = a.Stats();
+  EXPECT_LE(s.bytes_reserved, kConformanceLimit);
+  EXPECT_GE(s.num_ooms, 1u);
+  EXPECT_THAT(a.CheckInvariants(), IsOk());
+  // Freeing makes room again.
+  ASSERT_FALSE(ptrs.empty());
+  EXPECT_THAT(a.Deallocate(ptrs.back()), IsOk());
+  ptrs.pop_back();
+  auto again = a.AllocateRaw(1 << 20);
+  EXPECT_THAT(again, IsOk());
+  if (again.ok()) ptrs.push_back(*again);
+  EXPECT_THAT(a.AllocateRaw(kConformanceLimit + 1).status(),
+              StatusIs(absl::StatusCode::kResourceExhausted));
+  for (void* p : ptrs) EXPECT_THAT(a.Deallocate(p), IsOk());
+  EXPECT_EQ(a.Stats().bytes_in_use, 0u);
+}
+
+TYPED_TEST_P(AllocatorConformance, BadPointersChangeNothing) {
+  Allocator& a = *this->allocator_;
+  auto p = a.AllocateRaw(4096);
+  ASSERT_THAT(p, IsOk());
+  AllocatorStats before = a.Stats();
+  int local = 0;
+  EXPECT_THAT(a.Deallocate(&local), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(a.Deallocate(static_cast<char*>(*p) + 256),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  AllocatorStats after = a.Stats();
+  EXPECT_EQ(after.num_frees, before.num_frees);
+  EXPECT_EQ(after.bytes_in_use, before.bytes_in_use);
+  EXPECT_THAT(a.Deallocate(*p), IsOk());
+  EXPECT_THAT(a.Deallocate(*p), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_EQ(a.Stats().num_frees, before.num_frees + 1);
+}
+
+TYPED_TEST_P(AllocatorConformance, StatsTrackUsage) {
+  Allocator& a = *this->allocator_;
+  auto x = a.AllocateRaw(1000);
+  auto y = a.AllocateRaw(3 << 20);
+  ASSERT_THAT(x, IsOk());
+  ASSERT_THAT(y, IsOk());
+  AllocatorStats s = a.Stats();
+  EXPECT_EQ(s.num_allocs, 2u);
+  EXPECT_GE(s.bytes_in_use, 1000u + (3 << 20));
+  EXPECT_GE(s.bytes_reserved, s.bytes_in_use);
+  EXPECT_LE(s.bytes_reserved, kConformanceLimit);
+  EXPECT_EQ(s.bytes_limit, kConformanceLimit);
+  EXPECT_EQ(s.largest_alloc_size, uint64_t{3} << 20);
+  EXPECT_GE(s.regions_mapped, 1u);
+  EXPECT_GE(s.fragmentation, 0.0);
+  EXPECT_LE(s.fragmentation, 1.0);
+  EXPECT_FALSE(s.ToString().empty());
+  EXPECT_THAT(a.Deallocate(*y), IsOk());
+  EXPECT_THAT(a.Deallocate(*x), IsOk());
+  s = a.Stats();
+  EXPECT_EQ(s.num_frees, 2u);
+  EXPECT_EQ(s.bytes_in_use, 0u);
+  EXPECT_GE(s.peak_bytes_in_use, 1000u + (3 << 20));
+  EXPECT_THAT(a.DumpMemoryLog(), ::testing::HasSubstr(a.name()));
+}
+
+TYPED_TEST_P(AllocatorConformance, DeviceBufferFreesOnDestruction) {
+  Allocator& a = *this->allocator_;
+  {
+    auto b = a.Allocate(12345);
+    ASSERT_THAT(b, IsOk());
+    EXPECT_EQ(b->size(), 12345u);
+    EXPECT_EQ(b->allocator(), &a);
+    DeviceBuffer moved = std::move(*b);
+    EXPECT_TRUE(b->empty());
+    EXPECT_FALSE(moved.empty());
+    EXPECT_EQ(a.Stats().num_frees, 0u);
+  }
+  EXPECT_EQ(a.Stats().num_frees, 1u);
+  EXPECT_EQ(a.Stats().bytes_in_use, 0u);
+}
+
+TYPED_TEST_P(AllocatorConformance, ConcurrentUse) {
+  Allocator& a = *this->allocator_;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&a, t] {
+      std::mt19937 rng(t + 1);
+      std::vector<std::pair<void*, uint64_t>> mine;
+      for (int i = 0; i < 500; ++i) {
+        if (mine.size() < 8 && rng() % 2 == 0) {
+          uint64_t bytes = 256 + rng() % (1 << 20);
+          auto p = a.AllocateRaw(bytes);
+          if (p.ok()) {
+            if (TypeParam::kRealMemory) std::memset(*p, t, 256);
+            mine.emplace_back(*p, bytes);
+          }
+        } else if (!mine.empty()) {
+          if (TypeParam::kRealMemory) {
+            EXPECT_EQ(static_cast<unsigned char*>(mine.back().first)[255], t);
+          }
+          EXPECT_THAT(a.Deallocate(mine.back().first), IsOk());
+          mine.pop_back();
+        }
+      }
+      for (auto& [p, n] : mine) EXPECT_THAT(a.Deallocate(p), IsOk());
+    });
+  }
+  for (auto& t : threads) t.join();
+  AllocatorStats s = a.Stats();
+  EXPECT_EQ(s.num_allocs, s.num_frees);
+  EXPECT_EQ(s.bytes_in_use, 0u);
+}
+
+TYPED_TEST_P(AllocatorConformance, RandomOpsKeepInvariants) {
+  Allocator& a = *this->allocator_;
+  std::mt19937_64 rng(99);
+  std::vector<void*> live;
+  for (int op = 0; op < 400; ++op) {
+    if (live.empty() || rng() % 3 != 0) {
+      auto p = a.AllocateRaw(uint64_t{256} << (rng() % 14), rng() % 4 == 0 ? 4096 : 256);
+      if (p.ok())
+        live.push_back(*p);
+      else
+        ASSERT_THAT(p.status(), StatusIs(absl::StatusCode::kResourceExhausted));
+    } else {
+      size_t i = rng() % live.size();
+      ASSERT_THAT(a.Deallocate(live[i]), IsOk());
+      live[i] = live.back();
+      live.pop_back();
+    }
+    ASSERT_THAT(a.CheckInvariants(), IsOk()) << "op " << op;
+  }
+  for (void* p : live) ASSERT_THAT(a.Deallocate(p), IsOk());
+}
+
+REGISTER_TYPED_TEST_SUITE_P(AllocatorConformance, DistinctAlignedBlocks, ZeroBytesAndNullptr,
+                            LargeAlignments, BadAlignmentIsInvalidArgument,
+                            FillsToTheLimitThenFailsCleanly, BadPointersChangeNothing,
+                            StatsTrackUsage, DeviceBufferFreesOnDestruction, ConcurrentUse,
+                            RandomOpsKeepInvariants);
+
+}  // namespace vgpu::testing
+
+#endif  // VGPU_TESTS_ALLOCATOR_CONFORMANCE_H_

@@ -1,0 +1,93 @@
+// The allocator conformance suite (tests/allocator_conformance.h) on BFCAllocator over every
+// sub-allocator that works here, and on the allocators the factory builds.
+#include "tests/allocator_conformance.h"
+
+#include "allocator/bfc_allocator.h"
+#include "allocator/factory.h"
+#include "allocator/sub_allocators.h"
+#include "runtime/platform.h"
+
+namespace vgpu::testing {
+namespace {
+
+Executor* HostExecutor() {
+  auto p = GetPlatform("host");
+  if (!p.ok()) return nullptr;
+  auto e = (*p)->GetExecutor(0);
+  return e.ok() ? *e : nullptr;
+}
+
+std::unique_ptr<Allocator> Bfc(std::unique_ptr<SubAllocator> sub, uint64_t limit, bool growth) {
+  BFCOptions o;
+  o.name = "GPU:0 (conformance)";
+  o.memory_limit = limit;
+  o.allow_growth = growth;
+  auto a = BFCAllocator::Create(std::move(sub), o);
+  EXPECT_THAT(a.status(), IsOk());
+  return a.ok() ? std::unique_ptr<Allocator>(std::move(*a)) : nullptr;
+}
+
+struct BfcFakeGrowthOff {
+  static constexpr bool kRealMemory = false;
+  static std::unique_ptr<Allocator> Make(uint64_t limit) {
+    return Bfc(std::make_unique<FakeSubAllocator>(), limit, false);
+  }
+};
+struct BfcFakeGrowthOn {
+  static constexpr bool kRealMemory = false;
+  static std::unique_ptr<Allocator> Make(uint64_t limit) {
+    return Bfc(std::make_unique<FakeSubAllocator>(), limit, true);
+  }
+};
+struct BfcHostDeviceGrowthOff {
+  static constexpr bool kRealMemory = true;
+  static std::unique_ptr<Allocator> Make(uint64_t limit) {
+    return Bfc(std::make_unique<DeviceSubAllocator>(HostExecutor()), limit, false);
+  }
+};
+struct BfcHostDeviceGrowthOn {
+  static constexpr bool kRealMemory = true;
+  static std::unique_ptr<Allocator> Make(uint64_t limit) {
+    return Bfc(std::make_unique<DeviceSubAllocator>(HostExecutor()), limit, true);
+  }
+};
+struct BfcPinnedHost {
+  static constexpr bool kRealMemory = true;
+  static std::unique_ptr<Allocator> Make(uint64_t limit) {
+    return Bfc(std::make_unique<PinnedHostSubAllocator>(HostExecutor()), limit, true);
+  }
+};
+struct BfcHostMemory {
+  static constexpr bool kRealMemory = true;
+  static std::unique_ptr<Allocator> Make(uint64_t limit) {
+    return Bfc(std::make_unique<HostMemorySubAllocator>(), limit, true);
+  }
+};
+struct FactoryDeviceBfc {
+  static constexpr bool kRealMemory = true;
+  static std::unique_ptr<Allocator> Make(uint64_t limit) {
+    DeviceAllocatorOptions o;
+    o.kind = AllocatorKind::kBfc;
+    o.device_name = "/job:localhost/replica:0/task:0/device:GPU:0 (physical GPU 0)";
+    o.memory_limit = limit;
+    auto a = CreateDeviceAllocator(HostExecutor(), o);
+    EXPECT_THAT(a.status(), IsOk());
+    return a.ok() ? std::move(*a) : nullptr;
+  }
+};
+struct FactoryHostMemory {
+  static constexpr bool kRealMemory = true;
+  static std::unique_ptr<Allocator> Make(uint64_t limit) {
+    auto a = CreateHostMemoryAllocator(nullptr, "/device:CPU:0", limit);
+    EXPECT_THAT(a.status(), IsOk());
+    return a.ok() ? std::move(*a) : nullptr;
+  }
+};
+
+using BfcTypes = ::testing::Types<BfcFakeGrowthOff, BfcFakeGrowthOn, BfcHostDeviceGrowthOff,
+                                  BfcHostDeviceGrowthOn, BfcPinnedHost, BfcHostMemory,
+                                  FactoryDeviceBfc, FactoryHostMemory>;
+INSTANTIATE_TYPED_TEST_SUITE_P(Bfc, AllocatorConformance, BfcTypes);
+
+}  // namespace
+}  // namespace vgpu::testing

@@ -1,0 +1,127 @@
+// Trace parsing (with errors naming the line), recording from an allocator, and replay.
+#include "allocator/trace.h"
+
+#include <cstdlib>
+#include <fstream>
+#include <memory>
+#include <string>
+
+#include "allocator/bfc_allocator.h"
+#include "allocator/sub_allocators.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "runtime/status_matchers.h"
+
+namespace vgpu {
+namespace {
+
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+using ::vgpu::testing::IsOk;
+using ::vgpu::testing::StatusIs;
+
+std::unique_ptr<BFCAllocator> Fake(uint64_t limit) {
+  return std::make_unique<BFCAllocator>(
+      std::make_unique<FakeSubAllocator>(),
+      BFCOptions{.name = "replay", .memory_limit = limit, .allow_growth = false});
+}
+
+TEST(TraceTest, ParsesEventsSlotsAndPeak) {
+  auto t = ParseTrace("# demo\n# peak_live_bytes 300\na 7 100\na 9 200\nf 7\n\na 7 50\nf 9\nf 7\n");
+  ASSERT_THAT(t, IsOk());
+  EXPECT_EQ(t->name, "demo");
+  EXPECT_EQ(t->header_peak_live_bytes, 300u);
+  EXPECT_EQ(t->peak_live_bytes, 300u);
+  EXPECT_EQ(t->allocations, 3u);
+  EXPECT_EQ(t->max_live_blocks, 2u);
+  ASSERT_EQ(t->events.size(), 6u);
+  EXPECT_TRUE(t->events[0].alloc);
+  EXPECT_EQ(t->events[1].bytes, 200u);
+  EXPECT_FALSE(t->events[2].alloc);
+  EXPECT_EQ(t->events[3].slot, t->events[0].slot);  // slot of block 7 reused
+  EXPECT_EQ(t->unfreed_blocks, 0u);
+}
+
+TEST(TraceTest, ErrorsNameTheLine) {
+  struct Case {
+    const char* text;
+    const char* message;
+  } cases[] = {
+      {"a 1 10\nx 1\n", "t.trace:2: unknown event \"x\""},
+      {"a 1\n", "t.trace:1: expected \"a <id> <bytes>\""},
+      {"a 1 10 5\n", "t.trace:1: expected"},
+      {"a one 10\n", "t.trace:1: bad block id \"one\""},
+      {"a 1 -5\n", "t.trace:1: bad byte count \"-5\""},
+      {"a 1 10\na 1 20\n",
+       "t.trace:2: block 1 is allocated again while live (allocated on line 1)"},
+      {"a 1 10\nf 2\n", "t.trace:2: free of block 2, which is not live"},
+      {"a 1 10\nf 1\nf 1\n", "t.trace:3: free of block 1"},
+      {"f\n", "t.trace:1: expected \"f <id>\""},
+      {"# x\n# peak_live_bytes lots\n", "t.trace:2: bad peak_live_bytes"},
+      {"# only comments\n", "t.trace: the trace has no events"},
+  };
+  for (const Case& c : cases) {
+    EXPECT_THAT(ParseTrace(c.text, "t.trace").status(),
+                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr(c.message)))
+        << c.text;
+  }
+  EXPECT_THAT(ReadTraceFile("/nonexistent/x.trace").status(),
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr("/nonexistent/x.trace")));
+}
+
+TEST(TraceTest, ReplayCountsFailuresAndFreesLeftovers) {
+  auto t = ParseTrace("a 1 1048576\na 2 1048576\na 3 1048576\nf 1\na 4 512\n");
+  ASSERT_THAT(t, IsOk());
+  EXPECT_EQ(t->unfreed_blocks, 3u);
+  auto a = Fake(2 << 20);
+  auto r = ReplayTrace(*t, *a, /*stop_at_failure=*/false);
+  ASSERT_THAT(r, IsOk());
+  EXPECT_EQ(r->events, 5u);
+  EXPECT_EQ(r->failures, 1u);
+  EXPECT_EQ(r->first_failure, 2u);
+  EXPECT_THAT(r->first_error, StatusIs(absl::StatusCode::kResourceExhausted));
+  EXPECT_EQ(a->Stats().bytes_in_use, 0u);  // leftovers freed
+  auto stop = ReplayTrace(*t, *a, /*stop_at_failure=*/true);
+  ASSERT_THAT(stop, IsOk());
+  EXPECT_EQ(stop->events, 3u);
+  EXPECT_THAT(a->CheckInvariants(), IsOk());
+}
+
+TEST(TraceTest, RecorderWritesAReplayableTrace) {
+  auto a = Fake(64 << 20);
+  TraceRecorder rec("unit");
+  a->AddObserver(&rec);
+  void* x = *a->AllocateRaw(1000);
+  void* y = *a->AllocateRaw(5000);
+  ASSERT_THAT(a->Deallocate(x), IsOk());
+  void* z = *a->AllocateRaw(300);
+  ASSERT_THAT(a->Deallocate(y), IsOk());
+  ASSERT_THAT(a->Deallocate(z), IsOk());
+  a->RemoveObserver(&rec);
+  EXPECT_EQ(rec.Text(),
+            "# unit\n# peak_live_bytes 6000\na 0 1000\na 1 5000\nf 0\na 2 300\nf 1\nf 2\n");
+  std::string path = ::testing::TempDir() + "/recorded.trace";
+  ASSERT_THAT(rec.WriteFile(path), IsOk());
+  auto t = ReadTraceFile(path);
+  ASSERT_THAT(t, IsOk());
+  EXPECT_EQ(t->name, "unit");
+  EXPECT_EQ(t->peak_live_bytes, 6000u);
+  auto r = ReplayTrace(*t, *a, true);
+  ASSERT_THAT(r, IsOk());
+  EXPECT_EQ(r->failures, 0u);
+}
+
+// The shared traces parse (CI clones shared/ beside the repo).
+TEST(TraceTest, SharedTracesParse) {
+  const char* src = std::getenv("VGPU_TEST_SRCDIR");
+  if (src == nullptr) GTEST_SKIP() << "VGPU_TEST_SRCDIR is not set";
+  std::string path = std::string(src) + "/../shared/traces/transformer_train.trace";
+  if (!std::ifstream(path)) GTEST_SKIP() << path << " is absent";
+  auto t = ReadTraceFile(path);
+  ASSERT_THAT(t, IsOk());
+  EXPECT_EQ(t->peak_live_bytes, t->header_peak_live_bytes);
+  EXPECT_EQ(t->unfreed_blocks, 0u);
+}
+
+}  // namespace
+}  // namespace vgpu
