@@ -378,9 +378,10 @@ TEST(VmmAllocatorTest, ConcurrentThreads) {
     threads.emplace_back([&, t] {
       std::mt19937_64 rng(t);
       std::vector<void*> live;
-      for (int i = 0; i < 500; ++i) {
-        if (live.size() < 8 && rng() % 2) {
-          auto p = f.alloc->AllocateRaw(1 + rng() % (5 * kG));
+      for (int i = 0; i < 2000; ++i) {
+        if (live.size() < 16 && rng() % 2) {
+          // Half small (slab BFC, no allocator lock), half large (granule pool).
+          auto p = f.alloc->AllocateRaw(1 + rng() % (rng() % 2 ? kMiB : 5 * kG));
           if (p.ok()) live.push_back(*p);
         } else if (!live.empty()) {
           EXPECT_THAT(f.alloc->Deallocate(live.back()), IsOk());
