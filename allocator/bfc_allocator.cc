@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <bit>
 #include <cstdio>
+#include <mutex>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -44,7 +45,7 @@ BFCAllocator::BFCAllocator(std::unique_ptr<SubAllocator> sub_allocator, BFCOptio
     return;
   }
   if (!options_.allow_growth) {
-    std::lock_guard<std::mutex> l(mu_);
+    std::lock_guard<SpinLock> l(mu_);
     absl::Status s = AddRegionLocked(limit_);
     if (!s.ok()) {
       init_status_ = absl::ResourceExhaustedError(
@@ -56,7 +57,7 @@ BFCAllocator::BFCAllocator(std::unique_ptr<SubAllocator> sub_allocator, BFCOptio
 }
 
 BFCAllocator::~BFCAllocator() {
-  std::lock_guard<std::mutex> l(mu_);
+  std::lock_guard<SpinLock> l(mu_);
   if (!live_.empty()) {
     std::fprintf(stderr, "vgpu: %s destroyed with %zu live allocations (%s in use)\n",
                  name().c_str(), live_.size(), FormatBytes(stats_.bytes_in_use).c_str());
@@ -278,7 +279,7 @@ uint64_t BFCAllocator::ReleaseEmptyRegionsLocked() {
 }
 
 absl::StatusOr<uint64_t> BFCAllocator::ReleaseEmptyRegions() {
-  std::lock_guard<std::mutex> l(mu_);
+  std::lock_guard<SpinLock> l(mu_);
   return ReleaseEmptyRegionsLocked();
 }
 
@@ -349,12 +350,12 @@ absl::StatusOr<void*> BFCAllocator::AllocateLocked(uint64_t bytes, uint64_t alig
 }
 
 absl::StatusOr<void*> BFCAllocator::DoAllocate(uint64_t bytes, uint64_t alignment) {
-  std::lock_guard<std::mutex> l(mu_);
+  std::lock_guard<SpinLock> l(mu_);
   return AllocateLocked(bytes, alignment);
 }
 
 absl::Status BFCAllocator::DoDeallocate(void* ptr) {
-  std::lock_guard<std::mutex> l(mu_);
+  std::lock_guard<SpinLock> l(mu_);
   auto it = live_.find(reinterpret_cast<uint64_t>(ptr));
   if (it == live_.end()) {
     return absl::InvalidArgumentError(
@@ -395,7 +396,7 @@ absl::Status BFCAllocator::DoDeallocate(void* ptr) {
 }
 
 absl::StatusOr<uint64_t> BFCAllocator::AllocatedSize(const void* ptr) const {
-  std::lock_guard<std::mutex> l(mu_);
+  std::lock_guard<SpinLock> l(mu_);
   auto it = live_.find(reinterpret_cast<uint64_t>(ptr));
   if (it == live_.end()) {
     return absl::NotFoundError(absl::StrCat(name(), ": ", P(reinterpret_cast<uint64_t>(ptr)),
@@ -443,29 +444,28 @@ AllocatorStats BFCAllocator::StatsLocked() const {
 }
 
 AllocatorStats BFCAllocator::Stats() const {
-  std::lock_guard<std::mutex> l(mu_);
+  std::lock_guard<SpinLock> l(mu_);
   return StatsLocked();
 }
 
 void BFCAllocator::AddObserver(AllocatorObserver* observer) {
   if (observer == nullptr) return;
-  std::lock_guard<std::mutex> l(mu_);
+  std::lock_guard<SpinLock> l(mu_);
   observers_.push_back(observer);
 }
 
 void BFCAllocator::RemoveObserver(AllocatorObserver* observer) {
-  std::lock_guard<std::mutex> l(mu_);
+  std::lock_guard<SpinLock> l(mu_);
   observers_.erase(std::remove(observers_.begin(), observers_.end(), observer), observers_.end());
 }
 
-void BFCAllocator::Notify(AllocatorEventKind kind, uint64_t ptr, uint64_t bytes) {
-  if (observers_.empty()) return;
+void BFCAllocator::NotifySlow(AllocatorEventKind kind, uint64_t ptr, uint64_t bytes) {
   AllocatorEvent e{kind, ptr, bytes, stats_.bytes_in_use, stats_.bytes_reserved};
   for (AllocatorObserver* o : observers_) o->OnAllocatorEvent(options_.name, e);
 }
 
 std::string BFCAllocator::DumpMemoryLog() const {
-  std::lock_guard<std::mutex> l(mu_);
+  std::lock_guard<SpinLock> l(mu_);
   std::string out = absl::StrCat(
       "BFC allocator ", name(), " (sub-allocator ", sub_allocator_->name(), ", growth ",
       options_.allow_growth ? "on" : "off", ")\n  ", StatsLocked().ToString(), "\n");
@@ -517,7 +517,7 @@ std::string BFCAllocator::DumpMemoryLog() const {
 }
 
 absl::Status BFCAllocator::CheckInvariants() const {
-  std::lock_guard<std::mutex> l(mu_);
+  std::lock_guard<SpinLock> l(mu_);
   auto fail = [&](auto&&... args) {
     return absl::InternalError(absl::StrCat(name(), ": invariant broken: ", args...));
   };
