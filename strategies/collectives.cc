@@ -41,25 +41,34 @@ absl::StatusOr<AllReduceAlgorithm> ParseAllReduceAlgorithm(absl::string_view tex
                    "'; use auto, local, nccl, hierarchical or via-host"));
 }
 
-AllReduceAlgorithm ChooseAllReduceAlgorithm(absl::Span<LogicalDevice* const> devices) {
+AllReduceAlgorithm ChooseAllReduceAlgorithm(absl::Span<const DeviceTopology> devices) {
   if (devices.empty()) return AllReduceAlgorithm::kViaHost;
-  std::map<std::pair<Platform*, int>, int> per_physical;
-  for (LogicalDevice* d : devices) {
-    if (d == nullptr || !d->is_gpu() || d->executor() == nullptr) {
-      return AllReduceAlgorithm::kViaHost;
-    }
-    ++per_physical[{d->executor()->platform(), d->executor()->ordinal()}];
+  std::map<std::pair<std::string, int>, int> per_physical;
+  for (const DeviceTopology& d : devices) {
+    if (!d.is_gpu) return AllReduceAlgorithm::kViaHost;
+    ++per_physical[{d.platform, d.physical}];
   }
   if (per_physical.size() == 1) return AllReduceAlgorithm::kLocal;
-  Platform* platform = per_physical.begin()->first.first;
+  const std::string& platform = per_physical.begin()->first.first;
   for (const auto& [key, n] : per_physical) {
     if (key.first != platform) return AllReduceAlgorithm::kViaHost;
   }
   // NCCL exists only on cuda; the host platform reduces through the host.
-  if (platform->name() != "cuda") return AllReduceAlgorithm::kViaHost;
+  if (platform != "cuda") return AllReduceAlgorithm::kViaHost;
   bool one_each = std::all_of(per_physical.begin(), per_physical.end(),
                               [](const auto& kv) { return kv.second == 1; });
   return one_each ? AllReduceAlgorithm::kNccl : AllReduceAlgorithm::kHierarchical;
+}
+
+AllReduceAlgorithm ChooseAllReduceAlgorithm(absl::Span<LogicalDevice* const> devices) {
+  std::vector<DeviceTopology> topo;
+  for (LogicalDevice* d : devices) {
+    if (d == nullptr || !d->is_gpu() || d->executor() == nullptr) {
+      return AllReduceAlgorithm::kViaHost;
+    }
+    topo.push_back({true, d->executor()->platform()->name(), d->executor()->ordinal()});
+  }
+  return ChooseAllReduceAlgorithm(topo);
 }
 
 absl::StatusOr<std::unique_ptr<AllReducer>> AllReducer::Create(std::vector<LogicalDevice*> devices,

@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -39,6 +40,14 @@ absl::StatusOr<AllReduceAlgorithm> ParseAllReduceAlgorithm(absl::string_view tex
 // NCCL with one GPU per physical device and hierarchical with several physical devices holding
 // several each; via-host otherwise (CPU devices, the host platform across physical devices).
 AllReduceAlgorithm ChooseAllReduceAlgorithm(absl::Span<LogicalDevice* const> devices);
+
+// What the choice looks at, per device (so the table is testable without a GPU).
+struct DeviceTopology {
+  bool is_gpu = true;
+  std::string platform;  // "cuda", "host"
+  int physical = 0;      // physical ordinal
+};
+AllReduceAlgorithm ChooseAllReduceAlgorithm(absl::Span<const DeviceTopology> devices);
 
 class AllReducer {
  public:

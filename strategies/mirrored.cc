@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "runtime/bytes.h"
+#include "runtime/kernels.h"
 #include "runtime/status.h"
 
 namespace vgpu {
@@ -41,6 +42,21 @@ absl::StatusOr<std::unique_ptr<MirroredStrategy>> MirroredStrategy::Create(
     m->replicas_.push_back(std::move(chain));
   }
   VGPU_ASSIGN_OR_RETURN(m->reducer_, AllReducer::Create(devices, algorithm));
+  m->sharded_ = n > 1 && m->reducer_->algorithm() == AllReduceAlgorithm::kLocal;
+  if (m->sharded_) {
+    const uint64_t count = m->replicas_[0]->front()->param_count();
+    for (int i = 0; i <= n; ++i) {
+      // Boundaries on 64-byte multiples so each shard's loops start aligned.
+      uint64_t b = count * i / n / 16 * 16;
+      m->shard_begin_.push_back(i == n ? count : b);
+    }
+    for (LogicalDevice* d : devices) {
+      VGPU_ASSIGN_OR_RETURN(auto ready, d->executor()->CreateEvent());
+      VGPU_ASSIGN_OR_RETURN(auto updated, d->executor()->CreateEvent());
+      m->grads_ready_.push_back(std::move(ready));
+      m->shard_updated_.push_back(std::move(updated));
+    }
+  }
   return m;
 }
 
@@ -71,12 +87,68 @@ absl::Status MirroredStrategy::Step(const float* x, const int32_t* y, int rows) 
     VGPU_RETURN_IF_ERROR(rep.Backward(r));
     offset += r;
   }
-  VGPU_RETURN_IF_ERROR(
-      reducer_->AllReduce(grad_buffers_, replicas_[0]->front()->param_count(), AllReduceOp::kSum));
   ++step_;
-  for (auto& rep : replicas_) VGPU_RETURN_IF_ERROR(rep->Update(step_));
+  if (sharded_) {
+    VGPU_RETURN_IF_ERROR(ShardedUpdate());
+  } else {
+    if (n > 1) {
+      VGPU_RETURN_IF_ERROR(reducer_->AllReduce(grad_buffers_, replicas_[0]->front()->param_count(),
+                                               AllReduceOp::kSum));
+    }
+    for (auto& rep : replicas_) VGPU_RETURN_IF_ERROR(rep->Update(step_));
+  }
   ++slot_;
   pending_.examples += rows;
+  return absl::OkStatus();
+}
+
+absl::Status MirroredStrategy::ShardedUpdate() {
+  const int n = num_replicas();
+  VGPU_ASSIGN_OR_RETURN(Kernels * kernels, devices_[0]->executor()->GetKernels());
+  for (int i = 0; i < n; ++i) {
+    VGPU_RETURN_IF_ERROR(replicas_[i]->front()->stream()->RecordEvent(grads_ready_[i].get()));
+  }
+  // Reduce-scatter fused with the update: replica k owns shard k.
+  std::vector<const float*> inputs(n);
+  for (int k = 0; k < n; ++k) {
+    MlpStage* owner = replicas_[k]->front();
+    Stream* s = owner->stream();
+    for (int i = 0; i < n; ++i) {
+      if (i != k) VGPU_RETURN_IF_ERROR(s->WaitEvent(grads_ready_[i].get()));
+    }
+    const uint64_t b = shard_begin_[k], e = shard_begin_[k + 1];
+    if (e > b) {
+      for (int i = 0; i < n; ++i) inputs[i] = grad_buffers_[i] + b;
+      if (n <= Kernels::kMaxSumInputs) {
+        VGPU_RETURN_IF_ERROR(kernels->SumN(s, inputs, grad_buffers_[k] + b, e - b, 1.0f));
+      } else {
+        // More replicas than one SumN takes: fold in groups.
+        VGPU_RETURN_IF_ERROR(kernels->SumN(s, absl::MakeSpan(inputs.data(), Kernels::kMaxSumInputs),
+                                           grad_buffers_[k] + b, e - b, 1.0f));
+        for (size_t pos = Kernels::kMaxSumInputs; pos < inputs.size();) {
+          std::vector<const float*> part = {grad_buffers_[k] + b};
+          while (pos < inputs.size() && part.size() < Kernels::kMaxSumInputs) {
+            part.push_back(inputs[pos++]);
+          }
+          VGPU_RETURN_IF_ERROR(kernels->SumN(s, part, grad_buffers_[k] + b, e - b, 1.0f));
+        }
+      }
+      VGPU_RETURN_IF_ERROR(owner->UpdateRange(step_, grad_buffers_[k], b, e));
+    }
+    VGPU_RETURN_IF_ERROR(s->RecordEvent(shard_updated_[k].get()));
+  }
+  // All-gather of the updated parameters.
+  for (int j = 0; j < n; ++j) {
+    MlpStage* dst = replicas_[j]->front();
+    Stream* s = dst->stream();
+    for (int k = 0; k < n; ++k) {
+      const uint64_t b = shard_begin_[k], e = shard_begin_[k + 1];
+      if (k == j || e == b) continue;
+      VGPU_RETURN_IF_ERROR(s->WaitEvent(shard_updated_[k].get()));
+      VGPU_RETURN_IF_ERROR(s->MemcpyD2D(dst->params() + b, replicas_[k]->front()->params() + b,
+                                        (e - b) * sizeof(float)));
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -132,7 +204,11 @@ absl::StatusOr<std::vector<float>> MirroredStrategy::ReplicaParams(int i) {
 
 std::string MirroredStrategy::PlacementReport() const {
   std::string out = absl::StrCat(name(), ": ", num_replicas(), " replica(s), all-reduce ",
-                                 AllReduceAlgorithmName(reducer_->algorithm()), "\n");
+                                 AllReduceAlgorithmName(reducer_->algorithm()),
+                                 sharded_ ? " (fused with the update: reduce-scatter, update "
+                                            "shard, all-gather parameters)"
+                                          : "",
+                                 "\n");
   for (int i = 0; i < num_replicas(); ++i) {
     absl::StrAppend(&out, "  replica ", i, " -> ", devices_[i]->name(), " (",
                     RowsForReplica(options_.global_batch, num_replicas(), i),

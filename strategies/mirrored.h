@@ -6,6 +6,12 @@
 // gradients are SUM-all-reduced, so N replicas compute exactly the single-device gradient of
 // the global batch (up to float summation order). Replicas run concurrently, each on its own
 // device stream; the all-reduce algorithm comes from collectives.h (topology, overridable).
+// When every replica is on one physical device (the local algorithm) the all-reduce is fused
+// with the optimizer: replica k sums shard k of all N gradients in one SumN pass (they share
+// the card's memory), applies the optimizer to shard k of its parameters, and every replica
+// then copies the other shards' parameters from their owners (reduce-scatter, update,
+// all-gather). Each parameter is updated once, so the replicas stay bitwise equal, and the
+// optimizer work is not repeated N times. Streams are ordered with events only.
 // With one device it is the "single" strategy.
 //
 // Thread safety: drive from one thread (see strategy.h).
@@ -51,7 +57,11 @@ class MirroredStrategy : public Strategy {
   StrategyOptions options_;
   std::vector<std::unique_ptr<MlpChain>> replicas_;
   std::unique_ptr<AllReducer> reducer_;
+  absl::Status ShardedUpdate();
   std::vector<float*> grad_buffers_;
+  bool sharded_ = false;
+  std::vector<uint64_t> shard_begin_;  // N+1 boundaries
+  std::vector<std::unique_ptr<Event>> grads_ready_, shard_updated_;
   int64_t step_ = 0;
   int slot_ = 0;
   StepTotals pending_;  // examples of the queued steps; losses read at Flush

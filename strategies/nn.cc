@@ -227,12 +227,22 @@ absl::Status MlpStage::ZeroGradsAndSlot(int slot) {
 }
 
 absl::Status MlpStage::Update(int64_t step, const float* grads) {
-  if (grads == nullptr) grads = this->grads();
-  if (opt_.kind == OptimizerKind::kSgd) {
-    return kernels_->SgdUpdate(stream(), param_count_, opt_.lr, grads, params());
+  return UpdateRange(step, grads == nullptr ? this->grads() : grads, 0, param_count_);
+}
+
+absl::Status MlpStage::UpdateRange(int64_t step, const float* grads, uint64_t begin, uint64_t end) {
+  if (begin > end || end > param_count_) {
+    return absl::InvalidArgumentError(absl::StrCat("MlpStage::UpdateRange: [", begin, ", ", end,
+                                                   ") of ", param_count_, " parameters"));
   }
-  return kernels_->AdamUpdate(stream(), param_count_, opt_.lr, opt_.beta1, opt_.beta2, opt_.epsilon,
-                              step, grads, m_.data(), v_.data(), params());
+  if (begin == end) return absl::OkStatus();
+  const uint64_t n = end - begin;
+  if (opt_.kind == OptimizerKind::kSgd) {
+    return kernels_->SgdUpdate(stream(), n, opt_.lr, grads + begin, params() + begin);
+  }
+  return kernels_->AdamUpdate(stream(), n, opt_.lr, opt_.beta1, opt_.beta2, opt_.epsilon, step,
+                              grads + begin, m_.data() + begin, v_.data() + begin,
+                              params() + begin);
 }
 
 absl::Status MlpStage::AccumulateSlots(int n, double& loss_sum, int64_t& correct) const {

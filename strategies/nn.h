@@ -108,6 +108,9 @@ class MlpStage {
   // One optimizer step (1-based `step` for Adam's bias correction) from `grads` (default: ours;
   // may be another device's buffer on the same physical device).
   absl::Status Update(int64_t step, const float* grads = nullptr);
+  // The same for parameters [begin, end) only (a shard); `grads` points at the gradient of
+  // parameter 0 (the shard is read at grads + begin).
+  absl::Status UpdateRange(int64_t step, const float* grads, uint64_t begin, uint64_t end);
   // Reads slots [0, n): adds their losses and correct counts (waits for the stream).
   absl::Status AccumulateSlots(int n, double& loss_sum, int64_t& correct) const;
 

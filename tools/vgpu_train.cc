@@ -4,6 +4,7 @@
 //   {"strategy","devices","epochs","batch","test_accuracy","samples_per_s","peak_bytes",...}
 // `--compare` first trains `--strategy single` on GPU:0 for the same epochs and adds
 // "single_samples_per_s" and "speedup_vs_single" (same run, same machine).
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -219,6 +220,14 @@ absl::StatusOr<std::unique_ptr<Strategy>> MakeStrategy(const Flags& f, const std
   return strategies::CentralStorageStrategy::Create(d.set.cpu, d.chosen, o);
 }
 
+// CPU seconds of the whole process (all threads): shows the work per sample even when other
+// processes share the cores.
+double ProcessCpuSeconds() {
+  timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
 void Progress(int done, int total, double loss) {
   const int width = 30;
   int filled = total ? done * width / total : width;
@@ -265,6 +274,7 @@ absl::StatusOr<RunResult> Train(const Flags& f, const std::string& which, Device
   const int kFlushEvery = 64;  // bounds the queued work and feeds the progress bar
   for (int epoch = 1; epoch <= f.epochs; ++epoch) {
     auto t0 = std::chrono::steady_clock::now();
+    const double cpu0 = ProcessCpuSeconds();
     std::iota(order.begin(), order.end(), 0);
     std::shuffle(order.begin(), order.end(), rng);
     for (int i = 0; i < rows; ++i) {
@@ -288,6 +298,7 @@ absl::StatusOr<RunResult> Train(const Flags& f, const std::string& which, Device
     }
     const double secs =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double cpu_secs = ProcessCpuSeconds() - cpu0;
     if (tty) std::fprintf(stderr, "\r%*s\r", 70, "");
     train_seconds += secs;
     trained += epoch_totals.examples;
@@ -297,9 +308,9 @@ absl::StatusOr<RunResult> Train(const Flags& f, const std::string& which, Device
     result.train_loss = epoch_totals.mean_loss();
     if (!f.quiet) {
       std::printf(
-          "epoch %d/%d  %s  %.2fs  %.0f samples/s  loss %.4f  train acc %.4f  test acc "
-          "%.4f\n",
-          epoch, f.epochs, which.c_str(), secs, epoch_totals.examples / secs,
+          "epoch %d/%d  %s  %.2fs (cpu %.2fs)  %.0f samples/s  loss %.4f  train acc %.4f  "
+          "test acc %.4f\n",
+          epoch, f.epochs, which.c_str(), secs, cpu_secs, epoch_totals.examples / secs,
           epoch_totals.mean_loss(), epoch_totals.accuracy(), test.accuracy());
       std::fflush(stdout);
     }
