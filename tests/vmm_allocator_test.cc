@@ -9,11 +9,13 @@
 #include <thread>
 #include <vector>
 
+#include "allocator/factory.h"
 #include "allocator/vmm_backend.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "runtime/host/host_platform.h"
 #include "runtime/status_matchers.h"
+#include "tests/allocator_conformance.h"
 
 namespace vgpu {
 namespace {
@@ -629,5 +631,57 @@ TEST_F(VmmHostTest, GrowthOffFailsCleanlyWhenTheDeviceIsTooSmall) {
               StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("GPU:0")));
 }
 
+// ---- the shared allocator conformance suite ----
+
+std::unique_ptr<Allocator> FakeVmm(uint64_t limit, bool growth) {
+  Fake f = MakeFake(Opts(limit, growth));
+  return std::move(f.alloc);
+}
+
+Executor* ConformanceExecutor() {
+  static HostPlatform* platform = [] {
+    auto p = HostPlatform::Create(HostPlatformOptions{{1024 * kMiB}});
+    return p.ok() ? p->release() : nullptr;
+  }();
+  if (platform == nullptr) return nullptr;
+  auto e = platform->GetExecutor(0);
+  return e.ok() ? *e : nullptr;
+}
+
+std::unique_ptr<Allocator> HostVmm(uint64_t limit, bool growth) {
+  DeviceAllocatorOptions o;
+  o.kind = AllocatorKind::kVmm;
+  o.device_name = "/job:localhost/replica:0/task:0/device:GPU:0 (physical GPU 0)";
+  o.memory_limit = limit;
+  o.allow_growth = growth;
+  auto a = CreateDeviceAllocator(ConformanceExecutor(), o);  // through the factory
+  EXPECT_THAT(a.status(), IsOk());
+  return a.ok() ? *std::move(a) : nullptr;
+}
+
+struct VmmFakeGrowthOff {
+  static constexpr bool kRealMemory = false;
+  static std::unique_ptr<Allocator> Make(uint64_t limit) { return FakeVmm(limit, false); }
+};
+struct VmmFakeGrowthOn {
+  static constexpr bool kRealMemory = false;
+  static std::unique_ptr<Allocator> Make(uint64_t limit) { return FakeVmm(limit, true); }
+};
+struct VmmHostGrowthOff {
+  static constexpr bool kRealMemory = true;
+  static std::unique_ptr<Allocator> Make(uint64_t limit) { return HostVmm(limit, false); }
+};
+struct VmmHostGrowthOn {
+  static constexpr bool kRealMemory = true;
+  static std::unique_ptr<Allocator> Make(uint64_t limit) { return HostVmm(limit, true); }
+};
+using VmmTypes =
+    ::testing::Types<VmmFakeGrowthOff, VmmFakeGrowthOn, VmmHostGrowthOff, VmmHostGrowthOn>;
+
 }  // namespace
+
+namespace testing {
+INSTANTIATE_TYPED_TEST_SUITE_P(Vmm, AllocatorConformance, ::vgpu::VmmTypes);
+}  // namespace testing
+
 }  // namespace vgpu
