@@ -1,0 +1,211 @@
+// MirroredStrategy: replicas bitwise equal after every step, the global batch split with the
+// remainder kept, and N replicas equivalent to one device with the same global batch.
+#include "strategies/mirrored.h"
+
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "runtime/host/host_kernels.h"
+#include "runtime/host/host_platform.h"
+#include "runtime/status_matchers.h"
+#include "strategies/device_set.h"
+
+namespace vgpu::strategies {
+namespace {
+
+using ::testing::HasSubstr;
+using ::vgpu::testing::IsOk;
+using ::vgpu::testing::StatusIs;
+
+constexpr uint64_t kMiB = uint64_t{1} << 20;
+
+struct Data {
+  std::vector<float> x;
+  std::vector<int32_t> y;
+};
+
+// Inputs whose class shows in a few features, so training makes progress.
+Data MakeData(int rows, int features, int classes, uint64_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(0.0f, 1.0f);
+  Data d;
+  d.x.resize(static_cast<size_t>(rows) * features);
+  d.y.resize(rows);
+  for (int r = 0; r < rows; ++r) {
+    d.y[r] = static_cast<int32_t>(rng() % classes);
+    for (int f = 0; f < features; ++f) d.x[r * features + f] = u(rng) * 0.5f;
+    d.x[r * features + d.y[r] % features] += 1.0f;
+  }
+  return d;
+}
+
+double RelativeDifference(const std::vector<float>& a, const std::vector<float>& b) {
+  double diff = 0, norm = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    diff += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
+    norm += double(b[i]) * b[i];
+  }
+  return std::sqrt(diff / norm);
+}
+
+class MirroredTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    SetHostBlasThreads(1);  // the replicas' streams already fill the cores
+    HostPlatformOptions o;
+    o.device_bytes = {uint64_t{1} << 30};
+    auto p = HostPlatform::Create(o);
+    ASSERT_THAT(p.status(), IsOk());
+    platform_ = *std::move(p);
+    auto set = CreateDeviceSet(platform_.get(), 0, std::vector<uint64_t>(5, 64 * kMiB), false);
+    ASSERT_THAT(set.status(), IsOk());
+    set_ = *std::move(set);
+  }
+  std::vector<LogicalDevice*> Gpus(int n) {
+    return std::vector<LogicalDevice*>(set_.gpus.begin(), set_.gpus.begin() + n);
+  }
+  std::unique_ptr<HostPlatform> platform_;
+  DeviceSet set_;
+};
+
+StrategyOptions SmallOptions(int batch) {
+  StrategyOptions o;
+  o.spec.sizes = {32, 16, 16, 5};
+  o.global_batch = batch;
+  o.seed = 7;
+  return o;
+}
+
+class MirroredAlgorithmTest : public MirroredTest,
+                              public ::testing::WithParamInterface<AllReduceAlgorithm> {};
+
+TEST_P(MirroredAlgorithmTest, ReplicasBitwiseEqualAfterEveryStep) {
+  StrategyOptions o = SmallOptions(10);  // 10 over 4 replicas: 3, 3, 2, 2
+  auto m = MirroredStrategy::Create(Gpus(4), o, GetParam());
+  ASSERT_THAT(m.status(), IsOk());
+  EXPECT_EQ((*m)->algorithm(), GetParam());
+  Data d = MakeData(200, 32, 5, 1);
+  for (int step = 0; step < 12; ++step) {
+    const int rows = step == 11 ? 3 : 10;  // the last one leaves a replica without examples
+    ASSERT_THAT((*m)->Step(d.x.data() + step * 10 * 32, d.y.data() + step * 10, rows), IsOk());
+    auto p0 = (*m)->ReplicaParams(0);
+    ASSERT_THAT(p0.status(), IsOk());
+    for (int r = 1; r < 4; ++r) {
+      auto pr = (*m)->ReplicaParams(r);
+      ASSERT_THAT(pr.status(), IsOk());
+      ASSERT_EQ(pr->size(), p0->size());
+      ASSERT_EQ(std::memcmp(pr->data(), p0->data(), p0->size() * 4), 0)
+          << "replica " << r << " differs after step " << step;
+    }
+  }
+  auto totals = (*m)->Flush();
+  ASSERT_THAT(totals.status(), IsOk());
+  EXPECT_EQ(totals->examples, 11 * 10 + 3);
+  EXPECT_TRUE(std::isfinite(totals->mean_loss()));
+  EXPECT_GT(totals->mean_loss(), 0.0);
+}
+
+INSTANTIATE_TEST_SUITE_P(HostAlgorithms, MirroredAlgorithmTest,
+                         ::testing::Values(AllReduceAlgorithm::kLocal,
+                                           AllReduceAlgorithm::kViaHost),
+                         [](const auto& info) {
+                           return info.param == AllReduceAlgorithm::kLocal ? "local" : "via_host";
+                         });
+
+TEST_F(MirroredTest, SplitKeepsTheRemainder) {
+  int total = 0;
+  for (int i = 0; i < 4; ++i) total += MirroredStrategy::RowsForReplica(10, 4, i);
+  EXPECT_EQ(total, 10);
+  EXPECT_EQ(MirroredStrategy::RowsForReplica(10, 4, 0), 3);
+  EXPECT_EQ(MirroredStrategy::RowsForReplica(10, 4, 3), 2);
+  EXPECT_EQ(MirroredStrategy::RowsForReplica(3, 4, 3), 0);
+}
+
+TEST_F(MirroredTest, UnevenBatchMatchesOneDevice) {
+  // 3 replicas with a batch of 11 (4, 4, 3) compute the gradient of all 11 examples.
+  StrategyOptions o = SmallOptions(11);
+  o.optimizer.kind = OptimizerKind::kSgd;
+  o.optimizer.lr = 0.1f;
+  auto one = MirroredStrategy::Create(Gpus(1), o);
+  auto three = MirroredStrategy::Create({set_.gpus[1], set_.gpus[2], set_.gpus[3]}, o);
+  ASSERT_THAT(one.status(), IsOk());
+  ASSERT_THAT(three.status(), IsOk());
+  Data d = MakeData(110, 32, 5, 2);
+  for (int step = 0; step < 10; ++step) {
+    ASSERT_THAT((*one)->Step(d.x.data() + step * 11 * 32, d.y.data() + step * 11, 11), IsOk());
+    ASSERT_THAT((*three)->Step(d.x.data() + step * 11 * 32, d.y.data() + step * 11, 11), IsOk());
+  }
+  auto a = (*one)->Params();
+  auto b = (*three)->Params();
+  ASSERT_THAT(a.status(), IsOk());
+  ASSERT_THAT(b.status(), IsOk());
+  EXPECT_LT(RelativeDifference(*b, *a), 1e-5);
+  auto ta = (*one)->Flush();
+  auto tb = (*three)->Flush();
+  EXPECT_NEAR(ta->mean_loss(), tb->mean_loss(), 1e-4);
+  EXPECT_EQ(ta->examples, tb->examples);
+}
+
+TEST_F(MirroredTest, FourReplicasMatchOneDeviceOnTheSeedModel) {
+  // The bar: 784-256-256-10, global batch 256, Adam, 50 steps, same seed.
+  StrategyOptions o;
+  o.global_batch = 256;
+  o.seed = 42;
+  auto one = MirroredStrategy::Create(Gpus(1), o);
+  auto four = MirroredStrategy::Create({set_.gpus[1], set_.gpus[2], set_.gpus[3], set_.gpus[4]}, o);
+  ASSERT_THAT(one.status(), IsOk());
+  ASSERT_THAT(four.status(), IsOk());
+  Data d = MakeData(256 * 5, 784, 10, 3);
+  for (int step = 0; step < 50; ++step) {
+    const int off = (step % 5) * 256;
+    ASSERT_THAT((*one)->Step(d.x.data() + off * 784, d.y.data() + off, 256), IsOk());
+    ASSERT_THAT((*four)->Step(d.x.data() + off * 784, d.y.data() + off, 256), IsOk());
+  }
+  auto a = (*one)->Params();
+  auto b = (*four)->Params();
+  ASSERT_THAT(a.status(), IsOk());
+  ASSERT_THAT(b.status(), IsOk());
+  const double rel = RelativeDifference(*b, *a);
+  EXPECT_LT(rel, 1e-4);
+  std::vector<float> init = GlorotUniformInit(o.spec, o.seed);
+  EXPECT_GT(RelativeDifference(*a, init), 1e-3) << "training did not move the weights";
+  // And training worked: the loss went down on these separable data.
+  auto t = (*four)->Evaluate(d.x.data(), d.y.data(), 256 * 5);
+  ASSERT_THAT(t.status(), IsOk());
+  EXPECT_GT(t->accuracy(), 0.9);
+}
+
+TEST_F(MirroredTest, Errors) {
+  EXPECT_THAT(MirroredStrategy::Create({}, SmallOptions(8)).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(MirroredStrategy::Create(Gpus(2), SmallOptions(0)).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("global batch")));
+  auto m = MirroredStrategy::Create(Gpus(2), SmallOptions(8));
+  ASSERT_THAT(m.status(), IsOk());
+  Data d = MakeData(16, 32, 5, 4);
+  EXPECT_THAT((*m)->Step(d.x.data(), d.y.data(), 9),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("1..8")));
+  EXPECT_THAT((*m)->ReplicaParams(2).status(), StatusIs(absl::StatusCode::kInvalidArgument));
+  // A bad label fails the step's stream; the error comes back at Flush.
+  d.y[0] = 77;
+  ASSERT_THAT((*m)->Step(d.x.data(), d.y.data(), 8), IsOk());
+  EXPECT_THAT((*m)->Flush().status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("label 77")));
+  EXPECT_THAT((*m)->PlacementReport(), HasSubstr("replica 1 -> "));
+}
+
+TEST_F(MirroredTest, OutOfMemoryNamesTheDevice) {
+  auto small = CreateDeviceSet(platform_.get(), 0, {256 * 1024}, false);
+  ASSERT_THAT(small.status(), IsOk());
+  StrategyOptions o;  // the seed model needs ~4 MiB
+  EXPECT_THAT(MirroredStrategy::Create(small->gpus, o).status(),
+              StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("GPU:0")));
+}
+
+}  // namespace
+}  // namespace vgpu::strategies
