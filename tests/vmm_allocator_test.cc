@@ -599,9 +599,9 @@ TEST_F(VmmHostTest, DataSurvivesManyCycles) {
     uint64_t seed;
   };
   std::vector<Live> live;
-  for (int i = 0; i < 400; ++i) {
+  for (int i = 0; i < 200; ++i) {
     if (live.size() < 6 && (live.empty() || rng() % 2)) {
-      uint64_t bytes = 8 * (1 + rng() % (5 * kG / 8));
+      uint64_t bytes = 8 * (1 + rng() % (3 * kG / 8));
       auto p = a->AllocateRaw(bytes);
       if (!p.ok()) continue;
       Live l{static_cast<uint64_t*>(*p), bytes / 8, rng()};
