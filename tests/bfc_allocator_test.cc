@@ -136,6 +136,8 @@ TEST(BFCAllocatorTest, BestFitPrefersTheSmallestHoleThenTheLowestAddress) {
   EXPECT_EQ(U(r), U(p[4]));
   void* s = Alloc(*f.bfc, 2 * kMiB);  // only the 3.5 MiB hole is left: low end of it
   EXPECT_EQ(U(s), U(p[0]));
+  for (void* x : {p[1], p[3], p[5], p[6], q, r, s}) Free(*f.bfc, x);
+  EXPECT_EQ(f.bfc->Stats().largest_free_block, 32 * kMiB);
 }
 
 TEST(BFCAllocatorTest, RemaindersUnderAQuarterOfTheRequestAreNotSplitOff) {

@@ -1,6 +1,7 @@
 // vgpu-bench replay: replays an allocation trace (../shared/traces format) on an allocator and
 // reports speed against malloc/free and the smallest limit the trace reliably fits in.
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <optional>
 #include <string>
@@ -21,6 +22,19 @@ constexpr int kConsecutive = 20;  // passes in a row for min_limit
 constexpr int kMaxK = 200 * 10;   // give up past 11x peak live
 constexpr int64_t kTimedBudgetNs = 300'000'000;
 constexpr int kMinTimedRuns = 3, kMaxTimedRuns = 25;
+
+// Peak resident set (VmHWM) of this process so far, in bytes; 0 when unknown.
+uint64_t PeakRssBytes() {
+  std::FILE* f = std::fopen("/proc/self/status", "r");
+  if (f == nullptr) return 0;
+  char line[256];
+  uint64_t kib = 0;
+  while (std::fgets(line, sizeof(line), f) != nullptr) {
+    if (std::sscanf(line, "VmHWM: %lu kB", &kib) == 1) break;
+  }
+  std::fclose(f);
+  return kib * 1024;
+}
 
 uint64_t LimitFor(uint64_t peak, int k) {
   uint64_t l =
@@ -97,8 +111,15 @@ int RunReplay(const BenchArgs& args) {
   int64_t total_ns = 0;
   uint64_t peak_reserved = 0;
   ReplayResult first;
+  double setup_ms = 0;
   for (int run = 0; run < kMaxTimedRuns; ++run) {
+    auto setup_start = std::chrono::steady_clock::now();
     absl::StatusOr<std::unique_ptr<Allocator>> a = MakeBenchAllocator(spec);
+    if (run == 0) {
+      setup_ms =
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - setup_start)
+              .count();
+    }
     if (!a.ok()) {
       std::fprintf(stderr, "vgpu-bench replay: %s\n", a.status().ToString().c_str());
       return 1;
@@ -119,6 +140,8 @@ int RunReplay(const BenchArgs& args) {
     total_ns += r->elapsed_ns;
     if (run + 1 >= kMinTimedRuns && total_ns >= kTimedBudgetNs) break;
   }
+  // Before the malloc baseline, whose pages would count too.
+  const uint64_t peak_rss = PeakRssBytes();
   int64_t best_malloc_ns = -1;
   total_ns = 0;
   for (int run = 0; run < kMaxTimedRuns; ++run) {
@@ -143,10 +166,13 @@ int RunReplay(const BenchArgs& args) {
                  static_cast<unsigned long long>(first.first_failure),
                  first.first_error.ToString().c_str());
   }
-  std::fprintf(stderr, "%s at limit %s%s: %.1f ns/op (malloc %.1f), peak reserved %s",
-               args.allocator.c_str(), FormatBytes(spec.limit).c_str(),
-               args.allow_growth ? " (growth)" : "", best_ns / events, best_malloc_ns / events,
-               FormatBytes(peak_reserved).c_str());
+  std::fprintf(
+      stderr,
+      "%s at limit %s%s: setup %.3f ms, %.1f ns/op (malloc %.1f), peak reserved %s, peak RSS %s "
+      "before the malloc baseline",
+      args.allocator.c_str(), FormatBytes(spec.limit).c_str(), args.allow_growth ? " (growth)" : "",
+      setup_ms, best_ns / events, best_malloc_ns / events, FormatBytes(peak_reserved).c_str(),
+      FormatBytes(peak_rss).c_str());
   if (min_limit_k) {
     std::fprintf(stderr, ", min limit %s (%.3fx), first fit %.3fx",
                  FormatBytes(LimitFor(peak, *min_limit_k)).c_str(),
