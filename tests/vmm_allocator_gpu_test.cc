@@ -1,0 +1,111 @@
+// The vmm allocator on real device memory (label gpu; every test skips when
+// GetPlatform("cuda") has no device): stitched blocks hold data, granules go back to the card,
+// and the mapping cache reuses ranges.
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "allocator/factory.h"
+#include "allocator/vmm_allocator.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "runtime/platform.h"
+#include "runtime/status_matchers.h"
+
+namespace vgpu {
+namespace {
+
+using ::vgpu::testing::IsOk;
+using ::vgpu::testing::StatusIs;
+
+class VmmGpuTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto p = GetPlatform("cuda");
+    if (!p.ok() || (*p)->DeviceCount() == 0) {
+      GTEST_SKIP() << (p.ok() ? (*p)->Summary() : p.status().ToString());
+    }
+    auto e = (*p)->GetExecutor(0);
+    ASSERT_THAT(e.status(), IsOk());
+    executor_ = *e;
+    auto g = executor_->VirtualMemoryGranularity();
+    if (!g.ok()) GTEST_SKIP() << g.status();
+    granule_ = *g;
+  }
+  std::unique_ptr<Allocator> Make(uint64_t limit, bool growth) {
+    DeviceAllocatorOptions o;
+    o.kind = AllocatorKind::kVmm;
+    o.device_name = "/job:localhost/replica:0/task:0/device:GPU:0 (physical GPU 0)";
+    o.memory_limit = limit;
+    o.allow_growth = growth;
+    auto a = CreateDeviceAllocator(executor_, o);
+    EXPECT_THAT(a.status(), IsOk());
+    return a.ok() ? *std::move(a) : nullptr;
+  }
+  Executor* executor_ = nullptr;
+  uint64_t granule_ = 0;
+};
+
+TEST_F(VmmGpuTest, StitchedBlockHoldsData) {
+  for (bool growth : {false, true}) {
+    std::unique_ptr<Allocator> a = Make(16 * granule_, growth);
+    ASSERT_NE(a, nullptr);
+    auto* vmm = static_cast<VmmAllocator*>(a.get());
+    std::vector<void*> one;
+    for (int i = 0; i < 16; ++i) {
+      auto p = a->AllocateRaw(granule_);
+      ASSERT_THAT(p.status(), IsOk());
+      one.push_back(*p);
+    }
+    EXPECT_THAT(a->AllocateRaw(granule_).status(), StatusIs(absl::StatusCode::kResourceExhausted));
+    for (int i = 1; i < 16; i += 2) ASSERT_THAT(a->Deallocate(one[i]), IsOk());
+    ASSERT_THAT(vmm->Trim(), IsOk());
+    auto big = a->AllocateRaw(8 * granule_);  // eight scattered granules, one range
+    ASSERT_THAT(big.status(), IsOk());
+    auto stream = executor_->CreateStream({});
+    ASSERT_THAT(stream.status(), IsOk());
+    const uint64_t words = 8 * granule_ / 4;
+    std::vector<uint32_t> host(words), back(words, 0);
+    for (uint64_t i = 0; i < words; ++i) host[i] = static_cast<uint32_t>(i * 2654435761u);
+    ASSERT_THAT((*stream)->MemcpyH2D(*big, host.data(), 8 * granule_), IsOk());
+    ASSERT_THAT((*stream)->Memset32(one[0], 0xdeadbeef, granule_ / 4), IsOk());
+    ASSERT_THAT((*stream)->MemcpyD2H(back.data(), *big, 8 * granule_), IsOk());
+    ASSERT_THAT((*stream)->Synchronize(), IsOk());
+    EXPECT_EQ(host, back);
+    ASSERT_THAT(a->Deallocate(*big), IsOk());
+    for (int i = 0; i < 16; i += 2) ASSERT_THAT(a->Deallocate(one[i]), IsOk());
+    EXPECT_THAT(a->CheckInvariants(), IsOk());
+  }
+}
+
+TEST_F(VmmGpuTest, GrowthGivesMemoryBackToTheCard) {
+  std::unique_ptr<Allocator> a = Make(256 * granule_, true);
+  ASSERT_NE(a, nullptr);
+  auto before = executor_->Describe();
+  ASSERT_THAT(before.status(), IsOk());
+  auto p = a->AllocateRaw(128 * granule_);
+  ASSERT_THAT(p.status(), IsOk());
+  auto during = executor_->Describe();
+  ASSERT_THAT(during.status(), IsOk());
+  EXPECT_LE(during->free_bytes + 100 * granule_, before->free_bytes);
+  ASSERT_THAT(a->Deallocate(*p), IsOk());
+  ASSERT_THAT(static_cast<VmmAllocator*>(a.get())->Trim(), IsOk());
+  auto after = executor_->Describe();
+  ASSERT_THAT(after.status(), IsOk());
+  EXPECT_GE(after->free_bytes + 16 * granule_, before->free_bytes);
+  EXPECT_EQ(a->Stats().bytes_reserved, 0u);
+}
+
+TEST_F(VmmGpuTest, HotSizeIsNotRemapped) {
+  std::unique_ptr<Allocator> a = Make(64 * granule_, false);
+  ASSERT_NE(a, nullptr);
+  for (int step = 0; step < 20; ++step) {
+    auto p = a->AllocateRaw(5 * granule_ - 1000);
+    ASSERT_THAT(p.status(), IsOk());
+    ASSERT_THAT(a->Deallocate(*p), IsOk());
+  }
+  EXPECT_EQ(a->Stats().regions_mapped, 5u);
+}
+
+}  // namespace
+}  // namespace vgpu
