@@ -81,6 +81,8 @@ class CudaFakeDriverTest : public ::testing::Test {
     owned_.push_back({e, *p});
     if (!values.empty()) {
       EXPECT_THAT(s->MemcpyH2D(*p, values.data(), values.size() * sizeof(T)), IsOk());
+      // `values` may be a temporary: the copy must finish before it dies.
+      EXPECT_THAT(s->Synchronize(), IsOk());
     }
     return static_cast<T*>(*p);
   }

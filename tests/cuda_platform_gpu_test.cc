@@ -56,8 +56,11 @@ class CudaGpuTest : public ::testing::Test {
     EXPECT_THAT(p, IsOk());
     if (!p.ok()) return nullptr;
     owned_.push_back({e, *p});
-    if (!values.empty())
+    if (!values.empty()) {
       EXPECT_THAT(s->MemcpyH2D(*p, values.data(), values.size() * sizeof(T)), IsOk());
+      // `values` may be a temporary: the copy must finish before it dies.
+      EXPECT_THAT(s->Synchronize(), IsOk());
+    }
     return static_cast<T*>(*p);
   }
   template <typename T>
