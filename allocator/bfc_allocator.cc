@@ -192,16 +192,20 @@ void BFCAllocator::BinReplace(int b, Bin::iterator it, uint32_t c) {
 }
 
 BFCAllocator::Found BFCAllocator::FindChunkLocked(uint64_t size) {
-  int b = BinFor(size);
+  const int b = BinFor(size);
   uint32_t mask = bin_mask_ & (~0u << b);
-  while (mask != 0) {
-    int i = std::countr_zero(mask);
-    // Smallest (size, address) with size >= `size`.
-    auto it = bins_[i].lower_bound(FreeKey{size, 0, 0});
-    if (it != bins_[i].end()) return Found{i, it};
+  if (mask == 0) return Found{};
+  int i = std::countr_zero(mask);
+  if (i == b) {
+    // The smallest (size, address) that fits in the request's own bin. Its largest entry is at
+    // hand (B-trees keep their rightmost leaf), so a bin of too-small chunks costs no descent.
+    if (bins_[b].rbegin()->size >= size) return Found{b, bins_[b].lower_bound(FreeKey{size, 0, 0})};
     mask &= mask - 1;
+    if (mask == 0) return Found{};
+    i = std::countr_zero(mask);
   }
-  return Found{};
+  // Every chunk of a higher bin fits: the best is its first.
+  return Found{i, bins_[i].begin()};
 }
 
 uint64_t BFCAllocator::LargestFreeLocked() const {
