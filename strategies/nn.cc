@@ -275,7 +275,9 @@ absl::StatusOr<std::unique_ptr<MlpChain>> MlpChain::Create(
   for (size_t i = 0; i + 1 < stages.size(); ++i) {
     VGPU_ASSIGN_OR_RETURN(auto f, stages[i]->device()->executor()->CreateEvent());
     VGPU_ASSIGN_OR_RETURN(auto b, stages[i + 1]->device()->executor()->CreateEvent());
+    VGPU_ASSIGN_OR_RETURN(auto c, stages[i + 1]->device()->executor()->CreateEvent());
     chain->fwd_events_.push_back(std::move(f));
+    chain->consumed_events_.push_back(std::move(c));
     chain->bwd_events_.push_back(std::move(b));
   }
   chain->stages_ = std::move(stages);
@@ -303,6 +305,10 @@ absl::Status MlpChain::Forward(int rows) {
       VGPU_RETURN_IF_ERROR(CopyAcrossStreams(a->stream(), b->stream(), fwd_events_[i].get(),
                                              b->input(), a->output(),
                                              uint64_t{4} * rows * a->out_width()));
+      if (a->stream() != b->stream()) {
+        VGPU_RETURN_IF_ERROR(b->stream()->RecordEvent(consumed_events_[i].get()));
+        VGPU_RETURN_IF_ERROR(a->stream()->WaitEvent(consumed_events_[i].get()));
+      }
     }
   }
   return absl::OkStatus();

@@ -151,7 +151,10 @@ class MlpChain {
 
  private:
   std::vector<std::unique_ptr<MlpStage>> stages_;
-  std::vector<std::unique_ptr<Event>> fwd_events_, bwd_events_;  // per stage boundary
+  // Per stage boundary: activations ready, activations copied (the producer may overwrite
+  // them; without a backward pass in between, e.g. evaluation, nothing else orders that),
+  // gradients ready.
+  std::vector<std::unique_ptr<Event>> fwd_events_, consumed_events_, bwd_events_;
 };
 
 }  // namespace strategies
