@@ -22,6 +22,8 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "devices/config.h"
+#include "devices/runtime.h"
 #include "runtime/bytes.h"
 #include "runtime/host/host_kernels.h"
 #include "runtime/json.h"
@@ -144,11 +146,13 @@ absl::StatusOr<Flags> ParseFlags(int argc, char** argv) {
   return f;
 }
 
-// The devices: a count (GPU:0..N-1) or a list of specs. On a platform with one physical device
-// and no other configuration, N logical devices of 1 GiB are carved from physical device 0.
+// The devices come from the device registry (devices/runtime.h) configured by the VGPU_*
+// environment. Without a logical-device configuration, N logical devices of 1 GiB are carved
+// from physical device 0 (N = the --devices count, or the highest GPU id listed + 1).
 struct Devices {
-  strategies::DeviceSet set;
+  std::unique_ptr<Runtime> runtime;
   std::vector<LogicalDevice*> chosen;
+  LogicalDevice* cpu() const { return runtime->cpu(); }
 };
 
 absl::StatusOr<Devices> MakeDevices(const Flags& f) {
@@ -169,31 +173,34 @@ absl::StatusOr<Devices> MakeDevices(const Flags& f) {
   }
   int gpus = count;
   for (const std::string& s : specs) {
-    // GPU:k needs k+1 logical GPUs.
     auto pos = s.rfind(':');
     int id;
     if (pos != std::string::npos && absl::SimpleAtoi(s.substr(pos + 1), &id)) {
       gpus = std::max(gpus, id + 1);
     }
   }
-  gpus = std::max(gpus, 1);
-  const uint64_t each = uint64_t{1} << 30;
+  VGPU_ASSIGN_OR_RETURN(RuntimeConfig config, RuntimeConfig::FromEnvironment());
+  if (config.logical_devices.empty() && !config.memory_fraction.has_value()) {
+    PhysicalDeviceConfig carve;
+    carve.ordinal = 0;
+    carve.logical_devices.assign(std::max(gpus, 1), LogicalDeviceConfig::Bytes(uint64_t{1} << 30));
+    config.logical_devices = {carve};
+    if (!config.visible_devices.has_value()) config.visible_devices = std::vector<int>{0};
+    config.sources[std::string(kSettingLogicalDevices)] = ConfigSource::kApi;
+  }
   Devices d;
-  VGPU_ASSIGN_OR_RETURN(
-      d.set, strategies::CreateDeviceSet(platform, 0, std::vector<uint64_t>(gpus, each), true));
+  VGPU_ASSIGN_OR_RETURN(d.runtime, Runtime::Create(config, platform));
   if (specs.empty()) {
-    d.chosen.assign(d.set.gpus.begin(), d.set.gpus.begin() + count);
+    if (count > static_cast<int>(d.runtime->gpus().size())) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--devices ", count, ": the configuration has ", d.runtime->gpus().size(),
+                       " logical GPUs (VGPU_LOGICAL_DEVICES)"));
+    }
+    d.chosen.assign(d.runtime->gpus().begin(), d.runtime->gpus().begin() + count);
   } else {
-    std::vector<LogicalDevice*> all = d.set.gpus;
-    all.push_back(d.set.cpu);
     for (const std::string& s : specs) {
-      auto it = std::find_if(all.begin(), all.end(), [&](LogicalDevice* dev) {
-        return strategies::DeviceMatchesSpec(*dev, s);
-      });
-      if (it == all.end()) {
-        return absl::NotFoundError(absl::StrCat("--devices: no device matches '", s, "'"));
-      }
-      d.chosen.push_back(*it);
+      VGPU_ASSIGN_OR_RETURN(LogicalDevice * dev, d.runtime->Find(s));
+      d.chosen.push_back(dev);
     }
   }
   return d;
@@ -217,7 +224,7 @@ absl::StatusOr<std::unique_ptr<Strategy>> MakeStrategy(const Flags& f, const std
     }
     return strategies::ModelParallelStrategy::Create(d.chosen, o, p);
   }
-  return strategies::CentralStorageStrategy::Create(d.set.cpu, d.chosen, o);
+  return strategies::CentralStorageStrategy::Create(d.cpu(), d.chosen, o);
 }
 
 // CPU seconds of the whole process (all threads): shows the work per sample even when other
@@ -350,8 +357,6 @@ int Main(int argc, char** argv) {
   }
   std::optional<RunResult> single;
   if (f.compare && f.strategy != "single") {
-    Devices one;
-    absl::StatusOr<Platform*> platform = DefaultPlatform();
     absl::StatusOr<RunResult> r =
         Train(f, "single", *devices, *data,
               f.blas_threads ? f.blas_threads : AutoBlasThreads("single", 1));
