@@ -1,0 +1,29 @@
+# vgpu-train's command-line contract on the host platform: the last line is one JSON object with
+# the design.md keys, for every strategy (a short run on a slice of Fashion-MNIST when the Debian
+# dataset is installed), and clear errors for missing data and bad flags.
+if(TARGET vgpu-train)
+  set(_vgpu_fmnist /usr/share/datasets/fashion-mnist)
+  if(EXISTS ${_vgpu_fmnist}/train-images-idx3-ubyte.gz)
+    foreach(_strategy single mirrored model-parallel central-storage)
+      add_test(NAME vgpu_train_${_strategy}
+        COMMAND ${CMAKE_COMMAND} -E env VGPU_PLATFORM=host
+                sh -c "$<TARGET_FILE:vgpu-train> --strategy ${_strategy} --epochs 1 --batch 256 --train-limit 3000 --blas-threads 1 --quiet | tail -n 1")
+      set_tests_properties(vgpu_train_${_strategy} PROPERTIES LABELS unit
+        PASS_REGULAR_EXPRESSION "^{\"strategy\":\"${_strategy}\",\"devices\":[0-9]+,\"epochs\":1,\"batch\":256,\"test_accuracy\":0\\.[0-9]+,\"samples_per_s\":[0-9.e+]+,\"peak_bytes\":[1-9][0-9]*[,}]")
+    endforeach()
+    # The seed example's environment: 4 logical devices of one card from VGPU_LOGICAL_DEVICES.
+    add_test(NAME vgpu_train_seed_environment
+      COMMAND ${CMAKE_COMMAND} -E env VGPU_PLATFORM=host VGPU_LOGICAL_DEVICES=0:1GiB,1GiB,1GiB,1GiB
+              sh -c "$<TARGET_FILE:vgpu-train> --strategy mirrored --devices 4 --epochs 1 --train-limit 2000 --blas-threads 1")
+    set_tests_properties(vgpu_train_seed_environment PROPERTIES LABELS unit
+      PASS_REGULAR_EXPRESSION "replica 3 -> /job:localhost/replica:0/task:0/device:GPU:3.*\"devices\":4")
+  endif()
+  add_test(NAME vgpu_train_missing_data
+    COMMAND sh -c "$<TARGET_FILE:vgpu-train> --data /nonexistent/dir 2>&1; test $? -eq 1 && echo EXIT1")
+  set_tests_properties(vgpu_train_missing_data PROPERTIES LABELS unit
+    PASS_REGULAR_EXPRESSION "/nonexistent/dir/train-images-idx3-ubyte\\[\\.gz\\]: no such file.*EXIT1")
+  add_test(NAME vgpu_train_bad_strategy
+    COMMAND sh -c "$<TARGET_FILE:vgpu-train> --strategy ring 2>&1; test $? -eq 2 && echo EXIT2")
+  set_tests_properties(vgpu_train_bad_strategy PROPERTIES LABELS unit
+    PASS_REGULAR_EXPRESSION "--strategy 'ring': use single, mirrored, model-parallel or central-storage.*EXIT2")
+endif()
