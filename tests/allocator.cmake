@@ -35,3 +35,15 @@ add_test(NAME vgpu_bench_missing_trace
   COMMAND sh -c "$<TARGET_FILE:vgpu-bench> replay /nonexistent.trace 2>&1; echo \"exit=$?\"")
 set_tests_properties(vgpu_bench_missing_trace PROPERTIES LABELS unit
   PASS_REGULAR_EXPRESSION "cannot open trace file /nonexistent.trace.*exit=1")
+
+# vgpu-bench alloc on the host platform, one quick benchmark: ends with its JSON line.
+add_test(NAME vgpu_bench_alloc_json
+  COMMAND sh -c "VGPU_PLATFORM=host $<TARGET_FILE:vgpu-bench> alloc \
+--benchmark_filter=1MiB/real_time/threads:1 --benchmark_min_time=0.01 2>/dev/null | tail -n 1")
+set_tests_properties(vgpu_bench_alloc_json PROPERTIES LABELS unit TIMEOUT 120
+  PASS_REGULAR_EXPRESSION "^{\"benchmark\":\"alloc\",\"platform\":\"host\",\"allocator\":\"bfc\",\"results\":\\[{\"name\":\"bfc/1MiB/real_time/threads:1\".*\"speedup_1MiB\":[0-9.e+]+}")
+
+add_test(NAME vgpu_bench_replay_cuda_without_gpu
+  COMMAND sh -c "VGPU_PLATFORM=cuda $<TARGET_FILE:vgpu-bench> replay ${VGPU_TRACES}/transformer_train.trace --platform cuda 2>&1; echo \"exit=$?\"")
+set_tests_properties(vgpu_bench_replay_cuda_without_gpu PROPERTIES LABELS unit
+  PASS_REGULAR_EXPRESSION "(--platform cuda: .*has no device.*exit=1)|(cannot open trace)|(\"trace\":\"transformer_train\")")

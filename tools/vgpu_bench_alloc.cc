@@ -2,6 +2,7 @@
 // sizes; 1 and 8 threads) on our allocator against the raw device allocation calls
 // (Executor::Allocate/Free, i.e. cuMemAlloc/cuMemFree on cuda) as the baseline.
 #include <benchmark/benchmark.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstdio>
@@ -67,6 +68,7 @@ void BM_Raw(benchmark::State& state, uint64_t bytes) {
 // Forwards to the console and keeps every run for the JSON line.
 class CollectingReporter : public benchmark::ConsoleReporter {
  public:
+  explicit CollectingReporter(OutputOptions options) : ConsoleReporter(options) {}
   struct Row {
     std::string name;
     int threads;
@@ -129,12 +131,14 @@ int RunAlloc(const BenchArgs& args, int argc, char** argv) {
     }
   }
   // Google Benchmark sees only its own flags.
-  std::vector<char*> bargv = {argv[0]};
   std::vector<std::string> keep = args.passthrough;
+  std::vector<char*> bargv = {argv[0]};
   for (std::string& f : keep) bargv.push_back(f.data());
   int bargc = static_cast<int>(bargv.size());
   benchmark::Initialize(&bargc, bargv.data());
-  CollectingReporter reporter;
+  CollectingReporter reporter(isatty(fileno(stdout)) ? benchmark::ConsoleReporter::OO_Defaults
+                                                     : benchmark::ConsoleReporter::OO_Tabular);
+  // No colour codes when the output is not a terminal: the last line must be plain JSON.
   benchmark::RunSpecifiedBenchmarks(&reporter);
   benchmark::Shutdown();
 
