@@ -519,15 +519,17 @@ absl::Status VmmAllocator::Trim() {
 
 absl::Status VmmAllocator::OomError(uint64_t bytes, uint64_t rounded, absl::string_view why) const {
   const uint64_t g = granularity_;
+  // Granules below the limit plus cached ones can all be stitched into one block.
+  const uint64_t largest = (limit_granules_ - mapped_granules_ + cached_granules_) * g;
   return absl::ResourceExhaustedError(absl::StrFormat(
       "%s: out of memory allocating %s (%d bytes, rounded to %s): limit %s (%d granules of %s), "
-      "mapped %s, in use %s, cached %s, in slabs %s; %s. Hint: raise the logical device's "
-      "memory limit or free buffers earlier; with the vmm allocator free memory is never "
-      "fragmented, so this is a true shortage.",
+      "reserved (mapped) %s, in use %s, largest free block %s, cached %s, in slabs %s; %s. "
+      "Hint: raise the logical device's memory limit or free buffers earlier; the vmm "
+      "allocator stitches any free granules, so this is a shortage, not fragmentation.",
       name(), FormatBytes(bytes), bytes, FormatBytes(rounded), FormatBytes(limit_granules_ * g),
       limit_granules_, FormatBytes(g), FormatBytes(mapped_granules_ * g),
-      FormatBytes(large_in_use_.load() + small_in_use_.load()), FormatBytes(cached_granules_ * g),
-      FormatBytes(slab_granules_ * g), why));
+      FormatBytes(large_in_use_.load() + small_in_use_.load()), FormatBytes(largest),
+      FormatBytes(cached_granules_ * g), FormatBytes(slab_granules_ * g), why));
 }
 
 AllocatorStats VmmAllocator::StatsLocked() const {

@@ -172,7 +172,8 @@ TEST(VmmAllocatorTest, LimitCountsMappedGranulesNotVirtualSpace) {
   EXPECT_THAT(msg, HasSubstr("GPU:0 (physical GPU 0)"));
   EXPECT_THAT(msg, HasSubstr("rounded to 256 B"));
   EXPECT_THAT(msg, HasSubstr("limit 10 MiB"));
-  EXPECT_THAT(msg, HasSubstr("mapped 10 MiB"));
+  EXPECT_THAT(msg, HasSubstr("reserved (mapped) 10 MiB"));
+  EXPECT_THAT(msg, HasSubstr("largest free block 0 B"));
   EXPECT_THAT(msg, HasSubstr("in use 10 MiB"));
   EXPECT_THAT(msg, HasSubstr("Hint"));
   EXPECT_EQ(f.alloc->Stats().num_ooms, 1u);
