@@ -14,7 +14,7 @@
 namespace vgpu {
 namespace {
 
-uint64_t CeilDiv(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
+uint64_t CeilDiv(uint64_t a, uint64_t b) { return a / b + (a % b != 0); }
 uint64_t AlignUp(uint64_t a, uint64_t b) { return CeilDiv(a, b) * b; }
 std::string P(const void* p) { return absl::StrFormat("%p", p); }
 void AtomicMax(std::atomic<uint64_t>& a, uint64_t v) {
@@ -210,7 +210,9 @@ VmmAllocator::~VmmAllocator() {
 }
 
 absl::StatusOr<void*> VmmAllocator::DoAllocate(uint64_t bytes, uint64_t alignment) {
-  if (slabs_ != nullptr && bytes < small_block_max_ && alignment <= granularity_) {
+  // A small block must fit a slab even after BFC's alignment padding.
+  if (slabs_ != nullptr && bytes < small_block_max_ &&
+      AlignUp(bytes, kDefaultAlignment) + alignment - kDefaultAlignment <= slab_bytes_) {
     return AllocateSmall(bytes, alignment);
   }
   return AllocateLarge(bytes, alignment);
@@ -245,7 +247,9 @@ absl::StatusOr<void*> VmmAllocator::AllocateLarge(uint64_t bytes, uint64_t align
       if (!absl::IsResourceExhausted(r.status())) return r.status();
       ++num_ooms_;
       Notify(AllocatorEventKind::kOom, nullptr, bytes);
-      return OomError(bytes, count * granularity_, r.status().message());
+      const uint64_t rounded =
+          count > UINT64_MAX / granularity_ ? UINT64_MAX : count * granularity_;
+      return OomError(bytes, rounded, r.status().message());
     }
     range = *std::move(r);
   }

@@ -178,6 +178,11 @@ TEST(VmmAllocatorTest, LimitCountsMappedGranulesNotVirtualSpace) {
   EXPECT_THAT(msg, HasSubstr("Hint"));
   EXPECT_EQ(f.alloc->Stats().num_ooms, 1u);
   EXPECT_EQ(f.alloc->Stats().bytes_limit, 5 * kG);
+  // Sizes near 2^64 must not wrap around when rounded to granules.
+  EXPECT_THAT(f.alloc->AllocateRaw(UINT64_MAX).status(),
+              StatusIs(absl::StatusCode::kResourceExhausted));
+  EXPECT_THAT(f.alloc->AllocateRaw(UINT64_MAX - kG).status(),
+              StatusIs(absl::StatusCode::kResourceExhausted));
   EXPECT_THAT(f.alloc->CheckInvariants(), IsOk());
   ASSERT_THAT(f.alloc->Deallocate(*a), IsOk());
   ASSERT_THAT(f.alloc->Deallocate(*b), IsOk());
@@ -307,6 +312,16 @@ TEST(VmmAllocatorTest, LargeAlignmentIsHonoured) {
   EXPECT_EQ(f.alloc->Granules().mapped, 1u);
   EXPECT_THAT(f.alloc->CheckInvariants(), IsOk());
   ASSERT_THAT(f.alloc->Deallocate(*p), IsOk());
+  // A small request with a granule alignment takes the large path (it would not fit a slab
+  // after padding).
+  auto q = f.alloc->AllocateRaw(kMiB - 4096, 2 * kG);
+  ASSERT_THAT(q.status(), IsOk());
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(*q) % (2 * kG), 0u);
+  ASSERT_THAT(f.alloc->Deallocate(*q), IsOk());
+  auto r = f.alloc->AllocateRaw(1000, kG);
+  ASSERT_THAT(r.status(), IsOk());
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(*r) % kG, 0u);
+  ASSERT_THAT(f.alloc->Deallocate(*r), IsOk());
   EXPECT_THAT(f.alloc->AllocateRaw(kG, 3).status(), StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
