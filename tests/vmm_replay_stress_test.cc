@@ -137,9 +137,16 @@ MinLimit Scan(const Trace& t, bool growth) {
   return m;
 }
 
+// VGPU_TRACE_DIR, else ../shared/traces next to the source tree (CTest sets VGPU_TEST_SRCDIR),
+// else /work/shared/traces.
 std::string TracePath(const std::string& name) {
-  const char* dir = std::getenv("VGPU_TRACE_DIR");
-  return std::string(dir ? dir : "/work/shared/traces") + "/" + name + ".trace";
+  std::string dir = "/work/shared/traces";
+  if (const char* d = std::getenv("VGPU_TRACE_DIR")) {
+    dir = d;
+  } else if (const char* src = std::getenv("VGPU_TEST_SRCDIR")) {
+    dir = std::string(src) + "/../shared/traces";
+  }
+  return dir + "/" + name + ".trace";
 }
 
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
