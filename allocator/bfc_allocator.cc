@@ -24,10 +24,19 @@ int BFCAllocator::BinFor(uint64_t size) {
   return std::min(kNumBins - 1, 63 - std::countl_zero(units));
 }
 
+int BFCAllocator::TreeFor(uint64_t size) {
+  uint64_t units = size >> 8;
+  if (units == 0) return 0;
+  int lead = 63 - std::countl_zero(units);
+  int sub = lead >= 2 ? static_cast<int>((units >> (lead - 2)) & 3)
+                      : static_cast<int>((units << (2 - lead)) & 3);
+  return std::min(kNumTrees - 1, lead * kSubBins + sub);
+}
+
 BFCAllocator::BFCAllocator(std::unique_ptr<SubAllocator> sub_allocator, BFCOptions options)
     : sub_allocator_(std::move(sub_allocator)), options_(std::move(options)) {
-  bins_.reserve(kNumBins);
-  for (int b = 0; b < kNumBins; ++b) bins_.emplace_back(PoolAllocator<FreeKey>(&node_pool_));
+  bins_.reserve(kNumTrees);
+  for (int t = 0; t < kNumTrees; ++t) bins_.emplace_back(PoolAllocator<FreeKey>(&node_pool_));
   limit_ = options_.memory_limit & ~(kMinAllocationSize - 1);
   stats_.bytes_limit = limit_;
   next_region_bytes_ = std::max<uint64_t>(RoundedBytes(options_.initial_region_bytes), 256);
@@ -156,10 +165,10 @@ void BFCAllocator::NodePool::Put(void* p, size_t bytes) {
 
 void BFCAllocator::BinInsert(uint32_t c) {
   Chunk& ch = chunks_[c];
-  int b = BinFor(ch.size);
+  int b = TreeFor(ch.size);
   ch.bin = static_cast<int8_t>(b);
   bins_[b].insert(FreeKey{ch.size, ch.ptr, c});
-  bin_mask_ |= 1u << b;
+  MarkTree(b);
 }
 
 void BFCAllocator::BinRemove(uint32_t c) {
@@ -167,19 +176,19 @@ void BFCAllocator::BinRemove(uint32_t c) {
   int b = ch.bin;
   bins_[b].erase(FreeKey{ch.size, ch.ptr, c});
   ch.bin = -1;
-  if (bins_[b].empty()) bin_mask_ &= ~(1u << b);
+  if (bins_[b].empty()) UnmarkTree(b);
 }
 
 void BFCAllocator::BinErase(int b, Bin::iterator it) {
   chunks_[it->chunk].bin = -1;
   bins_[b].erase(it);
-  if (bins_[b].empty()) bin_mask_ &= ~(1u << b);
+  if (bins_[b].empty()) UnmarkTree(b);
 }
 
 void BFCAllocator::BinReplace(int b, Bin::iterator it, uint32_t c) {
   Chunk& ch = chunks_[c];
   const FreeKey key{ch.size, ch.ptr, c};
-  if (BinFor(ch.size) == b && (it == bins_[b].begin() || *std::prev(it) < key) &&
+  if (TreeFor(ch.size) == b && (it == bins_[b].begin() || *std::prev(it) < key) &&
       (std::next(it) == bins_[b].end() || key < *std::next(it))) {
     // Same bin, same position: B-tree order is unchanged, so the key is edited in place.
     if (it->chunk != c) chunks_[it->chunk].bin = -1;
@@ -192,26 +201,25 @@ void BFCAllocator::BinReplace(int b, Bin::iterator it, uint32_t c) {
 }
 
 BFCAllocator::Found BFCAllocator::FindChunkLocked(uint64_t size) {
-  const int b = BinFor(size);
-  uint32_t mask = bin_mask_ & (~0u << b);
-  if (mask == 0) return Found{};
-  int i = std::countr_zero(mask);
-  if (i == b) {
-    // The smallest (size, address) that fits in the request's own bin. Its largest entry is at
-    // hand (B-trees keep their rightmost leaf), so a bin of too-small chunks costs no descent.
-    if (bins_[b].rbegin()->size >= size) return Found{b, bins_[b].lower_bound(FreeKey{size, 0, 0})};
-    mask &= mask - 1;
-    if (mask == 0) return Found{};
-    i = std::countr_zero(mask);
+  const int t = TreeFor(size);
+  int i = NextTree(t);
+  if (i < 0) return Found{};
+  if (i == t) {
+    // The smallest (size, address) that fits in the request's own tree. Its largest entry is
+    // at hand (B-trees keep their rightmost leaf), so a tree of too-small chunks costs no
+    // descent.
+    if (bins_[t].rbegin()->size >= size) return Found{t, bins_[t].lower_bound(FreeKey{size, 0, 0})};
+    if (t + 1 >= kNumTrees || (i = NextTree(t + 1)) < 0) return Found{};
   }
-  // Every chunk of a higher bin fits: the best is its first.
+  // Every chunk of a higher tree fits: the best is its first.
   return Found{i, bins_[i].begin()};
 }
 
 uint64_t BFCAllocator::LargestFreeLocked() const {
-  if (bin_mask_ == 0) return 0;
-  int i = 31 - std::countl_zero(bin_mask_);
-  return bins_[i].rbegin()->size;
+  int i = tree_mask_[1] != 0   ? 127 - std::countl_zero(tree_mask_[1])
+          : tree_mask_[0] != 0 ? 63 - std::countl_zero(tree_mask_[0])
+                               : -1;
+  return i < 0 ? 0 : bins_[i].rbegin()->size;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -475,9 +483,15 @@ std::string BFCAllocator::DumpMemoryLog() const {
       options_.allow_growth ? "on" : "off", ")\n  ", StatsLocked().ToString(), "\n");
   absl::StrAppend(&out, "Bins (free chunks):\n");
   for (int b = 0; b < kNumBins; ++b) {
-    if (bins_[b].empty()) continue;
-    uint64_t count = bins_[b].size(), total = 0, largest = bins_[b].rbegin()->size;
-    for (const FreeKey& k : bins_[b]) total += k.size;
+    uint64_t count = 0, total = 0, largest = 0;
+    for (int t = b * kSubBins; t < (b + 1) * kSubBins; ++t) {
+      count += bins_[t].size();
+      for (const FreeKey& k : bins_[t]) {
+        total += k.size;
+        largest = std::max(largest, k.size);
+      }
+    }
+    if (count == 0) continue;
     absl::StrAppend(
         &out, "  bin ", b, " [", FormatBytes(uint64_t{256} << b),
         b == kNumBins - 1 ? ", inf)"
@@ -552,7 +566,7 @@ absl::Status BFCAllocator::CheckInvariants() const {
         }
       } else {
         ++free_chunks;
-        if (ch.bin != BinFor(ch.size)) return fail("free chunk ", P(ch.ptr), " in bin ", ch.bin);
+        if (ch.bin != TreeFor(ch.size)) return fail("free chunk ", P(ch.ptr), " in tree ", ch.bin);
         if (prev != kNone && !chunks_[prev].in_use) {
           return fail("free chunks ", P(chunks_[prev].ptr), " and ", P(ch.ptr), " are adjacent");
         }
@@ -563,8 +577,8 @@ absl::Status BFCAllocator::CheckInvariants() const {
     if (expect != r.ptr + r.size) return fail("region ", i, " chunks do not cover it");
   }
   uint64_t binned = 0;
-  for (int b = 0; b < kNumBins; ++b) {
-    if (((bin_mask_ >> b) & 1) != !bins_[b].empty()) return fail("bin mask for bin ", b);
+  for (int b = 0; b < kNumTrees; ++b) {
+    if (TreeMarked(b) != !bins_[b].empty()) return fail("tree mask for tree ", b);
     for (const FreeKey& k : bins_[b]) {
       if (k.chunk >= chunks_.size()) return fail("bin ", b, " holds a bad record ", k.chunk);
       const Chunk& ch = chunks_[k.chunk];

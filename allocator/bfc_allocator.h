@@ -21,6 +21,7 @@
 #define VGPU_ALLOCATOR_BFC_ALLOCATOR_H_
 
 #include <atomic>
+#include <bit>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -83,6 +84,10 @@ class BFCAllocator final : public Allocator {
  public:
   static constexpr uint64_t kMinAllocationSize = 256;
   static constexpr int kNumBins = 21;
+  // Each bin is kept as 4 B-trees by the next two bits of the size (TLSF-style), so the trees
+  // stay small and shallow; the order across them is still (size, address).
+  static constexpr int kSubBins = 4;
+  static constexpr int kNumTrees = kNumBins * kSubBins;
 
   // Growth off: takes the whole limit from the sub-allocator here; if that fails every
   // allocation fails with init_status(). Prefer Create(), which returns that error instead.
@@ -113,6 +118,8 @@ class BFCAllocator final : public Allocator {
     return (bytes + kMinAllocationSize - 1) & ~(kMinAllocationSize - 1);
   }
   static int BinFor(uint64_t size);
+  // The tree of a free chunk: non-decreasing in size, bin = tree / kSubBins.
+  static int TreeFor(uint64_t size);
 
  private:
   static constexpr uint32_t kNone = 0xffffffffu;
@@ -228,7 +235,20 @@ class BFCAllocator final : public Allocator {
   absl::flat_hash_map<uint64_t, uint32_t> live_;  // allocated ptr -> chunk
   NodePool node_pool_;                            // outlives bins_ (declared before)
   std::vector<Bin> bins_;
-  uint32_t bin_mask_ = 0;  // bit i: bin i non-empty
+  uint64_t tree_mask_[2] = {0, 0};  // bit t: tree t non-empty
+  void MarkTree(int t) { tree_mask_[t >> 6] |= uint64_t{1} << (t & 63); }
+  void UnmarkTree(int t) { tree_mask_[t >> 6] &= ~(uint64_t{1} << (t & 63)); }
+  bool TreeMarked(int t) const { return (tree_mask_[t >> 6] >> (t & 63)) & 1; }
+  // The first non-empty tree >= t, or -1.
+  int NextTree(int t) const {
+    if (t < 64) {
+      uint64_t m = tree_mask_[0] & (~uint64_t{0} << t);
+      if (m != 0) return std::countr_zero(m);
+      t = 64;
+    }
+    uint64_t m = tree_mask_[1] & (~uint64_t{0} << (t - 64));
+    return m != 0 ? 64 + std::countr_zero(m) : -1;
+  }
   uint64_t next_region_bytes_ = 0;
   std::vector<AllocatorObserver*> observers_;
 
