@@ -18,21 +18,6 @@ uint64_t AlignUp(uint64_t a, uint64_t b) { return (a + b - 1) & ~(b - 1); }
 
 }  // namespace
 
-int BFCAllocator::BinFor(uint64_t size) {
-  uint64_t units = size >> 8;
-  if (units == 0) return 0;
-  return std::min(kNumBins - 1, 63 - std::countl_zero(units));
-}
-
-int BFCAllocator::TreeFor(uint64_t size) {
-  uint64_t units = size >> 8;
-  if (units == 0) return 0;
-  int lead = 63 - std::countl_zero(units);
-  int sub = lead >= 2 ? static_cast<int>((units >> (lead - 2)) & 3)
-                      : static_cast<int>((units << (2 - lead)) & 3);
-  return std::min(kNumTrees - 1, lead * kSubBins + sub);
-}
-
 BFCAllocator::BFCAllocator(std::unique_ptr<SubAllocator> sub_allocator, BFCOptions options)
     : sub_allocator_(std::move(sub_allocator)), options_(std::move(options)) {
   bins_.reserve(kNumTrees);

@@ -20,6 +20,7 @@
 #ifndef VGPU_ALLOCATOR_BFC_ALLOCATOR_H_
 #define VGPU_ALLOCATOR_BFC_ALLOCATOR_H_
 
+#include <algorithm>
 #include <atomic>
 #include <bit>
 #include <cstdint>
@@ -117,9 +118,20 @@ class BFCAllocator final : public Allocator {
   static uint64_t RoundedBytes(uint64_t bytes) {
     return (bytes + kMinAllocationSize - 1) & ~(kMinAllocationSize - 1);
   }
-  static int BinFor(uint64_t size);
+  static int BinFor(uint64_t size) {
+    uint64_t units = size >> 8;
+    if (units == 0) return 0;
+    return std::min(kNumBins - 1, 63 - std::countl_zero(units));
+  }
   // The tree of a free chunk: non-decreasing in size, bin = tree / kSubBins.
-  static int TreeFor(uint64_t size);
+  static int TreeFor(uint64_t size) {
+    uint64_t units = size >> 8;
+    if (units == 0) return 0;
+    int lead = 63 - std::countl_zero(units);
+    int sub = lead >= 2 ? static_cast<int>((units >> (lead - 2)) & 3)
+                        : static_cast<int>((units << (2 - lead)) & 3);
+    return std::min(kNumTrees - 1, lead * kSubBins + sub);
+  }
 
  private:
   static constexpr uint32_t kNone = 0xffffffffu;
