@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <string_view>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -609,9 +610,25 @@ std::string VmmAllocator::DumpMemoryLog() const {
     for (const auto& [n, rs] : cache_)
       for (const auto& r : rs)
         for (uint32_t i : r->granules) map[i] = 'C';
-    absl::StrAppend(&out, "  occupancy (B block, C cached, S slab, . free):\n");
+    // At most 4096 characters: on big pools one character stands for several granules and
+    // shows the busiest state among them (B > S > C > . > given back).
+    const size_t per = std::max<size_t>(1, (map.size() + 4095) / 4096);
+    if (per > 1) {
+      auto rank = [](char c) { return std::string_view(" .CSB").find(c); };
+      std::string packed;
+      for (size_t i = 0; i < map.size(); i += per) {
+        char best = ' ';
+        for (size_t j = i; j < std::min(map.size(), i + per); ++j) {
+          if (rank(map[j]) > rank(best)) best = map[j];
+        }
+        packed.push_back(best);
+      }
+      map = std::move(packed);
+    }
+    absl::StrAppend(&out, "  occupancy (B block, C cached, S slab, . free), ", per,
+                    " granule(s) per character:\n");
     for (size_t i = 0; i < map.size(); i += 64) {
-      absl::StrAppendFormat(&out, "    %6d |%s|\n", i, map.substr(i, 64));
+      absl::StrAppendFormat(&out, "    %6d |%s|\n", i * per, map.substr(i, 64));
     }
     std::vector<std::pair<void*, const Range*>> sorted;
     for (const auto& [p, r] : blocks_) sorted.emplace_back(p, r.get());

@@ -533,6 +533,14 @@ TEST(VmmAllocatorTest, DumpShowsOccupancy) {
   EXPECT_THAT(dump, HasSubstr("|BB......|"));
   EXPECT_THAT(dump, HasSubstr("live large blocks: 1"));
   ASSERT_THAT(f.alloc->Deallocate(*p), IsOk());
+  // A 100 GiB pool still dumps in a few KiB.
+  Fake big = MakeFake(Opts(uint64_t{100} << 30, false));
+  auto q = big.alloc->AllocateRaw(uint64_t{50} << 30);
+  ASSERT_THAT(q.status(), IsOk());
+  std::string big_dump = big.alloc->DumpMemoryLog();
+  EXPECT_LT(big_dump.size(), 16000u);
+  EXPECT_THAT(big_dump, HasSubstr("13 granule(s) per character"));
+  ASSERT_THAT(big.alloc->Deallocate(*q), IsOk());
 }
 
 // ---- real memory: the host platform maps memfd pages, so stitching is real ----
