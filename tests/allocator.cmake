@@ -47,3 +47,13 @@ add_test(NAME vgpu_bench_replay_cuda_without_gpu
   COMMAND sh -c "VGPU_PLATFORM=cuda $<TARGET_FILE:vgpu-bench> replay ${VGPU_TRACES}/transformer_train.trace --platform cuda 2>&1; echo \"exit=$?\"")
 set_tests_properties(vgpu_bench_replay_cuda_without_gpu PROPERTIES LABELS unit
   PASS_REGULAR_EXPRESSION "(--platform cuda: .*has no device.*exit=1)|(cannot open trace)|(\"trace\":\"transformer_train\")")
+
+add_test(NAME vgpu_bench_replay_memory_history
+  COMMAND sh -c "t=${VGPU_TRACES}/transformer_train.trace; \
+if [ ! -f \"$t\" ]; then echo \"SKIPPED: $t is absent\"; exit 0; fi; \
+h=${CMAKE_CURRENT_BINARY_DIR}/vgpu_bench_history.json; rm -f \"$h\"; \
+$<TARGET_FILE:vgpu-bench> replay \"$t\" --allow-growth --memory-history \"$h\" >/dev/null 2>&1; \
+head -c 300 \"$h\"")
+set_tests_properties(vgpu_bench_replay_memory_history PROPERTIES LABELS unit
+  SKIP_REGULAR_EXPRESSION "SKIPPED:"
+  PASS_REGULAR_EXPRESSION "\"recorded\":6900,\"dropped\":0,\"allocators\":\\[\"replay/transformer_train\"\\],\"events\":\\[{\"t_ns\":[0-9]+,\"allocator\":0,\"kind\":\"map\"")
