@@ -123,6 +123,7 @@ absl::Status CentralStorageStrategy::Step(const float* x, const int32_t* y, int 
 absl::StatusOr<StepTotals> CentralStorageStrategy::Flush() {
   for (auto& rep : replicas_) {
     VGPU_RETURN_IF_ERROR(rep->back()->AccumulateSlots(slot_, totals_.loss_sum, totals_.correct));
+    VGPU_RETURN_IF_ERROR(rep->Synchronize());
   }
   VGPU_RETURN_IF_ERROR(cpu_->stream()->Synchronize());
   totals_.examples += pending_examples_;

@@ -155,6 +155,8 @@ absl::Status MirroredStrategy::ShardedUpdate() {
 absl::StatusOr<StepTotals> MirroredStrategy::Flush() {
   for (auto& rep : replicas_) {
     VGPU_RETURN_IF_ERROR(rep->back()->AccumulateSlots(slot_, totals_.loss_sum, totals_.correct));
+    // Also when no step is pending: a failed step's sticky stream error surfaces here.
+    VGPU_RETURN_IF_ERROR(rep->Synchronize());
   }
   totals_.examples += pending_.examples;
   pending_ = StepTotals();
