@@ -152,7 +152,7 @@ TEST_P(FaultInjection, MemcpyAndStreamFaultsKeepTheDeviceUsable) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Kinds, FaultInjection,
-                         ::testing::Values(AllocatorKind::kBfc),
+                         ::testing::Values(AllocatorKind::kBfc, AllocatorKind::kVmm),
                          [](const auto& info) { return std::string(AllocatorKindName(info.param)); });
 
 }  // namespace
