@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "allocator/bfc_allocator.h"
 #include "allocator/sub_allocators.h"
@@ -26,7 +27,10 @@ constexpr char kUsage[] =
     "usage: vgpu-bench replay TRACE [--allocator bfc|vmm] [--allow-growth] [--limit SIZE]\n"
     "                         [--min-limit] [--platform host|cuda] [--memory-history FILE]\n"
     "       vgpu-bench alloc [--allocator bfc|vmm] [--platform host|cuda] "
-    "[--benchmark_* flags]\n";
+    "[--benchmark_* flags]\n"
+    "       vgpu-bench allreduce [--devices N] [--size SIZE] [--algorithm auto|local|via-host|"
+    "nccl|hierarchical]\n"
+    "                            [--iterations K] [--platform host|cuda]\n";
 
 }  // namespace
 
@@ -37,7 +41,7 @@ absl::StatusOr<BenchArgs> ParseBenchArgs(const std::vector<std::string>& argv) {
   };
   if (argv.empty()) return bad("missing command");
   a.command = argv[0];
-  if (a.command != "replay" && a.command != "alloc") {
+  if (a.command != "replay" && a.command != "alloc" && a.command != "allreduce") {
     return bad("unknown command \"", a.command, "\"");
   }
   for (size_t i = 1; i < argv.size(); ++i) {
@@ -74,6 +78,24 @@ absl::StatusOr<BenchArgs> ParseBenchArgs(const std::vector<std::string>& argv) {
       VGPU_ASSIGN_OR_RETURN(a.platform, take());
       if (a.platform != "host" && a.platform != "cuda") {
         return bad("--platform must be host or cuda, not \"", a.platform, "\"");
+      }
+    } else if (flag == "--devices" && a.command == "allreduce") {
+      VGPU_ASSIGN_OR_RETURN(std::string v, take());
+      if (!absl::SimpleAtoi(v, &a.devices) || a.devices < 1 || a.devices > 16) {
+        return bad("--devices must be 1..16, not \"", v, "\"");
+      }
+    } else if (flag == "--size" && a.command == "allreduce") {
+      VGPU_ASSIGN_OR_RETURN(std::string v, take());
+      absl::StatusOr<uint64_t> b = ParseBytes(v);
+      if (!b.ok()) return bad("--size: ", b.status().message());
+      if (*b < 4) return bad("--size must be at least one float");
+      a.size = *b;
+    } else if (flag == "--algorithm" && a.command == "allreduce") {
+      VGPU_ASSIGN_OR_RETURN(a.algorithm, take());
+    } else if (flag == "--iterations" && a.command == "allreduce") {
+      VGPU_ASSIGN_OR_RETURN(std::string v, take());
+      if (!absl::SimpleAtoi(v, &a.iterations) || a.iterations < 1) {
+        return bad("--iterations must be a positive number, not \"", v, "\"");
       }
     } else if (flag == "--memory-history") {
       VGPU_ASSIGN_OR_RETURN(a.memory_history_path, take());
@@ -148,5 +170,6 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (a->command == "replay") return vgpu::bench::RunReplay(*a);
+  if (a->command == "allreduce") return vgpu::bench::RunAllReduce(*a);
   return vgpu::bench::RunAlloc(*a, argc, argv);
 }

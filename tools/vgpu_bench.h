@@ -18,7 +18,7 @@
 namespace vgpu::bench {
 
 struct BenchArgs {
-  std::string command;     // replay | alloc
+  std::string command;     // replay | alloc | allreduce
   std::string trace_path;  // replay
   std::string allocator = "bfc";
   bool allow_growth = false;
@@ -27,6 +27,11 @@ struct BenchArgs {
   std::string platform;  // "" = fake addresses (replay) / host (alloc)
   std::string memory_history_path;
   std::vector<std::string> passthrough;  // other --flags (Google Benchmark's)
+  // allreduce
+  int devices = 4;
+  uint64_t size = uint64_t{64} << 20;  // bytes per replica
+  std::string algorithm = "auto";
+  int iterations = 10;
 };
 
 // Parses argv (without argv[0]); InvalidArgument with a usage hint on bad input.
@@ -48,6 +53,7 @@ absl::StatusOr<Executor*> BenchExecutor(const std::string& platform);
 
 int RunReplay(const BenchArgs& args);
 int RunAlloc(const BenchArgs& args, int argc, char** argv);
+int RunAllReduce(const BenchArgs& args);
 
 }  // namespace vgpu::bench
 
