@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "runtime/kernels.h"
 #include "runtime/status.h"
+#include "strategies/replica_eval.h"
 #include "strategies/mirrored.h"
 
 namespace vgpu {
@@ -137,29 +138,10 @@ absl::StatusOr<StepTotals> CentralStorageStrategy::Flush() {
 absl::StatusOr<StepTotals> CentralStorageStrategy::Evaluate(const float* x, const int32_t* y,
                                                             int n) {
   VGPU_RETURN_IF_ERROR(Flush().status());
-  StepTotals t;
-  const int replicas = static_cast<int>(replicas_.size());
-  for (int i = 0; i < replicas; ++i) VGPU_RETURN_IF_ERROR(FetchParams(i));
-  const int chunk = replicas_[0]->front()->max_rows();
-  std::vector<int> used(replicas, 0);
-  int i = 0;
-  for (int start = 0; start < n; start += chunk, i = (i + 1) % replicas) {
-    const int rows = std::min(chunk, n - start);
-    MlpChain& rep = *replicas_[i];
-    if (used[i] == options_.max_slots) {
-      VGPU_RETURN_IF_ERROR(rep.back()->AccumulateSlots(used[i], t.loss_sum, t.correct));
-      used[i] = 0;
-    }
-    VGPU_RETURN_IF_ERROR(
-        rep.Upload(x + static_cast<int64_t>(start) * options_.spec.in(0), y + start, rows));
-    VGPU_RETURN_IF_ERROR(rep.Forward(rows));
-    VGPU_RETURN_IF_ERROR(rep.back()->Loss(rows, 0.0f, used[i]++));
+  for (int i = 0; i < static_cast<int>(replicas_.size()); ++i) {
+    VGPU_RETURN_IF_ERROR(FetchParams(i));  // replicas compute with the central variables
   }
-  for (int r = 0; r < replicas; ++r) {
-    VGPU_RETURN_IF_ERROR(replicas_[r]->back()->AccumulateSlots(used[r], t.loss_sum, t.correct));
-  }
-  t.examples = n;
-  return t;
+  return EvaluateRoundRobin(replicas_, options_.spec.in(0), options_.max_slots, x, y, n);
 }
 
 absl::StatusOr<std::vector<float>> CentralStorageStrategy::Params() {

@@ -7,6 +7,7 @@
 #include "runtime/bytes.h"
 #include "runtime/kernels.h"
 #include "runtime/status.h"
+#include "strategies/replica_eval.h"
 
 namespace vgpu {
 namespace strategies {
@@ -167,29 +168,8 @@ absl::StatusOr<StepTotals> MirroredStrategy::Flush() {
 }
 
 absl::StatusOr<StepTotals> MirroredStrategy::Evaluate(const float* x, const int32_t* y, int n) {
-  // Examples go round the replicas in chunks, so every replica evaluates concurrently.
   VGPU_RETURN_IF_ERROR(Flush().status());
-  StepTotals t;
-  const int chunk = replicas_[0]->front()->max_rows();
-  std::vector<int> used(replicas_.size(), 0);
-  int i = 0;
-  for (int start = 0; start < n; start += chunk, i = (i + 1) % num_replicas()) {
-    const int rows = std::min(chunk, n - start);
-    MlpChain& rep = *replicas_[i];
-    if (used[i] == options_.max_slots) {
-      VGPU_RETURN_IF_ERROR(rep.back()->AccumulateSlots(used[i], t.loss_sum, t.correct));
-      used[i] = 0;
-    }
-    VGPU_RETURN_IF_ERROR(
-        rep.Upload(x + static_cast<int64_t>(start) * options_.spec.in(0), y + start, rows));
-    VGPU_RETURN_IF_ERROR(rep.Forward(rows));
-    VGPU_RETURN_IF_ERROR(rep.back()->Loss(rows, 0.0f, used[i]++));
-  }
-  for (size_t r = 0; r < replicas_.size(); ++r) {
-    VGPU_RETURN_IF_ERROR(replicas_[r]->back()->AccumulateSlots(used[r], t.loss_sum, t.correct));
-  }
-  t.examples = n;
-  return t;
+  return EvaluateRoundRobin(replicas_, options_.spec.in(0), options_.max_slots, x, y, n);
 }
 
 absl::StatusOr<std::vector<float>> MirroredStrategy::Params() { return ReplicaParams(0); }

@@ -1,0 +1,30 @@
+// Evaluation shared by the replicated strategies (mirrored, central storage): examples go
+// round the replicas in chunks of a replica's batch, so every replica evaluates concurrently
+// on its own stream; totals are summed over all of them.
+//
+// Thread safety: call from the thread that drives the strategy (like its other methods).
+#ifndef VGPU_STRATEGIES_REPLICA_EVAL_H_
+#define VGPU_STRATEGIES_REPLICA_EVAL_H_
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "strategies/nn.h"
+#include "strategies/strategy.h"
+
+namespace vgpu {
+namespace strategies {
+
+// `x` holds n rows of `in_features` floats, `y` n labels. `max_slots` is how many loss slots a
+// replica's last stage holds before they must be accumulated. Replicas must hold current
+// parameters and have no pending work that matters.
+absl::StatusOr<StepTotals> EvaluateRoundRobin(
+    const std::vector<std::unique_ptr<MlpChain>>& replicas, int in_features, int max_slots,
+    const float* x, const int32_t* y, int n);
+
+}  // namespace strategies
+}  // namespace vgpu
+
+#endif  // VGPU_STRATEGIES_REPLICA_EVAL_H_
