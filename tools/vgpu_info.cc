@@ -1,60 +1,199 @@
 // vgpu-info: what devices this machine has, as the runtime sees them: the platform, its
 // physical devices, and the logical devices the VGPU_* configuration makes of them (with
 // where each setting came from).
-//   vgpu-info [--platform host|cuda|auto] [--json]
-// Exit status: 0 on success, 2 for a bad flag or configuration.
+//   vgpu-info [flags] [--json] [--selftest [--memory-history FILE]]
+//   vgpu-info timeline HISTORY.json --svg OUT.svg [--limit BYTES]
+// Flags override the VGPU_* environment (see --help). Exit status: 0 on success, 1 when a
+// selftest check fails, 2 for a bad flag or configuration.
 // The configuration is validated exactly as Runtime::Create does, but the devices are built
 // with growth on, so looking at a machine never takes its memory.
+#include "tools/vgpu_info.h"
+
 #include <cstdio>
 #include <cstdlib>
+#include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 #include "devices/config.h"
 #include "devices/runtime.h"
 #include "runtime/bytes.h"
+#include "runtime/host/host_platform.h"
 #include "runtime/json.h"
 #include "runtime/platform.h"
 
 namespace {
 
-int Usage(const char* why) {
-  std::fprintf(stderr,
-               "vgpu-info: %s\n"
-               "usage: vgpu-info [--platform host|cuda|auto] [--json]\n"
-               "  VGPU_PLATFORM=host VGPU_HOST_DEVICES=2x16GiB vgpu-info --json\n",
-               why);
+constexpr char kHelp[] =
+    "usage: vgpu-info [flags] [--json] [--selftest [--memory-history FILE]]\n"
+    "       vgpu-info timeline HISTORY.json --svg OUT.svg [--limit BYTES]\n"
+    "Shows the platform, its physical devices, the logical devices the configuration makes of\n"
+    "them (limit, in use, reserved, peak), the links between them, and where every setting\n"
+    "came from (default, environment, flag).\n"
+    "flags (each overrides its environment variable):\n"
+    "  --platform host|cuda|auto     VGPU_PLATFORM\n"
+    "  --host-devices SPEC           VGPU_HOST_DEVICES, e.g. 2x16GiB or 16GiB,8GiB\n"
+    "  --logical-devices SPEC        VGPU_LOGICAL_DEVICES, e.g. \"0:1GiB,1GiB@-1;1:40%,60%\"\n"
+    "  --allow-growth[=BOOL]         VGPU_ALLOW_GROWTH\n"
+    "  --memory-fraction F           VGPU_MEMORY_FRACTION, in (0, 1]\n"
+    "  --json                        one JSON object (keys: docs/vgpu-info.md)\n"
+    "  --selftest                    limits, memcpy, device-to-device copies, all-reduce on\n"
+    "                                every logical GPU; exit 1 if a check fails\n"
+    "  --memory-history FILE         with --selftest: write the allocators' memory history\n"
+    "host platform fault injection (tests): VGPU_HOST_FAULTS=\"corrupt_memcpy_at=3,\n"
+    "  fail_memcpy_at=K,fail_allocate_at=K,ignore_capacity=1\"\n"
+    "examples:\n"
+    "  vgpu-info --platform host --host-devices 1x8GiB --logical-devices 0:1GiB,1GiB,1GiB,1GiB\n"
+    "  VGPU_PLATFORM=host VGPU_HOST_DEVICES=2x16GiB vgpu-info --json\n"
+    "  vgpu-info --selftest --memory-history h.json && vgpu-info timeline h.json --svg h.svg\n";
+
+int Usage(const std::string& why) {
+  std::fprintf(stderr, "vgpu-info: %s\n%s", why.c_str(), kHelp);
   return 2;
+}
+
+// VGPU_HOST_FAULTS="name=value,...": applied to the host platform only.
+absl::Status ApplyHostFaults(vgpu::Platform* p) {
+  const char* spec = std::getenv("VGPU_HOST_FAULTS");
+  if (spec == nullptr || *spec == '\0') return absl::OkStatus();
+  auto* host = dynamic_cast<vgpu::HostPlatform*>(p);
+  if (host == nullptr) return absl::OkStatus();  // only the simulation has faults
+  vgpu::HostFaultInjection& f = host->faults();
+  for (absl::string_view item : absl::StrSplit(spec, ',', absl::SkipWhitespace())) {
+    std::vector<std::string> kv = absl::StrSplit(item, absl::MaxSplits('=', 1));
+    int64_t v = 0;
+    if (kv.size() != 2 || !absl::SimpleAtoi(kv[1], &v)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("VGPU_HOST_FAULTS=\"", spec, "\": \"", item, "\" is not NAME=NUMBER"));
+    }
+    if (kv[0] == "corrupt_memcpy_at") {
+      f.corrupt_memcpy_at = v;
+    } else if (kv[0] == "fail_memcpy_at") {
+      f.fail_memcpy_at = v;
+    } else if (kv[0] == "fail_allocate_at") {
+      f.fail_allocate_at = v;
+    } else if (kv[0] == "fail_stream_at") {
+      f.fail_stream_at = v;
+    } else if (kv[0] == "ignore_capacity") {
+      f.ignore_capacity = v != 0;
+    } else {
+      return absl::InvalidArgumentError(
+          absl::StrCat("VGPU_HOST_FAULTS: unknown fault \"", kv[0],
+                       "\" (corrupt_memcpy_at, fail_memcpy_at, fail_allocate_at, fail_stream_at, "
+                       "ignore_capacity)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// "same_physical", "peer" or "none" for two logical GPUs.
+std::string LinkKind(const vgpu::LogicalDevice& a, const vgpu::LogicalDevice& b) {
+  if (a.info().physical_ordinal == b.info().physical_ordinal) return "same_physical";
+  if (a.executor() != nullptr && b.executor() != nullptr &&
+      a.executor()->CanAccessPeer(*b.executor()))
+    return "peer";
+  return "none";
+}
+
+std::string ShortName(const vgpu::LogicalDevice& d) {
+  size_t p = d.name().rfind("device:");
+  return p == std::string::npos ? d.name() : d.name().substr(p + 7);
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (argc > 1 && std::string(argv[1]) == "timeline") {
+    return vgpu_info::TimelineMain(argc - 1, argv + 1);
+  }
   bool json = false;
+  bool selftest = false;
+  std::string history_path;
   std::string platform_name;
+  std::set<std::string> flagged;  // settings given by a flag
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
-    if (a == "--json") {
+    std::string value;
+    bool has_value = false;
+    if (size_t eq = a.find('='); a.rfind("--", 0) == 0 && eq != std::string::npos) {
+      value = a.substr(eq + 1);
+      a = a.substr(0, eq);
+      has_value = true;
+    }
+    auto take = [&]() -> bool {
+      if (has_value) return true;
+      if (i + 1 >= argc) return false;
+      value = argv[++i];
+      return true;
+    };
+    if (a == "--json" && !has_value) {
       json = true;
-    } else if (a == "--platform" && i + 1 < argc) {
-      platform_name = argv[++i];
-    } else if (a.rfind("--platform=", 0) == 0) {
-      platform_name = a.substr(11);
+    } else if (a == "--selftest" && !has_value) {
+      selftest = true;
     } else if (a == "--help" || a == "-h") {
-      Usage("show devices");
+      std::printf("%s", kHelp);
       return 0;
+    } else if (a == "--memory-history") {
+      if (!take()) return Usage("--memory-history needs a file name");
+      history_path = value;
+    } else if (a == "--platform") {
+      if (!take()) return Usage("--platform needs host, cuda or auto");
+      if (value != "host" && value != "cuda" && value != "auto") {
+        return Usage(absl::StrCat("--platform=", value, ": expected host, cuda or auto"));
+      }
+      platform_name = value;
+      setenv("VGPU_PLATFORM", value.c_str(), 1);
+    } else if (a == "--host-devices") {
+      if (!take()) return Usage("--host-devices needs a spec such as 2x16GiB");
+      if (auto v = vgpu::ParseHostDevices(value); !v.ok()) {
+        return Usage(absl::StrCat("--host-devices=", value, ": ", v.status().message()));
+      }
+      setenv("VGPU_HOST_DEVICES", value.c_str(), 1);
+    } else if (a == "--logical-devices") {
+      if (!take()) return Usage("--logical-devices needs a spec such as 0:1GiB,1GiB");
+      if (auto v = vgpu::ParseLogicalDevices(value); !v.ok()) {
+        return Usage(absl::StrCat("--logical-devices=", value, ": ", v.status().message()));
+      }
+      setenv("VGPU_LOGICAL_DEVICES", value.c_str(), 1);
+      flagged.insert(std::string(vgpu::kSettingLogicalDevices));
+    } else if (a == "--allow-growth") {
+      if (!has_value) value = "true";
+      if (auto v = vgpu::ParseBool(value); !v.ok()) {
+        return Usage(absl::StrCat("--allow-growth=", value, ": ", v.status().message()));
+      }
+      setenv("VGPU_ALLOW_GROWTH", value.c_str(), 1);
+      flagged.insert(std::string(vgpu::kSettingAllowGrowth));
+    } else if (a == "--memory-fraction") {
+      if (!take()) return Usage("--memory-fraction needs a number in (0, 1]");
+      auto v = vgpu::ParseMemoryFraction(value);
+      if (!v.ok()) {
+        return Usage(absl::StrCat("--memory-fraction=", value, ": ", v.status().message()));
+      }
+      if (!(*v > 0 && *v <= 1)) {
+        return Usage(absl::StrCat("--memory-fraction=", value, ": must be in (0, 1]"));
+      }
+      setenv("VGPU_MEMORY_FRACTION", value.c_str(), 1);
+      flagged.insert(std::string(vgpu::kSettingMemoryFraction));
     } else {
-      return Usage(absl::StrCat("unknown flag \"", a, "\"").c_str());
+      return Usage(absl::StrCat("unknown flag \"", argv[i], "\""));
     }
   }
+  if (!history_path.empty() && !selftest) return Usage("--memory-history needs --selftest");
   absl::StatusOr<vgpu::Platform*> platform = platform_name.empty() || platform_name == "auto"
                                                  ? vgpu::DefaultPlatform()
                                                  : vgpu::GetPlatform(platform_name);
   if (!platform.ok()) {
     std::fprintf(stderr, "vgpu-info: %s\n", std::string(platform.status().message()).c_str());
+    return 2;
+  }
+  if (absl::Status f = ApplyHostFaults(*platform); !f.ok()) {
+    std::fprintf(stderr, "vgpu-info: %s\n", std::string(f.message()).c_str());
     return 2;
   }
   vgpu::Platform* p = *platform;
@@ -79,6 +218,16 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "vgpu-info: bad configuration: %s\n", std::string(v.message()).c_str());
     return 2;
   }
+  if (selftest) {
+    // The real configuration (growth as configured): the check is of what applications get.
+    absl::StatusOr<std::unique_ptr<vgpu::Runtime>> real = vgpu::Runtime::Create(*config, p);
+    if (!real.ok()) {
+      std::fprintf(stderr, "vgpu-info: bad configuration: %s\n",
+                   std::string(real.status().message()).c_str());
+      return 2;
+    }
+    return vgpu_info::RunSelftest(**real, history_path) == 0 ? 0 : 1;
+  }
   vgpu::RuntimeConfig probe = *config;
   probe.allow_growth = true;  // validated above; don't take the memory just to look
   for (absl::string_view setting : vgpu::AllSettings()) {
@@ -91,7 +240,21 @@ int main(int argc, char** argv) {
     return 2;
   }
   const vgpu::Runtime& rt = **runtime;
+  // A setting given by a flag went through the environment; say "flag".
+  auto setting_src = [&](absl::string_view setting) -> absl::string_view {
+    vgpu::ConfigSource s = config->SourceOf(setting);
+    if (s == vgpu::ConfigSource::kEnvironment && flagged.count(std::string(setting))) return "flag";
+    return vgpu::ConfigSourceName(s);
+  };
+  const bool limit_flagged = flagged.count(std::string(vgpu::kSettingLogicalDevices)) ||
+                             flagged.count(std::string(vgpu::kSettingMemoryFraction));
+  const bool growth_flagged = flagged.count(std::string(vgpu::kSettingAllowGrowth)) > 0;
   auto src = [](vgpu::ConfigSource s) { return vgpu::ConfigSourceName(s); };
+  auto dsrc = [&](vgpu::ConfigSource s, bool by_flag) -> absl::string_view {
+    if (s == vgpu::ConfigSource::kEnvironment && by_flag) return "flag";
+    return vgpu::ConfigSourceName(s);
+  };
+  const std::vector<vgpu::LogicalDevice*>& gpus = rt.gpus();
   if (json) {
     vgpu::JsonWriter w;
     w.BeginObject().Field("platform", p->name()).Field("summary", p->Summary());
@@ -125,12 +288,16 @@ int main(int argc, char** argv) {
           .Field("sm_count", i.sm_count)
           .Field("allocator", i.allocator_kind)
           .Field("allow_growth", d->is_gpu() ? config->allow_growth : true);
+      vgpu::AllocatorStats st = d->allocator()->Stats();
+      w.Field("bytes_in_use", st.bytes_in_use)
+          .Field("bytes_reserved", st.bytes_reserved)
+          .Field("peak_bytes_in_use", st.peak_bytes_in_use);
       w.Key("sources")
           .BeginObject()
-          .Field("memory_limit", src(so.memory_limit))
+          .Field("memory_limit", dsrc(so.memory_limit, limit_flagged))
           .Field("priority", src(so.priority))
           .Field("allocator", src(so.allocator))
-          .Field("allow_growth", src(so.allow_growth))
+          .Field("allow_growth", dsrc(so.allow_growth, growth_flagged))
           .Field("sm_partition", src(so.sm_partition))
           .EndObject();
       w.EndObject();
@@ -142,8 +309,19 @@ int main(int argc, char** argv) {
           .Field("name", setting)
           .Field("env", vgpu::SettingEnvVar(setting))
           .Field("value", vgpu::FormatSetting(*config, setting))
-          .Field("source", src(config->SourceOf(setting)))
+          .Field("source", setting_src(setting))
           .EndObject();
+    }
+    w.EndArray();
+    w.Key("links").BeginArray();
+    for (size_t a = 0; a < gpus.size(); ++a) {
+      for (size_t b = a + 1; b < gpus.size(); ++b) {
+        w.BeginObject()
+            .Field("a", gpus[a]->name())
+            .Field("b", gpus[b]->name())
+            .Field("kind", LinkKind(*gpus[a], *gpus[b]))
+            .EndObject();
+      }
     }
     w.EndArray().EndObject();
     std::printf("%s\n", w.str().c_str());
@@ -162,25 +340,44 @@ int main(int argc, char** argv) {
     const vgpu::LogicalDeviceInfo& i = d->info();
     vgpu::DeviceSettingSources so = rt.SourcesOf(*d);
     const std::string sms = i.sm_count > 0 ? absl::StrCat(i.sm_count) : "all";
+    vgpu::AllocatorStats st = d->allocator()->Stats();
     if (!d->is_gpu()) {
       std::printf("  %s  host memory  allocator %s\n", i.name.c_str(), i.allocator_kind.c_str());
       continue;
     }
     std::printf(
         "  %s  physical %d  limit %s (%s)  priority %d (%s)  SMs %s (%s)  allocator %s (%s)  "
-        "growth %s (%s)\n",
+        "growth %s (%s)  in use %s  reserved %s  peak %s\n",
         i.name.c_str(), i.physical_ordinal, vgpu::FormatBytes(i.memory_limit).c_str(),
-        std::string(src(so.memory_limit)).c_str(), i.priority,
+        std::string(dsrc(so.memory_limit, limit_flagged)).c_str(), i.priority,
         std::string(src(so.priority)).c_str(), sms.c_str(),
         std::string(src(so.sm_partition)).c_str(), i.allocator_kind.c_str(),
         std::string(src(so.allocator)).c_str(), config->allow_growth ? "on" : "off",
-        std::string(src(so.allow_growth)).c_str());
+        std::string(dsrc(so.allow_growth, growth_flagged)).c_str(),
+        vgpu::FormatBytes(st.bytes_in_use).c_str(), vgpu::FormatBytes(st.bytes_reserved).c_str(),
+        vgpu::FormatBytes(st.peak_bytes_in_use).c_str());
+  }
+  if (gpus.size() > 1) {
+    // A matrix as `nvidia-smi topo -m`: SAME = same physical device, PEER = peer access.
+    std::printf("Links (SAME = same physical device, PEER = peer access, NONE = via host):\n");
+    std::printf("  %-8s", "");
+    for (const vgpu::LogicalDevice* b : gpus) std::printf(" %-8s", ShortName(*b).c_str());
+    std::printf("\n");
+    for (const vgpu::LogicalDevice* a : gpus) {
+      std::printf("  %-8s", ShortName(*a).c_str());
+      for (const vgpu::LogicalDevice* b : gpus) {
+        std::string k = a == b ? "X" : LinkKind(*a, *b);
+        k = k == "same_physical" ? "SAME" : k == "peer" ? "PEER" : k == "none" ? "NONE" : k;
+        std::printf(" %-8s", k.c_str());
+      }
+      std::printf("\n");
+    }
   }
   std::printf("Settings:\n");
   for (absl::string_view setting : vgpu::AllSettings()) {
     std::string env(vgpu::SettingEnvVar(setting));
     std::printf("  %-22s %-28s (%s)\n", env.c_str(), vgpu::FormatSetting(*config, setting).c_str(),
-                std::string(src(config->SourceOf(setting))).c_str());
+                std::string(setting_src(setting)).c_str());
   }
   return 0;
 }
