@@ -42,3 +42,40 @@ add_test(NAME vgpu_info_bad_host_faults
           sh -c "$<TARGET_FILE:vgpu-info> --selftest 2>&1; echo \"exit=$?\"")
 set_tests_properties(vgpu_info_bad_host_faults PROPERTIES LABELS unit
   PASS_REGULAR_EXPRESSION "unknown fault \"explode\".*exit=2")
+
+# Flags override the environment and say so ("flag"); links between logical devices.
+add_test(NAME vgpu_info_flags_override_environment
+  COMMAND ${CMAKE_COMMAND} -E env VGPU_PLATFORM=cuda VGPU_HOST_DEVICES=1x1GiB
+          VGPU_LOGICAL_DEVICES=0:9GiB
+          $<TARGET_FILE:vgpu-info> --platform host --host-devices 2x8GiB
+          --logical-devices "0:1GiB,1GiB@-1;1:2GiB" --allow-growth)
+set_tests_properties(vgpu_info_flags_override_environment PROPERTIES LABELS unit
+  PASS_REGULAR_EXPRESSION "2 simulated GPU.*device:GPU:1  physical 0  limit 1 GiB \\(flag\\)  priority -1 \\(flag\\).*growth on \\(flag\\)  in use 0 B  reserved 0 B  peak 0 B.*GPU:0 +X +SAME +PEER.*VGPU_LOGICAL_DEVICES +0:1GiB,1GiB@-1;1:2GiB +\\(flag\\).*VGPU_ALLOW_GROWTH +true +\\(flag\\)")
+add_test(NAME vgpu_info_flags_json
+  COMMAND $<TARGET_FILE:vgpu-info> --platform=host --host-devices=2x8GiB --memory-fraction=0.5
+          --json)
+set_tests_properties(vgpu_info_flags_json PROPERTIES LABELS unit
+  PASS_REGULAR_EXPRESSION "\"memory_limit\":4294967296.*\"bytes_in_use\":0,\"bytes_reserved\":0,\"peak_bytes_in_use\":0,\"sources\":{\"memory_limit\":\"flag\".*\"name\":\"memory_fraction\",\"env\":\"VGPU_MEMORY_FRACTION\",\"value\":\"0.5\",\"source\":\"flag\".*\"links\":\\[{\"a\":\"/job:localhost/replica:0/task:0/device:GPU:0\",\"b\":\"/job:localhost/replica:0/task:0/device:GPU:1\",\"kind\":\"peer\"}\\]}")
+
+# Bad flags and bad flag values: exit 2, the flag named.
+foreach(bad "--bogus|unknown flag \"--bogus\"" "--memory-fraction=1.5|--memory-fraction=1.5: must be in \\(0, 1\\]"
+            "--logical-devices=0:lots|--logical-devices=0:lots: .*lots" "--allow-growth=maybe|--allow-growth=maybe"
+            "--host-devices=3xlots|--host-devices=3xlots" "--platform=tpu|--platform=tpu: expected host, cuda or auto")
+  string(REPLACE "|" ";" parts "${bad}")
+  list(GET parts 0 flag)
+  list(GET parts 1 expect)
+  string(REGEX REPLACE "[^a-z]" "_" tname "${flag}")
+  add_test(NAME vgpu_info_bad_flag${tname}
+    COMMAND sh -c "$<TARGET_FILE:vgpu-info> --platform host '${flag}' 2>&1; echo \"exit=$?\"")
+  set_tests_properties(vgpu_info_bad_flag${tname} PROPERTIES LABELS unit
+    PASS_REGULAR_EXPRESSION "vgpu-info: ${expect}.*usage: vgpu-info.*exit=2")
+endforeach()
+# A flag-made configuration that does not fit: exit 2 with the resolver's message.
+add_test(NAME vgpu_info_flag_configuration_over_capacity
+  COMMAND sh -c "$<TARGET_FILE:vgpu-info> --platform host --host-devices 1x8GiB --logical-devices 0:5GiB,5GiB 2>&1; echo \"exit=$?\"")
+set_tests_properties(vgpu_info_flag_configuration_over_capacity PROPERTIES LABELS unit
+  PASS_REGULAR_EXPRESSION "bad configuration: .*exceed its capacity of 8 GiB.*exit=2")
+add_test(NAME vgpu_info_help
+  COMMAND sh -c "$<TARGET_FILE:vgpu-info> --help; echo \"exit=$?\"")
+set_tests_properties(vgpu_info_help PROPERTIES LABELS unit
+  PASS_REGULAR_EXPRESSION "usage: vgpu-info.*--memory-fraction.*examples:.*--selftest.*exit=0")

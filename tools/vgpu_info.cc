@@ -248,6 +248,7 @@ int main(int argc, char** argv) {
   };
   const bool limit_flagged = flagged.count(std::string(vgpu::kSettingLogicalDevices)) ||
                              flagged.count(std::string(vgpu::kSettingMemoryFraction));
+  const bool priority_flagged = flagged.count(std::string(vgpu::kSettingLogicalDevices)) > 0;
   const bool growth_flagged = flagged.count(std::string(vgpu::kSettingAllowGrowth)) > 0;
   auto src = [](vgpu::ConfigSource s) { return vgpu::ConfigSourceName(s); };
   auto dsrc = [&](vgpu::ConfigSource s, bool by_flag) -> absl::string_view {
@@ -295,7 +296,7 @@ int main(int argc, char** argv) {
       w.Key("sources")
           .BeginObject()
           .Field("memory_limit", dsrc(so.memory_limit, limit_flagged))
-          .Field("priority", src(so.priority))
+          .Field("priority", dsrc(so.priority, priority_flagged))
           .Field("allocator", src(so.allocator))
           .Field("allow_growth", dsrc(so.allow_growth, growth_flagged))
           .Field("sm_partition", src(so.sm_partition))
@@ -350,7 +351,7 @@ int main(int argc, char** argv) {
         "growth %s (%s)  in use %s  reserved %s  peak %s\n",
         i.name.c_str(), i.physical_ordinal, vgpu::FormatBytes(i.memory_limit).c_str(),
         std::string(dsrc(so.memory_limit, limit_flagged)).c_str(), i.priority,
-        std::string(src(so.priority)).c_str(), sms.c_str(),
+        std::string(dsrc(so.priority, priority_flagged)).c_str(), sms.c_str(),
         std::string(src(so.sm_partition)).c_str(), i.allocator_kind.c_str(),
         std::string(src(so.allocator)).c_str(), config->allow_growth ? "on" : "off",
         std::string(dsrc(so.allow_growth, growth_flagged)).c_str(),
