@@ -79,3 +79,24 @@ add_test(NAME vgpu_info_help
   COMMAND sh -c "$<TARGET_FILE:vgpu-info> --help; echo \"exit=$?\"")
 set_tests_properties(vgpu_info_help PROPERTIES LABELS unit
   PASS_REGULAR_EXPRESSION "usage: vgpu-info.*--memory-fraction.*examples:.*--selftest.*exit=0")
+
+# Timeline: a selftest records its memory history, the timeline draws it, rsvg-convert parses
+# the SVG into a non-empty PNG (skipped where librsvg2-bin is absent).
+find_program(VGPU_RSVG_CONVERT rsvg-convert)
+set(_vgpu_tl ${CMAKE_CURRENT_BINARY_DIR}/vgpu_info_timeline)
+add_test(NAME vgpu_info_timeline_renders
+  COMMAND ${CMAKE_COMMAND} -E env ${_vgpu_info_env} sh -c "\
+set -e; rm -f ${_vgpu_tl}.json ${_vgpu_tl}.svg ${_vgpu_tl}.png; \
+$<TARGET_FILE:vgpu-info> --allow-growth --selftest --memory-history ${_vgpu_tl}.json >/dev/null; \
+$<TARGET_FILE:vgpu-info> timeline ${_vgpu_tl}.json --svg ${_vgpu_tl}.svg; \
+test -s ${_vgpu_tl}.svg; grep -q 'limit 1 GiB' ${_vgpu_tl}.svg; grep -q 'time (ms)' ${_vgpu_tl}.svg; \
+if [ -z '${VGPU_RSVG_CONVERT}' ] || [ ! -x '${VGPU_RSVG_CONVERT}' ]; then echo SKIPPED: no rsvg-convert; exit 0; fi; \
+'${VGPU_RSVG_CONVERT}' ${_vgpu_tl}.svg -o ${_vgpu_tl}.png; test -s ${_vgpu_tl}.png; echo RENDERED")
+set_tests_properties(vgpu_info_timeline_renders PROPERTIES LABELS unit TIMEOUT 60
+  PASS_REGULAR_EXPRESSION "RENDERED" SKIP_REGULAR_EXPRESSION "SKIPPED:")
+add_test(NAME vgpu_info_timeline_bad_input
+  COMMAND sh -c "echo '{\"events\":[' > ${_vgpu_tl}_bad.json; \
+$<TARGET_FILE:vgpu-info> timeline ${_vgpu_tl}_bad.json --svg ${_vgpu_tl}_bad.svg 2>&1; echo \"exit=$?\"; \
+$<TARGET_FILE:vgpu-info> timeline ${_vgpu_tl}_bad.json 2>&1; echo \"exit=$?\"")
+set_tests_properties(vgpu_info_timeline_bad_input PROPERTIES LABELS unit
+  PASS_REGULAR_EXPRESSION "malformed JSON at offset [0-9]+.*exit=1.*needs a history file and --svg.*exit=2")
