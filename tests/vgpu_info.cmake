@@ -100,3 +100,10 @@ $<TARGET_FILE:vgpu-info> timeline ${_vgpu_tl}_bad.json --svg ${_vgpu_tl}_bad.svg
 $<TARGET_FILE:vgpu-info> timeline ${_vgpu_tl}_bad.json 2>&1; echo \"exit=$?\"")
 set_tests_properties(vgpu_info_timeline_bad_input PROPERTIES LABELS unit
   PASS_REGULAR_EXPRESSION "malformed JSON at offset [0-9]+.*exit=1.*needs a history file and --svg.*exit=2")
+
+# No logical GPUs (cuda without a driver here): nothing checked is a failure, not a pass.
+add_test(NAME vgpu_info_selftest_without_gpus_fails
+  COMMAND ${CMAKE_COMMAND} -E env VGPU_VISIBLE_DEVICES=
+          sh -c "$<TARGET_FILE:vgpu-info> --platform host --selftest; echo \"exit=$?\"")
+set_tests_properties(vgpu_info_selftest_without_gpus_fails PROPERTIES LABELS unit
+  PASS_REGULAR_EXPRESSION "FAIL  logical GPUs +no logical GPUs on platform host.*exit=1")

@@ -90,7 +90,7 @@ absl::Status LimitCheck(vgpu::LogicalDevice& d, std::string* detail) {
       total += step;
       held.push_back(*std::move(b));
     }
-    if (total > limit || !refusal.ok() && !absl::IsResourceExhausted(refusal)) break;
+    if (total > limit || (!refusal.ok() && !absl::IsResourceExhausted(refusal))) break;
   }
   if (total > limit) {
     return absl::InternalError(absl::StrCat("allocated ", vgpu::FormatBytes(total),
@@ -214,7 +214,14 @@ int RunSelftest(vgpu::Runtime& runtime, const std::string& history_path) {
             [&](std::string* s) { return PeerCopy(*a, *b, seed++, s); });
     }
   }
-  if (!gpus.empty()) {
+  if (gpus.empty()) {
+    // Nothing checked is not a pass: a runner without GPUs must say so.
+    Check(t, "logical GPUs", [&](std::string*) {
+      return absl::NotFoundError(absl::StrCat("no logical GPUs on platform ",
+                                              runtime.platform()->name(), ": ",
+                                              runtime.platform()->Summary()));
+    });
+  } else {
     Check(t, "all-reduce", [&](std::string* s) { return AllReduceCheck(gpus, s); });
   }
   if (!history_path.empty()) {
