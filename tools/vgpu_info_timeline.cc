@@ -245,14 +245,26 @@ std::string Render(const std::vector<Series>& series, double t_max_ms, uint64_t 
                           "stroke=\"#444\"/>\n<text x=\"%d\" y=\"%d\" text-anchor=\"middle\">"
                           "time (ms)</text>\n",
                           left, y0, plot_w, plot_h, left + plot_w / 2, y0 + plot_h + 32);
-    // Step lines: a value holds until the next event.
+    // Step lines: a value holds until the next event. Events within one pixel column are
+    // drawn as that column's min..max, so spikes stay visible and the file stays small.
     for (int which = 0; which < 2; ++which) {
       std::string pts = absl::StrFormat("%.1f,%.1f", X(0), Y(0));
       double last = 0;
-      for (const Point& p : s.points) {
-        double v = which == 0 ? p.reserved : p.in_use;
-        absl::StrAppendFormat(&pts, " %.1f,%.1f %.1f,%.1f", X(p.t_ms), Y(last), X(p.t_ms), Y(v));
-        last = v;
+      size_t k = 0;
+      while (k < s.points.size()) {
+        const double col = std::floor(X(s.points[k].t_ms));
+        const double prev = last;
+        double lo = last, hi = last;
+        while (k < s.points.size() && std::floor(X(s.points[k].t_ms)) == col) {
+          last = which == 0 ? s.points[k].reserved : s.points[k].in_use;
+          lo = std::min(lo, last);
+          hi = std::max(hi, last);
+          ++k;
+        }
+        double x = X(s.points[k - 1].t_ms);
+        absl::StrAppendFormat(&pts, " %.1f,%.1f", x, Y(prev));
+        if (hi != lo) absl::StrAppendFormat(&pts, " %.1f,%.1f %.1f,%.1f", x, Y(hi), x, Y(lo));
+        absl::StrAppendFormat(&pts, " %.1f,%.1f", x, Y(last));
       }
       absl::StrAppendFormat(&pts, " %.1f,%.1f", X(t_max_ms), Y(last));
       absl::StrAppendFormat(&o,
