@@ -362,7 +362,10 @@ int TimelineMain(int argc, char** argv) {
       return Fail(absl::StrCat(in, ": an event lacks t_ns, allocator, in_use or reserved"), 1);
     }
     size_t idx = static_cast<size_t>(a->Number());
-    if (idx >= series.size()) return Fail(absl::StrCat(in, ": allocator index ", idx), 1);
+    if (idx >= series.size())
+      return Fail(absl::StrCat(in, ": event allocator index ", idx, " but only ", series.size(),
+                               " allocator name(s)"),
+                  1);
     double ms = t->Number() / 1e6;
     series[idx].points.push_back({ms, u->Number(), r->Number()});
     t_max = std::max(t_max, ms);
