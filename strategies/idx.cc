@@ -1,5 +1,7 @@
 #include "strategies/idx.h"
 
+#include <algorithm>
+
 #include <sys/stat.h>
 #include <zlib.h>
 
@@ -78,15 +80,24 @@ absl::StatusOr<IdxArray> ReadIdx(const std::string& path) {
     }
     a.dims.push_back(static_cast<int>(d));
     total *= d;
+    // Checked per dimension so the product cannot overflow (each d <= 2^28).
+    if (total > (uint64_t{1} << 33)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ": ", absl::StrJoin(a.dims, " x "), " elements is too large"));
+    }
   }
-  if (total > (uint64_t{1} << 33)) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": ", total, " elements is too large"));
-  }
-  a.data.resize(total);
-  if (!ReadExact(f.get(), a.data.data(), total)) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": truncated data (header promises [",
-                                                   absl::StrJoin(a.dims, ","), "] = ", total,
-                                                   " bytes)"));
+  // Grow with the data actually read, never with what the header promises: a short or hostile
+  // file must not make us take gigabytes (found by tests/fuzz/idx_fuzz.cc).
+  constexpr uint64_t kChunk = uint64_t{1} << 20;
+  for (uint64_t done = 0; done < total;) {
+    const uint64_t n = std::min(kChunk, total - done);
+    a.data.resize(done + n);
+    if (!ReadExact(f.get(), a.data.data() + done, n)) {
+      return absl::InvalidArgumentError(absl::StrCat(path, ": truncated data (header promises [",
+                                                     absl::StrJoin(a.dims, ","), "] = ", total,
+                                                     " bytes)"));
+    }
+    done += n;
   }
   return a;
 }

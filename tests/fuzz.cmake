@@ -15,7 +15,7 @@ if(VGPU_BUILD_FUZZERS)
     set(corpus ${CMAKE_CURRENT_SOURCE_DIR}/fuzz/${stem}_corpus)
     # Work on a copy so new inputs never land in the source tree.
     add_test(NAME ${name}
-      COMMAND sh -c "rm -rf '${name}_work' && mkdir -p '${name}_work' && cp -r '${corpus}'/. '${name}_work'/ 2>/dev/null; exec $<TARGET_FILE:${name}> -runs=${VGPU_FUZZ_RUNS} -seed=1 -max_len=4096 -timeout=10 '${name}_work'")
+      COMMAND sh -c "rm -rf '${name}_work' && mkdir -p '${name}_work' && cp -r '${corpus}'/. '${name}_work'/ 2>/dev/null; exec $<TARGET_FILE:${name}> -runs=${VGPU_FUZZ_RUNS} -seed=1 -max_len=4096 -timeout=10 -rss_limit_mb=2048 -malloc_limit_mb=512 '${name}_work'")
     set_tests_properties(${name} PROPERTIES LABELS fuzz TIMEOUT 900)
   endforeach()
 endif()

@@ -113,6 +113,24 @@ TEST(IdxTest, ClearErrors) {
               StatusIs(absl::StatusCode::kNotFound, HasSubstr("train-images-idx3-ubyte")));
 }
 
+// Found by tests/fuzz/idx_fuzz.cc: a header promising gigabytes made the reader allocate them
+// before reading any data. Now memory follows the bytes really read, and a product of large
+// dimensions cannot overflow.
+TEST(IdxTest, HostileHeadersTakeNoMemory) {
+  const std::string dir = TempDir();
+  const std::string path = dir + "/huge";
+  // 0x08, 2 dims of 2^16 x 2^16 = 4 GiB promised, 3 bytes present.
+  WritePlain(path, {0, 0, 8, 2, 0, 1, 0, 0, 0, 1, 0, 0, 1, 2, 3});
+  EXPECT_THAT(strategies::ReadIdx(path),
+              vgpu::testing::StatusIs(absl::StatusCode::kInvalidArgument,
+                                      ::testing::HasSubstr("truncated data")));
+  // 4 dims of 2^28 each: the product would overflow 64 bits.
+  WritePlain(path, {0, 0, 8, 4, 16, 0, 0, 0, 16, 0, 0, 0, 16, 0, 0, 0, 16, 0, 0, 0});
+  EXPECT_THAT(strategies::ReadIdx(path),
+              vgpu::testing::StatusIs(absl::StatusCode::kInvalidArgument,
+                                      ::testing::HasSubstr("too large")));
+}
+
 TEST(IdxTest, FashionMnistSmoke) {
   auto data = LoadMnistLike(std::string(kFashionMnistDir));
   if (!data.ok()) GTEST_SKIP() << "Fashion-MNIST not installed: " << data.status();
