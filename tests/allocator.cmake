@@ -1,5 +1,6 @@
 # vgpu-bench smoke tests: the replay's last line is one JSON object with every key design.md
-# section 7 names. The traces come from ../shared/traces beside the repository; without them the
+# section 7 names. Label `bench` for the ones that replay a whole trace: the default preset runs
+# them; the sanitizer presets run only `unit` and `stress`, where they would just be slow. The traces come from ../shared/traces beside the repository; without them the
 # tests report "SKIPPED".
 set(VGPU_TRACES ${PROJECT_SOURCE_DIR}/../shared/traces)
 
@@ -12,7 +13,7 @@ foreach(growth off on)
     COMMAND sh -c "t=${VGPU_TRACES}/transformer_train.trace; \
 if [ ! -f \"$t\" ]; then echo \"SKIPPED: $t is absent\"; exit 0; fi; \
 $<TARGET_FILE:vgpu-bench> replay \"$t\" --min-limit ${flag} 2>/dev/null | tail -n 1")
-  set_tests_properties(vgpu_bench_replay_json_growth_${growth} PROPERTIES LABELS unit TIMEOUT 120
+  set_tests_properties(vgpu_bench_replay_json_growth_${growth} PROPERTIES LABELS bench TIMEOUT 300
     SKIP_REGULAR_EXPRESSION "SKIPPED:"
     PASS_REGULAR_EXPRESSION "^{\"trace\":\"transformer_train\",\"allocator\":\"bfc\",\"allow_growth\":(true|false),\"events\":6888,\"ns_per_op\":[0-9.e+]+,\"baseline_ns_per_op\":[0-9.e+]+,\"peak_live_bytes\":10762125316,\"peak_reserved_bytes\":[0-9]+,\"min_limit_bytes\":[0-9]+,\"min_limit_ratio\":1\\.0[0-9]*,\"first_fit_ratio\":1\\.0[0-9]*}")
 endforeach()
@@ -22,7 +23,7 @@ add_test(NAME vgpu_bench_replay_too_small_limit
   COMMAND sh -c "t=${VGPU_TRACES}/transformer_train.trace; \
 if [ ! -f \"$t\" ]; then echo \"SKIPPED: $t is absent\"; exit 0; fi; \
 $<TARGET_FILE:vgpu-bench> replay \"$t\" --limit 1GiB 2>&1; echo \"exit=$?\"")
-set_tests_properties(vgpu_bench_replay_too_small_limit PROPERTIES LABELS unit
+set_tests_properties(vgpu_bench_replay_too_small_limit PROPERTIES LABELS bench
   SKIP_REGULAR_EXPRESSION "SKIPPED:"
   PASS_REGULAR_EXPRESSION "out of memory.*\"min_limit_bytes\":null.*exit=3")
 
@@ -40,7 +41,7 @@ set_tests_properties(vgpu_bench_missing_trace PROPERTIES LABELS unit
 add_test(NAME vgpu_bench_alloc_json
   COMMAND sh -c "VGPU_PLATFORM=host $<TARGET_FILE:vgpu-bench> alloc \
 --benchmark_filter=1MiB/real_time/threads:1 --benchmark_min_time=0.01 2>/dev/null | tail -n 1")
-set_tests_properties(vgpu_bench_alloc_json PROPERTIES LABELS unit TIMEOUT 120
+set_tests_properties(vgpu_bench_alloc_json PROPERTIES LABELS bench TIMEOUT 300
   PASS_REGULAR_EXPRESSION "^{\"benchmark\":\"alloc\",\"platform\":\"host\",\"allocator\":\"bfc\",\"results\":\\[{\"name\":\"bfc/1MiB/real_time/threads:1\".*\"speedup_1MiB\":[0-9.e+]+}")
 
 add_test(NAME vgpu_bench_replay_cuda_without_gpu
@@ -54,6 +55,6 @@ if [ ! -f \"$t\" ]; then echo \"SKIPPED: $t is absent\"; exit 0; fi; \
 h=${CMAKE_CURRENT_BINARY_DIR}/vgpu_bench_history.json; rm -f \"$h\"; \
 $<TARGET_FILE:vgpu-bench> replay \"$t\" --allow-growth --memory-history \"$h\" >/dev/null 2>&1; \
 head -c 300 \"$h\"")
-set_tests_properties(vgpu_bench_replay_memory_history PROPERTIES LABELS unit
+set_tests_properties(vgpu_bench_replay_memory_history PROPERTIES LABELS bench
   SKIP_REGULAR_EXPRESSION "SKIPPED:"
   PASS_REGULAR_EXPRESSION "\"recorded\":6900,\"dropped\":0,\"allocators\":\\[\"replay/transformer_train\"\\],\"events\":\\[{\"t_ns\":[0-9]+,\"allocator\":0,\"kind\":\"map\"")
