@@ -1,7 +1,8 @@
 # vgpu-bench smoke tests: the replay's last line is one JSON object with every key design.md
 # section 7 names. Label `bench` for the ones that replay a whole trace: the default preset runs
-# them; the sanitizer presets run only `unit` and `stress`, where they would just be slow. The traces come from ../shared/traces beside the repository; without them the
-# tests report "SKIPPED".
+# them; the sanitizer presets run only `unit` and `stress`, where they would just be slow.
+# The traces come from ../shared/traces beside the repository; without them the tests report
+# "SKIPPED".
 set(VGPU_TRACES ${PROJECT_SOURCE_DIR}/../shared/traces)
 
 foreach(growth off on)
