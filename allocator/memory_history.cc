@@ -83,6 +83,17 @@ void MemoryHistory::Clear() {
   recorded_ = 0;
 }
 
+void MemoryHistory::SetLimit(const std::string& allocator_name, uint64_t bytes) {
+  std::lock_guard<std::mutex> l(mu_);
+  for (auto& [name, b] : limits_) {
+    if (name == allocator_name) {
+      b = bytes;
+      return;
+    }
+  }
+  limits_.emplace_back(allocator_name, bytes);
+}
+
 std::string MemoryHistory::ToJson() const {
   std::vector<Entry> events = Events();
   std::vector<std::string> names = allocator_names();
@@ -91,6 +102,12 @@ std::string MemoryHistory::ToJson() const {
   w.Field("capacity", static_cast<uint64_t>(capacity_));
   w.Field("recorded", recorded());
   w.Field("dropped", dropped());
+  w.Key("limits").BeginObject();
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    for (const auto& [name, bytes] : limits_) w.Field(name, bytes);
+  }
+  w.EndObject();
   w.Key("allocators").BeginArray();
   for (const std::string& n : names) w.String(n);
   w.EndArray();

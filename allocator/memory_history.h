@@ -4,7 +4,7 @@
 // AttachMemoryHistory below); export as JSON, which `vgpu-info --timeline` draws as an SVG.
 //
 // JSON format (stable):
-//   {"capacity":N,"recorded":N,"dropped":N,"allocators":["GPU:0",...],
+//   {"capacity":N,"recorded":N,"dropped":N,"limits":{"GPU:0":BYTES,...},"allocators":["GPU:0",...],
 //    "events":[{"t_ns":T,"allocator":I,"kind":"alloc|free|map|unmap|oom","ptr":"0x..",
 //               "bytes":B,"in_use":U,"reserved":R}, ...]}
 // t_ns counts from the history's creation (steady clock); events are oldest first; once the
@@ -45,6 +45,8 @@ class MemoryHistory final : public AllocatorObserver {
   uint64_t recorded() const;  // all events ever seen
   uint64_t dropped() const;   // overwritten by newer ones
   void Clear();
+  // The limit of an allocator, exported as "limits":{"name":bytes} so the timeline can draw it.
+  void SetLimit(const std::string& allocator_name, uint64_t bytes);
   std::string ToJson() const;
   absl::Status WriteJson(const std::string& path) const;
 
@@ -56,6 +58,7 @@ class MemoryHistory final : public AllocatorObserver {
   size_t next_ = 0;  // slot of the next write once the ring is full
   uint64_t recorded_ = 0;
   std::vector<std::string> names_;
+  std::vector<std::pair<std::string, uint64_t>> limits_;
 };
 
 // Sends `allocator`'s events to `history` (which must outlive it, or be detached).

@@ -58,4 +58,4 @@ $<TARGET_FILE:vgpu-bench> replay \"$t\" --allow-growth --memory-history \"$h\" >
 head -c 300 \"$h\"")
 set_tests_properties(vgpu_bench_replay_memory_history PROPERTIES LABELS bench
   SKIP_REGULAR_EXPRESSION "SKIPPED:"
-  PASS_REGULAR_EXPRESSION "\"recorded\":6900,\"dropped\":0,\"allocators\":\\[\"replay/transformer_train\"\\],\"events\":\\[{\"t_ns\":[0-9]+,\"allocator\":0,\"kind\":\"map\"")
+  PASS_REGULAR_EXPRESSION "\"recorded\":6900,\"dropped\":0,\"limits\":{[^}]*},\"allocators\":\\[\"replay/transformer_train\"\\],\"events\":\\[{\"t_ns\":[0-9]+,\"allocator\":0,\"kind\":\"map\"")

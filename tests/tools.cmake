@@ -30,3 +30,15 @@ if(TARGET vgpu-bench)
     COMMAND $<TARGET_FILE:vgpu-bench> allreduce --devices 99)
   set_tests_properties(vgpu_bench_allreduce_bad_flag PROPERTIES LABELS unit WILL_FAIL TRUE)
 endif()
+
+# vgpu-train --memory-history writes a history (with the limits) that vgpu-info draws.
+if(TARGET vgpu-train AND EXISTS /usr/share/datasets/fashion-mnist)
+  add_test(NAME vgpu_train_memory_history_timeline
+    COMMAND sh -c "rm -f train_history.json train_history.svg && \
+VGPU_PLATFORM=host VGPU_HOST_DEVICES=1x8GiB VGPU_LOGICAL_DEVICES=0:1GiB,1GiB \
+$<TARGET_FILE:vgpu-train> --strategy mirrored --devices 2 --epochs 1 --train-limit 2000 --quiet \
+--memory-history train_history.json >/dev/null && grep -q '\"limits\":{\"/job:localhost' train_history.json && \
+$<TARGET_FILE:vgpu-info> timeline train_history.json --svg train_history.svg && grep -q '</svg>' train_history.svg")
+  set_tests_properties(vgpu_train_memory_history_timeline PROPERTIES LABELS unit TIMEOUT 300
+    PASS_REGULAR_EXPRESSION "train_history.svg: [0-9]+ allocator")
+endif()

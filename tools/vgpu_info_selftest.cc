@@ -226,21 +226,13 @@ int RunSelftest(vgpu::Runtime& runtime, const std::string& history_path) {
   }
   if (!history_path.empty()) {
     for (vgpu::LogicalDevice* d : gpus) vgpu::DetachMemoryHistory(*d->allocator(), &history);
-    // The history's JSON with the limits added, so the timeline can draw them.
-    std::string json = history.ToJson();
-    std::string limits = "\"limits\":{";
-    for (size_t i = 0; i < gpus.size(); ++i) {
-      absl::StrAppend(&limits, i ? "," : "", "\"", gpus[i]->allocator()->name(),
-                      "\":", gpus[i]->memory_limit());
-    }
-    limits += "},";
-    json.insert(1, limits);
-    FILE* f = std::fopen(history_path.c_str(), "w");
-    if (f == nullptr || std::fwrite(json.data(), 1, json.size(), f) != json.size()) {
-      std::printf("FAIL  %-24s cannot write %s\n", "memory history", history_path.c_str());
+    // With the limits, so the timeline can draw them.
+    for (vgpu::LogicalDevice* d : gpus) history.SetLimit(d->allocator()->name(), d->memory_limit());
+    absl::Status w = history.WriteJson(history_path);
+    if (!w.ok()) {
+      std::printf("FAIL  %-24s %s\n", "memory history", std::string(w.message()).c_str());
       ++t.failed;
     }
-    if (f != nullptr) std::fclose(f);
   }
   std::printf("Selftest: %d check(s), %d failed: %s\n", t.checks, t.failed,
               t.failed ? "FAIL" : "PASS");

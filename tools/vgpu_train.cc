@@ -22,6 +22,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "allocator/memory_history.h"
 #include "devices/config.h"
 #include "devices/runtime.h"
 #include "runtime/bytes.h"
@@ -58,6 +59,7 @@ struct Flags {
   int blas_threads = 0;  // 0 = automatic
   bool compare = false;
   bool quiet = false;
+  std::string memory_history;  // write the devices' allocator history (JSON) here
 };
 
 void Usage() {
@@ -67,7 +69,8 @@ void Usage() {
                "  [--optimizer adam|sgd] [--data DIR] [--placement round-robin|least-loaded|\n"
                "  memory-balanced|explicit] [--layers SPEC,SPEC,SPEC] [--allreduce auto|local|\n"
                "  nccl|hierarchical|via-host] [--train-limit N] [--blas-threads N] [--compare]\n"
-               "  [--quiet]\n");
+               "  [--quiet] [--memory-history FILE]\n"
+               "  (vgpu-info timeline FILE --svg OUT.svg draws the memory history)\n");
 }
 
 absl::StatusOr<Flags> ParseFlags(int argc, char** argv) {
@@ -134,6 +137,9 @@ absl::StatusOr<Flags> ParseFlags(int argc, char** argv) {
       f.compare = true;
     } else if (a == "--quiet") {
       f.quiet = true;
+    } else if (a == "--memory-history") {
+      if (i + 1 >= argc) return absl::InvalidArgumentError("--memory-history needs a file name");
+      f.memory_history = argv[++i];
     } else {
       return absl::InvalidArgumentError(absl::StrCat("unknown flag '", argv[i], "' (see --help)"));
     }
@@ -355,6 +361,14 @@ int Main(int argc, char** argv) {
     std::fprintf(stderr, "vgpu-train: %s\n", devices.status().ToString().c_str());
     return 1;
   }
+  // Every logical device's allocator (GPUs and CPU:0) reports to one history.
+  MemoryHistory history(1 << 20);
+  if (!f.memory_history.empty()) {
+    for (LogicalDevice* dev : devices->runtime->devices()) {
+      AttachMemoryHistory(*dev->allocator(), &history);
+      if (dev->memory_limit() > 0) history.SetLimit(dev->allocator()->name(), dev->memory_limit());
+    }
+  }
   std::optional<RunResult> single;
   if (f.compare && f.strategy != "single") {
     absl::StatusOr<RunResult> r =
@@ -373,6 +387,16 @@ int Main(int argc, char** argv) {
   if (!r.ok()) {
     std::fprintf(stderr, "vgpu-train: %s\n", r.status().ToString().c_str());
     return 1;
+  }
+  if (!f.memory_history.empty()) {
+    for (LogicalDevice* dev : devices->runtime->devices()) {
+      DetachMemoryHistory(*dev->allocator(), &history);
+    }
+    absl::Status w = history.WriteJson(f.memory_history);
+    if (!w.ok()) {
+      std::fprintf(stderr, "vgpu-train: %s\n", w.ToString().c_str());
+      return 1;
+    }
   }
   JsonWriter j;
   j.BeginObject()
