@@ -20,8 +20,7 @@ uint64_t AlignUp(uint64_t a, uint64_t b) { return (a + b - 1) & ~(b - 1); }
 
 BFCAllocator::BFCAllocator(std::unique_ptr<SubAllocator> sub_allocator, BFCOptions options)
     : sub_allocator_(std::move(sub_allocator)), options_(std::move(options)) {
-  bins_.reserve(kNumTrees);
-  for (int t = 0; t < kNumTrees; ++t) bins_.emplace_back(PoolAllocator<FreeKey>(&node_pool_));
+  std::fill(std::begin(roots_), std::end(roots_), kNone);
   limit_ = options_.memory_limit & ~(kMinAllocationSize - 1);
   stats_.bytes_limit = limit_;
   next_region_bytes_ = std::max<uint64_t>(RoundedBytes(options_.initial_region_bytes), 256);
@@ -82,6 +81,10 @@ uint32_t BFCAllocator::NewChunk() {
     c = static_cast<uint32_t>(chunks_.size());
     chunks_.emplace_back();
   }
+  rng_ ^= rng_ << 13;
+  rng_ ^= rng_ >> 17;
+  rng_ ^= rng_ << 5;
+  chunks_[c].priority = rng_;
   return c;
 }
 
@@ -115,96 +118,115 @@ void BFCAllocator::MergeWithNext(uint32_t c) {
   DeleteChunk(n);
 }
 
-BFCAllocator::NodePool::~NodePool() {
-  for (List& l : lists_) {
-    while (l.head != nullptr) {
-      void* next = *static_cast<void**>(l.head);
-      ::operator delete(l.head);
-      l.head = next;
+void BFCAllocator::TreapSplit(uint32_t t, uint32_t c, uint32_t* l, uint32_t* r) {
+  while (t != kNone) {
+    if (KeyLess(t, c)) {
+      *l = t;
+      l = &chunks_[t].right;
+      t = *l;
+    } else {
+      *r = t;
+      r = &chunks_[t].left;
+      t = *r;
     }
   }
+  *l = *r = kNone;
 }
 
-void* BFCAllocator::NodePool::Get(size_t bytes) {
-  for (List& l : lists_) {
-    if (l.bytes == bytes && l.head != nullptr) {
-      void* p = l.head;
-      l.head = *static_cast<void**>(p);
-      return p;
+uint32_t BFCAllocator::TreapMerge(uint32_t l, uint32_t r) {
+  uint32_t root;
+  uint32_t* link = &root;
+  while (l != kNone && r != kNone) {
+    if (chunks_[l].priority >= chunks_[r].priority) {
+      *link = l;
+      link = &chunks_[l].right;
+      l = *link;
+    } else {
+      *link = r;
+      link = &chunks_[r].left;
+      r = *link;
     }
   }
-  return ::operator new(std::max(bytes, sizeof(void*)));
-}
-
-void BFCAllocator::NodePool::Put(void* p, size_t bytes) {
-  for (List& l : lists_) {
-    if (l.bytes == bytes) {
-      *static_cast<void**>(p) = l.head;
-      l.head = p;
-      return;
-    }
-  }
-  *static_cast<void**>(p) = nullptr;
-  lists_.push_back(List{bytes, p});
+  *link = l != kNone ? l : r;
+  return root;
 }
 
 void BFCAllocator::BinInsert(uint32_t c) {
-  Chunk& ch = chunks_[c];
-  int b = TreeFor(ch.size);
-  ch.bin = static_cast<int8_t>(b);
-  bins_[b].insert(FreeKey{ch.size, ch.ptr, c});
-  MarkTree(b);
+  const int t = TreeFor(chunks_[c].size);
+  chunks_[c].bin = static_cast<int8_t>(t);
+  MarkTree(t);
+  // Down to the first node c outranks, then c takes its place with the subtree split under it.
+  const uint32_t priority = chunks_[c].priority;
+  uint32_t* link = &roots_[t];
+  while (*link != kNone && chunks_[*link].priority > priority) {
+    link = KeyLess(c, *link) ? &chunks_[*link].left : &chunks_[*link].right;
+  }
+  TreapSplit(*link, c, &chunks_[c].left, &chunks_[c].right);
+  *link = c;
 }
 
 void BFCAllocator::BinRemove(uint32_t c) {
-  Chunk& ch = chunks_[c];
-  int b = ch.bin;
-  bins_[b].erase(FreeKey{ch.size, ch.ptr, c});
-  ch.bin = -1;
-  if (bins_[b].empty()) UnmarkTree(b);
+  const int t = chunks_[c].bin;
+  uint32_t* link = &roots_[t];
+  while (*link != c) link = KeyLess(c, *link) ? &chunks_[*link].left : &chunks_[*link].right;
+  *link = TreapMerge(chunks_[c].left, chunks_[c].right);
+  chunks_[c].left = chunks_[c].right = kNone;
+  chunks_[c].bin = -1;
+  if (roots_[t] == kNone) UnmarkTree(t);
 }
 
-void BFCAllocator::BinErase(int b, Bin::iterator it) {
-  chunks_[it->chunk].bin = -1;
-  bins_[b].erase(it);
-  if (bins_[b].empty()) UnmarkTree(b);
-}
-
-void BFCAllocator::BinReplace(int b, Bin::iterator it, uint32_t c) {
-  Chunk& ch = chunks_[c];
-  const FreeKey key{ch.size, ch.ptr, c};
-  if (TreeFor(ch.size) == b && (it == bins_[b].begin() || *std::prev(it) < key) &&
-      (std::next(it) == bins_[b].end() || key < *std::next(it))) {
-    // Same bin, same position: B-tree order is unchanged, so the key is edited in place.
-    if (it->chunk != c) chunks_[it->chunk].bin = -1;
-    const_cast<FreeKey&>(*it) = key;
-    ch.bin = static_cast<int8_t>(b);
-    return;
+template <class Fn>
+bool BFCAllocator::ForEachInTree(int t, Fn fn) const {
+  std::vector<uint32_t> stack;
+  size_t visited = 0;
+  uint32_t n = roots_[t];
+  while (n != kNone || !stack.empty()) {
+    while (n != kNone) {
+      if (n >= chunks_.size() || stack.size() > chunks_.size()) return false;
+      stack.push_back(n);
+      n = chunks_[n].left;
+    }
+    n = stack.back();
+    stack.pop_back();
+    if (++visited > chunks_.size()) return false;
+    fn(n);
+    n = chunks_[n].right;
   }
-  BinErase(b, it);
-  BinInsert(c);
+  return true;
 }
 
-BFCAllocator::Found BFCAllocator::FindChunkLocked(uint64_t size) {
+uint32_t BFCAllocator::FindChunkLocked(uint64_t size) const {
   const int t = TreeFor(size);
   int i = NextTree(t);
-  if (i < 0) return Found{};
+  if (i < 0) return kNone;
   if (i == t) {
-    // The smallest (size, address) that fits in the request's own tree. Its largest entry is
-    // at hand (B-trees keep their rightmost leaf), so a tree of too-small chunks costs no
-    // descent.
-    if (bins_[t].rbegin()->size >= size) return Found{t, bins_[t].lower_bound(FreeKey{size, 0, 0})};
-    if (t + 1 >= kNumTrees || (i = NextTree(t + 1)) < 0) return Found{};
+    // The smallest (size, address) that fits in the request's own tree.
+    uint32_t best = kNone;
+    for (uint32_t n = roots_[t]; n != kNone;) {
+      if (chunks_[n].size >= size) {
+        best = n;
+        n = chunks_[n].left;
+      } else {
+        n = chunks_[n].right;
+      }
+    }
+    if (best != kNone) return best;
+    if (t + 1 >= kNumTrees || (i = NextTree(t + 1)) < 0) return kNone;
   }
   // Every chunk of a higher tree fits: the best is its first.
-  return Found{i, bins_[i].begin()};
+  uint32_t n = roots_[i];
+  while (chunks_[n].left != kNone) n = chunks_[n].left;
+  return n;
 }
 
 uint64_t BFCAllocator::LargestFreeLocked() const {
   int i = tree_mask_[1] != 0   ? 127 - std::countl_zero(tree_mask_[1])
           : tree_mask_[0] != 0 ? 63 - std::countl_zero(tree_mask_[0])
                                : -1;
-  return i < 0 ? 0 : bins_[i].rbegin()->size;
+  if (i < 0) return 0;
+  uint32_t n = roots_[i];
+  while (chunks_[n].right != kNone) n = chunks_[n].right;
+  return chunks_[n].size;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -283,15 +305,13 @@ absl::StatusOr<uint64_t> BFCAllocator::ReleaseEmptyRegions() {
 // ---------------------------------------------------------------------------------------------
 // Allocate / free.
 
-void* BFCAllocator::CarveLocked(Found f, uint64_t rounded, uint64_t alignment, uint64_t requested) {
-  uint32_t c = f.it->chunk;
+void* BFCAllocator::CarveLocked(uint32_t c, uint64_t rounded, uint64_t alignment,
+                                uint64_t requested) {
+  BinRemove(c);
   if (alignment > kMinAllocationSize && AlignUp(chunks_[c].ptr, alignment) != chunks_[c].ptr) {
-    BinErase(f.bin, f.it);
     uint32_t n = SplitChunk(c, AlignUp(chunks_[c].ptr, alignment) - chunks_[c].ptr);
     BinInsert(c);  // the padding stays free; its lower neighbour is in use (no free pairs)
     c = n;
-    BinInsert(c);
-    f = Found{chunks_[c].bin, BinFind(c)};
   }
   uint64_t remainder = chunks_[c].size - rounded;
   if (remainder >= std::max<uint64_t>(options_.min_split_bytes, kMinAllocationSize) &&
@@ -299,15 +319,11 @@ void* BFCAllocator::CarveLocked(Found f, uint64_t rounded, uint64_t alignment, u
     if (rounded <= options_.small_request_bytes && alignment <= kMinAllocationSize) {
       // Small: take the high end, leave the low part free where it was.
       uint32_t n = SplitChunk(c, remainder);
-      BinReplace(f.bin, f.it, c);
+      BinInsert(c);
       c = n;
     } else {
-      uint32_t n = SplitChunk(c, rounded);
-      BinReplace(f.bin, f.it, n);
-      chunks_[c].bin = -1;
+      BinInsert(SplitChunk(c, rounded));
     }
-  } else {
-    BinErase(f.bin, f.it);
   }
   Chunk& ch = chunks_[c];
   ch.in_use = true;
@@ -327,8 +343,8 @@ absl::StatusOr<void*> BFCAllocator::AllocateLocked(uint64_t bytes, uint64_t alig
   const uint64_t rounded = RoundedBytes(bytes);
   const uint64_t need =
       rounded + (alignment > kMinAllocationSize ? alignment - kMinAllocationSize : 0);
-  Found f = FindChunkLocked(need);
-  if (f.bin >= 0) return CarveLocked(f, rounded, alignment, bytes);
+  uint32_t c = FindChunkLocked(need);
+  if (c != kNone) return CarveLocked(c, rounded, alignment, bytes);
 
   std::string why = "no free chunk is large enough";
   if (options_.allow_growth) {
@@ -337,8 +353,8 @@ absl::StatusOr<void*> BFCAllocator::AllocateLocked(uint64_t bytes, uint64_t alig
       s = GrowLocked(need);
     }
     if (s.ok()) {
-      f = FindChunkLocked(need);
-      if (f.bin >= 0) return CarveLocked(f, rounded, alignment, bytes);
+      c = FindChunkLocked(need);
+      if (c != kNone) return CarveLocked(c, rounded, alignment, bytes);
     } else {
       why = std::string(s.message());
     }
@@ -370,24 +386,17 @@ absl::Status BFCAllocator::DoDeallocate(void* ptr) {
   const uint32_t next = ch.next, prev = ch.prev;
   const bool next_free = next != kNone && !chunks_[next].in_use;
   const bool prev_free = prev != kNone && !chunks_[prev].in_use;
-  // Coalesce, reusing a neighbour's bin entry for the merged chunk where possible.
-  if (prev_free) {
-    if (next_free) {
-      BinRemove(next);  // before finding prev: erasing invalidates B-tree iterators
-      MergeWithNext(c);
-    }
-    int pb = chunks_[prev].bin;
-    Bin::iterator pit = BinFind(prev);
-    MergeWithNext(prev);
-    BinReplace(pb, pit, prev);
-  } else if (next_free) {
-    int nb = chunks_[next].bin;
-    Bin::iterator nit = BinFind(next);
-    MergeWithNext(c);  // next's record is recycled, its bin entry now stands for c
-    BinReplace(nb, nit, c);
-  } else {
-    BinInsert(c);
+  // Coalesce with free neighbours; the merged chunk keeps the lowest record.
+  if (next_free) {
+    BinRemove(next);
+    MergeWithNext(c);
   }
+  if (prev_free) {
+    BinRemove(prev);
+    MergeWithNext(prev);
+    c = prev;
+  }
+  BinInsert(c);
   Notify(AllocatorEventKind::kFree, reinterpret_cast<uint64_t>(ptr), requested);
   return absl::OkStatus();
 }
@@ -470,11 +479,11 @@ std::string BFCAllocator::DumpMemoryLog() const {
   for (int b = 0; b < kNumBins; ++b) {
     uint64_t count = 0, total = 0, largest = 0;
     for (int t = b * kSubBins; t < (b + 1) * kSubBins; ++t) {
-      count += bins_[t].size();
-      for (const FreeKey& k : bins_[t]) {
-        total += k.size;
-        largest = std::max(largest, k.size);
-      }
+      ForEachInTree(t, [&](uint32_t c) {
+        ++count;
+        total += chunks_[c].size;
+        largest = std::max(largest, chunks_[c].size);
+      });
     }
     if (count == 0) continue;
     absl::StrAppend(
@@ -563,16 +572,26 @@ absl::Status BFCAllocator::CheckInvariants() const {
   }
   uint64_t binned = 0;
   for (int b = 0; b < kNumTrees; ++b) {
-    if (TreeMarked(b) != !bins_[b].empty()) return fail("tree mask for tree ", b);
-    for (const FreeKey& k : bins_[b]) {
-      if (k.chunk >= chunks_.size()) return fail("bin ", b, " holds a bad record ", k.chunk);
-      const Chunk& ch = chunks_[k.chunk];
-      if (ch.in_use || ch.bin != b || ch.size != k.size || ch.ptr != k.ptr) {
-        return fail("bin ", b, " holds chunk ", P(k.ptr), " of ", k.size,
-                    " bytes that is not a free chunk of this bin");
+    if (TreeMarked(b) != (roots_[b] != kNone)) return fail("tree mask for tree ", b);
+    std::string broken;
+    uint32_t last = kNone;
+    bool whole = ForEachInTree(b, [&](uint32_t c) {
+      const Chunk& ch = chunks_[c];
+      if (!broken.empty()) return;
+      if (ch.in_use || ch.bin != b) {
+        broken = absl::StrCat("holds chunk ", P(ch.ptr), " of ", ch.size,
+                              " bytes that is not a free chunk of this tree");
+      } else if (last != kNone && !KeyLess(last, c)) {
+        broken = absl::StrCat("is out of (size, address) order at ", P(ch.ptr));
+      } else if ((ch.left != kNone && chunks_[ch.left].priority > ch.priority) ||
+                 (ch.right != kNone && chunks_[ch.right].priority > ch.priority)) {
+        broken = absl::StrCat("breaks the heap order below ", P(ch.ptr));
       }
+      last = c;
       ++binned;
-    }
+    });
+    if (!whole) return fail("tree ", b, " has a cycle or a bad record");
+    if (!broken.empty()) return fail("tree ", b, " ", broken);
   }
   if (binned != free_chunks) {
     return fail(binned, " chunks in bins but ", free_chunks, " free chunks in regions");

@@ -1,14 +1,13 @@
 // BFCAllocator: best-fit with coalescing over regions taken from a SubAllocator (TensorFlow's
 // design, our own implementation). Requests are rounded to 256 bytes; free chunks live in 21
-// size-class bins, each a B-tree ordered by (size, address), so a request takes the smallest
-// free chunk that fits, lowest address first. Chunks are split when the remainder is
-// worth keeping and coalesced with free neighbours on free.
+// size-class bins, each kept as intrusive treaps ordered by (size, address), so a request takes
+// the smallest free chunk that fits, lowest address first. Chunks are split when the remainder
+// is worth keeping and coalesced with free neighbours on free.
 //
 // Bookkeeping grows with the number of chunks, not with the pool: chunk records live in one
-// pooled vector with intrusive neighbour links, bins' B-tree nodes come from free lists, and
-// live pointers are found through a hash map, so a 64 GiB pool costs the same to set up as a
-// 2 MiB one. Nothing is heap-allocated per operation once the pools have grown to the working
-// set.
+// pooled vector with intrusive neighbour and tree links, and live pointers are found through a
+// hash map, so a 64 GiB pool costs the same to set up as a 2 MiB one. Nothing is heap-allocated
+// per operation once the pools have grown to the working set.
 //
 // Policies: hard memory_limit; allow_growth (first region small, then doubling, backing off
 // when the sub-allocator refuses, never past the limit) or one region of the whole limit up
@@ -30,7 +29,6 @@
 #include <thread>
 #include <vector>
 
-#include "absl/container/btree_set.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -85,7 +83,7 @@ class BFCAllocator final : public Allocator {
  public:
   static constexpr uint64_t kMinAllocationSize = 256;
   static constexpr int kNumBins = 21;
-  // Each bin is kept as 4 B-trees by the next two bits of the size (TLSF-style), so the trees
+  // Each bin is kept as 4 trees by the next two bits of the size (TLSF-style), so the trees
   // stay small and shallow; the order across them is still (size, address).
   static constexpr int kSubBins = 4;
   static constexpr int kNumTrees = kNumBins * kSubBins;
@@ -141,55 +139,12 @@ class BFCAllocator final : public Allocator {
     uint64_t requested = 0;  // 0 when free
     uint32_t prev = kNone;   // address neighbours within the region
     uint32_t next = kNone;
-    int8_t bin = -1;  // -1: not in a bin
+    uint32_t left = kNone;  // treap children (free chunks only)
+    uint32_t right = kNone;
+    uint32_t priority = 0;  // treap heap key, drawn when the record is (re)used
+    int8_t bin = -1;        // tree index; -1: not in a tree
     bool in_use = false;
   };
-  // A free chunk in a bin; bins are ordered by (size, address).
-  struct FreeKey {
-    uint64_t size;
-    uint64_t ptr;
-    uint32_t chunk;
-    bool operator<(const FreeKey& o) const {
-      return size < o.size || (size == o.size && ptr < o.ptr);
-    }
-  };
-  // Fixed-size free lists for the bins' B-tree nodes: after warm-up no operation touches the
-  // heap. Used under mu_ only.
-  class NodePool {
-   public:
-    NodePool() = default;
-    NodePool(const NodePool&) = delete;
-    NodePool& operator=(const NodePool&) = delete;
-    ~NodePool();
-    void* Get(size_t bytes);
-    void Put(void* p, size_t bytes);
-
-   private:
-    struct List {
-      size_t bytes;
-      void* head;
-    };
-    std::vector<List> lists_;
-  };
-  template <class T>
-  struct PoolAllocator {
-    using value_type = T;
-    NodePool* pool;
-    explicit PoolAllocator(NodePool* p) : pool(p) {}
-    template <class U>
-    PoolAllocator(const PoolAllocator<U>& o) : pool(o.pool) {}  // NOLINT: rebinding
-    T* allocate(size_t n) { return static_cast<T*>(pool->Get(n * sizeof(T))); }
-    void deallocate(T* p, size_t n) { pool->Put(p, n * sizeof(T)); }
-    template <class U>
-    bool operator==(const PoolAllocator<U>& o) const {
-      return pool == o.pool;
-    }
-    template <class U>
-    bool operator!=(const PoolAllocator<U>& o) const {
-      return pool != o.pool;
-    }
-  };
-  using Bin = absl::btree_set<FreeKey, std::less<FreeKey>, PoolAllocator<FreeKey>>;
   struct Region {
     uint64_t ptr = 0;
     uint64_t size = 0;
@@ -201,12 +156,8 @@ class BFCAllocator final : public Allocator {
 
   absl::StatusOr<void*> AllocateLocked(uint64_t bytes, uint64_t alignment);
   // Best-fit free chunk of at least `size` bytes, or kNone.
-  struct Found {
-    int bin = -1;  // -1: nothing fits
-    Bin::iterator it;
-  };
-  Found FindChunkLocked(uint64_t size);
-  void* CarveLocked(Found f, uint64_t rounded, uint64_t alignment, uint64_t requested);
+  uint32_t FindChunkLocked(uint64_t size) const;
+  void* CarveLocked(uint32_t c, uint64_t rounded, uint64_t alignment, uint64_t requested);
   absl::Status GrowLocked(uint64_t need);
   absl::Status AddRegionLocked(uint64_t size);
   uint64_t ReleaseEmptyRegionsLocked();
@@ -225,15 +176,24 @@ class BFCAllocator final : public Allocator {
   // Merges c's next neighbour into c.
   void MergeWithNext(uint32_t c);
 
+  // Trees: one intrusive treap per size class, ordered by (size, address). The nodes are the
+  // chunk records themselves, so inserting or removing a free chunk allocates nothing, and the
+  // tiny trees a size class holds (about one chunk each on our traces) cost a few compares.
+  bool KeyLess(uint32_t a, uint32_t b) const {
+    const Chunk& x = chunks_[a];
+    const Chunk& y = chunks_[b];
+    return x.size < y.size || (x.size == y.size && x.ptr < y.ptr);
+  }
   void BinInsert(uint32_t c);
   void BinRemove(uint32_t c);
-  void BinErase(int b, Bin::iterator it);
-  // The entry at `it` in bin `b` now stands for chunk c with its current (size, ptr): updated
-  // in place when its position and bin stay the same (the common case), else moved.
-  void BinReplace(int b, Bin::iterator it, uint32_t c);
-  Bin::iterator BinFind(uint32_t c) {
-    return bins_[chunks_[c].bin].find(FreeKey{chunks_[c].size, chunks_[c].ptr, c});
-  }
+  // Splits treap t into keys below chunk c's (into *l) and above (into *r).
+  void TreapSplit(uint32_t t, uint32_t c, uint32_t* l, uint32_t* r);
+  // Joins two treaps whose keys are all ordered l < r.
+  uint32_t TreapMerge(uint32_t l, uint32_t r);
+  // Calls fn(chunk) for each chunk of tree t in (size, address) order; false if it is broken
+  // (a cycle or more nodes than records).
+  template <class Fn>
+  bool ForEachInTree(int t, Fn fn) const;
 
   const std::unique_ptr<SubAllocator> sub_allocator_;
   const BFCOptions options_;
@@ -245,8 +205,8 @@ class BFCAllocator final : public Allocator {
   std::vector<uint32_t> free_records_;
   std::vector<Region> regions_;
   absl::flat_hash_map<uint64_t, uint32_t> live_;  // allocated ptr -> chunk
-  NodePool node_pool_;                            // outlives bins_ (declared before)
-  std::vector<Bin> bins_;
+  uint32_t roots_[kNumTrees];
+  uint32_t rng_ = 0x9e3779b9u;      // xorshift32 state for treap priorities (deterministic)
   uint64_t tree_mask_[2] = {0, 0};  // bit t: tree t non-empty
   void MarkTree(int t) { tree_mask_[t >> 6] |= uint64_t{1} << (t & 63); }
   void UnmarkTree(int t) { tree_mask_[t >> 6] &= ~(uint64_t{1} << (t & 63)); }
