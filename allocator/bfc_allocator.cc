@@ -26,7 +26,6 @@ BFCAllocator::BFCAllocator(std::unique_ptr<SubAllocator> sub_allocator, BFCOptio
   next_region_bytes_ = std::max<uint64_t>(RoundedBytes(options_.initial_region_bytes), 256);
   chunks_.reserve(256);
   free_records_.reserve(64);
-  live_.reserve(256);
   if (sub_allocator_ == nullptr) {
     init_status_ = absl::InvalidArgumentError(absl::StrCat(name(), ": sub-allocator is null"));
     return;
@@ -328,7 +327,7 @@ void* BFCAllocator::CarveLocked(uint32_t c, uint64_t rounded, uint64_t alignment
   Chunk& ch = chunks_[c];
   ch.in_use = true;
   ch.requested = requested;
-  live_.emplace(ch.ptr, c);
+  live_.Insert(ch.ptr, c);
   ++stats_.num_allocs;
   stats_.bytes_in_use += ch.size;
   stats_.peak_bytes_in_use = std::max(stats_.peak_bytes_in_use, stats_.bytes_in_use);
@@ -369,14 +368,12 @@ absl::StatusOr<void*> BFCAllocator::DoAllocate(uint64_t bytes, uint64_t alignmen
 
 absl::Status BFCAllocator::DoDeallocate(void* ptr) {
   std::lock_guard<SpinLock> l(mu_);
-  auto it = live_.find(reinterpret_cast<uint64_t>(ptr));
-  if (it == live_.end()) {
+  uint32_t c = live_.Erase(reinterpret_cast<uint64_t>(ptr));
+  if (c == PtrMap::kNotFound) {
     return absl::InvalidArgumentError(
         absl::StrCat(name(), ": ", P(reinterpret_cast<uint64_t>(ptr)),
                      " was not allocated by this allocator, or was already freed"));
   }
-  uint32_t c = it->second;
-  live_.erase(it);
   Chunk& ch = chunks_[c];
   uint64_t requested = ch.requested;
   ch.in_use = false;
@@ -403,12 +400,12 @@ absl::Status BFCAllocator::DoDeallocate(void* ptr) {
 
 absl::StatusOr<uint64_t> BFCAllocator::AllocatedSize(const void* ptr) const {
   std::lock_guard<SpinLock> l(mu_);
-  auto it = live_.find(reinterpret_cast<uint64_t>(ptr));
-  if (it == live_.end()) {
+  const uint32_t c = live_.Find(reinterpret_cast<uint64_t>(ptr));
+  if (c == PtrMap::kNotFound) {
     return absl::NotFoundError(absl::StrCat(name(), ": ", P(reinterpret_cast<uint64_t>(ptr)),
                                             " is not a live allocation"));
   }
-  return chunks_[it->second].size;
+  return chunks_[c].size;
 }
 
 absl::Status BFCAllocator::OomErrorLocked(uint64_t bytes, uint64_t rounded, absl::string_view why) {
@@ -554,8 +551,7 @@ absl::Status BFCAllocator::CheckInvariants() const {
         ++used_chunks;
         in_use += ch.size;
         if (ch.bin != -1) return fail("chunk ", P(ch.ptr), " is in use and in bin ", ch.bin);
-        auto it = live_.find(ch.ptr);
-        if (it == live_.end() || it->second != c) {
+        if (live_.Find(ch.ptr) != c) {
           return fail("chunk ", P(ch.ptr), " is in use but not in the live map");
         }
       } else {

@@ -29,10 +29,10 @@
 #include <thread>
 #include <vector>
 
-#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "allocator/allocator.h"
+#include "allocator/ptr_map.h"
 #include "allocator/sub_allocator.h"
 
 namespace vgpu {
@@ -204,7 +204,7 @@ class BFCAllocator final : public Allocator {
   std::vector<Chunk> chunks_;
   std::vector<uint32_t> free_records_;
   std::vector<Region> regions_;
-  absl::flat_hash_map<uint64_t, uint32_t> live_;  // allocated ptr -> chunk
+  PtrMap live_;  // allocated ptr -> chunk
   uint32_t roots_[kNumTrees];
   uint32_t rng_ = 0x9e3779b9u;      // xorshift32 state for treap priorities (deterministic)
   uint64_t tree_mask_[2] = {0, 0};  // bit t: tree t non-empty
