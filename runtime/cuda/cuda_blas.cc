@@ -1,14 +1,14 @@
 // cuBLAS for the cuda platform, loaded with dlopen on the first Executor::GetBlas() (never
 // linked). One handle per executor, created in its primary context; a handle is not
 // thread-safe, so cublasSetStream + the call run under the executor's BLAS mutex.
-#include <dlfcn.h>
-
-#include <cstdlib>
 #include <mutex>
+#include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "runtime/cuda/cuda_executor.h"
+#include "runtime/cuda/dynamic_library.h"
 #include "runtime/status.h"
 
 namespace vgpu::cuda {
@@ -27,40 +27,31 @@ struct CublasApi {
   std::string library;
 };
 
-// Loaded once per process; the library stays loaded.
+// Loaded once per process; the library stays loaded. A candidate that opens but lacks a
+// symbol gives way to the next one.
 absl::StatusOr<const CublasApi*> LoadCublas() {
   static absl::StatusOr<const CublasApi*>* api = [] {
-    std::vector<std::string> names;
-    if (const char* env = std::getenv(kCublasLibraryEnv); env != nullptr && *env != '\0') {
-      names = {env};
-    } else {
-      names = {"libcublas.so.13", "libcublas.so.12", "libcublas.so"};
-    }
     std::vector<std::string> errors;
-    for (const std::string& name : names) {
-      void* h = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL);
-      if (h == nullptr) {
-        const char* e = dlerror();
-        errors.push_back(e == nullptr ? name : e);
+    for (const std::string& name :
+         LibraryNames(kCublasLibraryEnv, {"libcublas.so.13", "libcublas.so.12", "libcublas.so"})) {
+      absl::StatusOr<void*> h = OpenLibrary(name);
+      if (!h.ok()) {
+        errors.push_back(std::string(h.status().message()));
         continue;
       }
       auto* a = new CublasApi();
       a->library = name;
-      bool ok = true;
-      auto sym = [&](auto& fn, const char* symbol) {
-        fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(h, symbol));
-        if (fn == nullptr) {
-          errors.push_back(absl::StrCat(name, " lacks ", symbol));
-          ok = false;
-        }
-      };
+      SymbolLoader sym(*h);
       sym(a->create, "cublasCreate_v2");
       sym(a->destroy, "cublasDestroy_v2");
       sym(a->set_stream, "cublasSetStream_v2");
       sym(a->sgemm, "cublasSgemm_v2");
       sym(a->saxpy, "cublasSaxpy_v2");
       sym(a->sscal, "cublasSscal_v2");
-      if (ok) return new absl::StatusOr<const CublasApi*>(a);
+      if (sym.missing().empty()) return new absl::StatusOr<const CublasApi*>(a);
+      for (const std::string& symbol : sym.missing()) {
+        errors.push_back(absl::StrCat(name, " lacks ", symbol));
+      }
       delete a;
     }
     return new absl::StatusOr<const CublasApi*>(absl::FailedPreconditionError(

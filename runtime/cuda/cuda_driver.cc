@@ -1,10 +1,9 @@
 #include "runtime/cuda/cuda_driver.h"
 
-#include <dlfcn.h>
-
 #include <atomic>
 
 #include "absl/strings/str_cat.h"
+#include "runtime/cuda/dynamic_library.h"
 
 namespace vgpu::cuda {
 namespace {
@@ -167,18 +166,12 @@ const char* NcclName(ncclResult_t r) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<CudaDriver>> LoadCudaDriver(const std::string& library) {
-  // RTLD_LOCAL: the driver's symbols must not satisfy anyone else's lookups by accident.
-  void* handle = dlopen(library.c_str(), RTLD_NOW | RTLD_LOCAL);
-  if (handle == nullptr) {
-    const char* why = dlerror();
-    return absl::NotFoundError(
-        absl::StrCat(library, " not found: ", why == nullptr ? "dlopen failed" : why));
+  absl::StatusOr<void*> handle = OpenLibrary(library);
+  if (!handle.ok()) {
+    return absl::NotFoundError(absl::StrCat(library, " not found: ", handle.status().message()));
   }
-  // The library is never dlclose'd: streams' host callbacks and other threads of the driver
-  // may outlive any one platform object.
-  auto get_proc =
-      reinterpret_cast<PFN_cuGetProcAddress_v12000>(dlsym(handle, "cuGetProcAddress_v2"));
-  if (get_proc == nullptr) {
+  PFN_cuGetProcAddress_v12000 get_proc = nullptr;
+  if (!LoadSymbol(*handle, "cuGetProcAddress_v2", get_proc)) {
     return absl::FailedPreconditionError(absl::StrCat(
         library, " has no cuGetProcAddress_v2 (not a CUDA driver, or one older than 12.0)"));
   }

@@ -1,13 +1,14 @@
 #include "runtime/cuda/cuda_nccl.h"
 
-#include <dlfcn.h>
-
-#include <cstdlib>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/string_view.h"
 #include "runtime/cuda/cuda_executor.h"
+#include "runtime/cuda/dynamic_library.h"
 #include "runtime/status.h"
 
 namespace vgpu::cuda {
@@ -27,33 +28,25 @@ struct NcclApi {
 // Loaded once per process on first use; the library stays loaded.
 absl::StatusOr<const NcclApi*> LoadNccl() {
   static absl::StatusOr<const NcclApi*>* api = [] {
-    const char* env = std::getenv(kNcclLibraryEnv);
-    std::string name = env != nullptr && *env != '\0' ? env : "libnccl.so.2";
-    auto fail = [&](std::string why) {
+    std::string name = LibraryNames(kNcclLibraryEnv, {"libnccl.so.2"}).front();
+    auto fail = [&](absl::string_view why) {
       return new absl::StatusOr<const NcclApi*>(absl::FailedPreconditionError(
           absl::StrCat("NCCL could not be loaded (set ", kNcclLibraryEnv, "): ", why)));
     };
-    void* h = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL);
-    if (h == nullptr) {
-      const char* e = dlerror();
-      return fail(e == nullptr ? name + " not found" : e);
-    }
+    absl::StatusOr<void*> h = OpenLibrary(name);
+    if (!h.ok()) return fail(h.status().message());
     auto* a = new NcclApi();
     a->library = name;
-    std::string missing;
-    auto sym = [&](auto& fn, const char* symbol) {
-      fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(h, symbol));
-      if (fn == nullptr) absl::StrAppend(&missing, " ", symbol);
-    };
+    SymbolLoader sym(*h);
     sym(a->get_version, "ncclGetVersion");
     sym(a->comm_init_all, "ncclCommInitAll");
     sym(a->comm_destroy, "ncclCommDestroy");
     sym(a->all_reduce, "ncclAllReduce");
     sym(a->group_start, "ncclGroupStart");
     sym(a->group_end, "ncclGroupEnd");
-    if (!missing.empty()) {
+    if (!sym.missing().empty()) {
       delete a;
-      return fail(absl::StrCat(name, " lacks", missing));
+      return fail(absl::StrCat(name, " lacks ", absl::StrJoin(sym.missing(), " ")));
     }
     a->get_version(&a->version);
     return new absl::StatusOr<const NcclApi*>(a);

@@ -1,7 +1,6 @@
 #include "runtime/cuda/cuda_platform.h"
 
 #include <algorithm>
-#include <cstdlib>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -10,6 +9,7 @@
 #include "runtime/bytes.h"
 #include "runtime/cuda/cuda_executor.h"
 #include "runtime/cuda/cuda_fatbin.h"
+#include "runtime/cuda/dynamic_library.h"
 #include "runtime/kernels.h"
 #include "runtime/status.h"
 
@@ -832,8 +832,7 @@ CudaPlatform::CudaPlatform() = default;
 CudaPlatform::~CudaPlatform() = default;
 
 void CudaPlatform::Init() {
-  const char* env = std::getenv(kDriverLibraryEnv);
-  std::string library = env != nullptr && *env != '\0' ? env : kDefaultDriverLibrary;
+  std::string library = LibraryNames(kDriverLibraryEnv, {kDefaultDriverLibrary}).front();
   absl::StatusOr<std::unique_ptr<CudaDriver>> driver = LoadCudaDriver(library);
   if (!driver.ok()) {
     reason_ = std::string(driver.status().message());
