@@ -6,8 +6,8 @@
 #include "absl/strings/str_cat.h"
 #include "runtime/kernels.h"
 #include "runtime/status.h"
-#include "strategies/replica_eval.h"
 #include "strategies/mirrored.h"
+#include "strategies/replica_eval.h"
 
 namespace vgpu {
 namespace strategies {
@@ -83,7 +83,7 @@ absl::Status CentralStorageStrategy::Step(const float* x, const int32_t* y, int 
                                                    " rows; the global batch is 1..",
                                                    options_.global_batch));
   }
-  if (slot_ == options_.max_slots) VGPU_RETURN_IF_ERROR(Flush().status());
+  if (accounting_.slot() == options_.max_slots) VGPU_RETURN_IF_ERROR(Flush().status());
   const int n = static_cast<int>(replicas_.size());
   const int in = options_.spec.in(0);
   const uint64_t count = central_->param_count();
@@ -98,11 +98,12 @@ absl::Status CentralStorageStrategy::Step(const float* x, const int32_t* y, int 
       VGPU_RETURN_IF_ERROR(FetchParams(i));
       VGPU_RETURN_IF_ERROR(rep.Upload(x + static_cast<int64_t>(offset) * in, y + offset, r));
       VGPU_RETURN_IF_ERROR(rep.Forward(r));
-      VGPU_RETURN_IF_ERROR(rep.back()->Loss(r, 1.0f / static_cast<float>(rows), slot_));
+      VGPU_RETURN_IF_ERROR(
+          rep.back()->Loss(r, 1.0f / static_cast<float>(rows), accounting_.slot()));
       VGPU_RETURN_IF_ERROR(rep.Backward(r));
       offset += r;
     } else {
-      VGPU_RETURN_IF_ERROR(rep.back()->ZeroGradsAndSlot(slot_));
+      VGPU_RETURN_IF_ERROR(rep.back()->ZeroGradsAndSlot(accounting_.slot()));
     }
     // The previous update read this staging buffer: FetchParams waited for it; an idle replica
     // must wait too.
@@ -116,23 +117,17 @@ absl::Status CentralStorageStrategy::Step(const float* x, const int32_t* y, int 
   VGPU_RETURN_IF_ERROR(kernels->SumN(cpu, inputs, central_->grads(), count, 1.0f));
   VGPU_RETURN_IF_ERROR(central_->Update(++step_));
   VGPU_RETURN_IF_ERROR(cpu->RecordEvent(updated_.get()));
-  ++slot_;
-  pending_examples_ += rows;
+  accounting_.StepQueued(rows);
   return absl::OkStatus();
 }
 
 absl::StatusOr<StepTotals> CentralStorageStrategy::Flush() {
   for (auto& rep : replicas_) {
-    VGPU_RETURN_IF_ERROR(rep->back()->AccumulateSlots(slot_, totals_.loss_sum, totals_.correct));
+    VGPU_RETURN_IF_ERROR(accounting_.ReadSlots(*rep->back()));
     VGPU_RETURN_IF_ERROR(rep->Synchronize());
   }
   VGPU_RETURN_IF_ERROR(cpu_->stream()->Synchronize());
-  totals_.examples += pending_examples_;
-  pending_examples_ = 0;
-  slot_ = 0;
-  StepTotals out = totals_;
-  totals_ = StepTotals();
-  return out;
+  return accounting_.TakeTotals();
 }
 
 absl::StatusOr<StepTotals> CentralStorageStrategy::Evaluate(const float* x, const int32_t* y,

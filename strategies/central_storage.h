@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "strategies/step_accounting.h"
 #include "strategies/strategy.h"
 
 namespace vgpu {
@@ -49,9 +50,7 @@ class CentralStorageStrategy : public Strategy {
   std::unique_ptr<Event> updated_;
   std::vector<std::unique_ptr<Event>> sent_;
   int64_t step_ = 0;
-  int slot_ = 0;
-  int64_t pending_examples_ = 0;
-  StepTotals totals_;
+  StepAccounting accounting_;
 };
 
 }  // namespace strategies

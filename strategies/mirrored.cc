@@ -70,7 +70,7 @@ absl::Status MirroredStrategy::Step(const float* x, const int32_t* y, int rows) 
     return absl::InvalidArgumentError(absl::StrCat(
         "MirroredStrategy::Step: ", rows, " rows; the global batch is 1..", options_.global_batch));
   }
-  if (slot_ == options_.max_slots) VGPU_RETURN_IF_ERROR(Flush().status());
+  if (accounting_.slot() == options_.max_slots) VGPU_RETURN_IF_ERROR(Flush().status());
   const int n = num_replicas();
   const int in = options_.spec.in(0);
   const float grad_scale = 1.0f / static_cast<float>(rows);
@@ -79,12 +79,12 @@ absl::Status MirroredStrategy::Step(const float* x, const int32_t* y, int rows) 
     const int r = RowsForReplica(rows, n, i);
     MlpChain& rep = *replicas_[i];
     if (r == 0) {
-      VGPU_RETURN_IF_ERROR(rep.back()->ZeroGradsAndSlot(slot_));
+      VGPU_RETURN_IF_ERROR(rep.back()->ZeroGradsAndSlot(accounting_.slot()));
       continue;
     }
     VGPU_RETURN_IF_ERROR(rep.Upload(x + static_cast<int64_t>(offset) * in, y + offset, r));
     VGPU_RETURN_IF_ERROR(rep.Forward(r));
-    VGPU_RETURN_IF_ERROR(rep.back()->Loss(r, grad_scale, slot_));
+    VGPU_RETURN_IF_ERROR(rep.back()->Loss(r, grad_scale, accounting_.slot()));
     VGPU_RETURN_IF_ERROR(rep.Backward(r));
     offset += r;
   }
@@ -98,8 +98,7 @@ absl::Status MirroredStrategy::Step(const float* x, const int32_t* y, int rows) 
     }
     for (auto& rep : replicas_) VGPU_RETURN_IF_ERROR(rep->Update(step_));
   }
-  ++slot_;
-  pending_.examples += rows;
+  accounting_.StepQueued(rows);
   return absl::OkStatus();
 }
 
@@ -155,16 +154,11 @@ absl::Status MirroredStrategy::ShardedUpdate() {
 
 absl::StatusOr<StepTotals> MirroredStrategy::Flush() {
   for (auto& rep : replicas_) {
-    VGPU_RETURN_IF_ERROR(rep->back()->AccumulateSlots(slot_, totals_.loss_sum, totals_.correct));
+    VGPU_RETURN_IF_ERROR(accounting_.ReadSlots(*rep->back()));
     // Also when no step is pending: a failed step's sticky stream error surfaces here.
     VGPU_RETURN_IF_ERROR(rep->Synchronize());
   }
-  totals_.examples += pending_.examples;
-  pending_ = StepTotals();
-  slot_ = 0;
-  StepTotals out = totals_;
-  totals_ = StepTotals();
-  return out;
+  return accounting_.TakeTotals();
 }
 
 absl::StatusOr<StepTotals> MirroredStrategy::Evaluate(const float* x, const int32_t* y, int n) {

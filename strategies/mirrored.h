@@ -24,6 +24,7 @@
 
 #include "absl/status/statusor.h"
 #include "strategies/collectives.h"
+#include "strategies/step_accounting.h"
 #include "strategies/strategy.h"
 
 namespace vgpu {
@@ -63,9 +64,7 @@ class MirroredStrategy : public Strategy {
   std::vector<uint64_t> shard_begin_;  // N+1 boundaries
   std::vector<std::unique_ptr<Event>> grads_ready_, shard_updated_;
   int64_t step_ = 0;
-  int slot_ = 0;
-  StepTotals pending_;  // examples of the queued steps; losses read at Flush
-  StepTotals totals_;
+  StepAccounting accounting_;
 };
 
 }  // namespace strategies

@@ -203,25 +203,21 @@ absl::Status ModelParallelStrategy::Step(const float* x, const int32_t* y, int r
     return absl::InvalidArgumentError(absl::StrCat(
         "ModelParallelStrategy::Step: ", rows, " rows; the batch is 1..", options_.global_batch));
   }
-  if (slot_ == options_.max_slots) VGPU_RETURN_IF_ERROR(Flush().status());
+  if (accounting_.slot() == options_.max_slots) VGPU_RETURN_IF_ERROR(Flush().status());
   VGPU_RETURN_IF_ERROR(chain_->Upload(x, y, rows));
   VGPU_RETURN_IF_ERROR(chain_->Forward(rows));
-  VGPU_RETURN_IF_ERROR(chain_->back()->Loss(rows, 1.0f / static_cast<float>(rows), slot_++));
+  VGPU_RETURN_IF_ERROR(
+      chain_->back()->Loss(rows, 1.0f / static_cast<float>(rows), accounting_.slot()));
   VGPU_RETURN_IF_ERROR(chain_->Backward(rows));
   VGPU_RETURN_IF_ERROR(chain_->Update(++step_));
-  pending_examples_ += rows;
+  accounting_.StepQueued(rows);
   return absl::OkStatus();
 }
 
 absl::StatusOr<StepTotals> ModelParallelStrategy::Flush() {
-  VGPU_RETURN_IF_ERROR(chain_->back()->AccumulateSlots(slot_, totals_.loss_sum, totals_.correct));
+  VGPU_RETURN_IF_ERROR(accounting_.ReadSlots(*chain_->back()));
   VGPU_RETURN_IF_ERROR(chain_->Synchronize());
-  totals_.examples += pending_examples_;
-  pending_examples_ = 0;
-  slot_ = 0;
-  StepTotals out = totals_;
-  totals_ = StepTotals();
-  return out;
+  return accounting_.TakeTotals();
 }
 
 absl::StatusOr<StepTotals> ModelParallelStrategy::Evaluate(const float* x, const int32_t* y,

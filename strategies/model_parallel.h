@@ -21,6 +21,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "strategies/step_accounting.h"
 #include "strategies/strategy.h"
 
 namespace vgpu {
@@ -82,9 +83,7 @@ class ModelParallelStrategy : public Strategy {
   std::vector<LayerPlacement> placement_;
   std::unique_ptr<MlpChain> chain_;
   int64_t step_ = 0;
-  int slot_ = 0;
-  int64_t pending_examples_ = 0;
-  StepTotals totals_;
+  StepAccounting accounting_;
 };
 
 }  // namespace strategies
