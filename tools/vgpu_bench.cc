@@ -1,6 +1,7 @@
 // vgpu-bench: allocator benchmarks.
 //   vgpu-bench replay TRACE [--allocator bfc|vmm] [--allow-growth] [--limit SIZE]
 //                           [--min-limit] [--platform host|cuda] [--memory-history FILE]
+//                           [--no-baseline]
 //   vgpu-bench alloc [--allocator bfc|vmm] [--platform host|cuda] [--benchmark_* flags]
 // Each ends with one JSON line. Argument parsing lives here only; the allocator of a kind is
 // built by MakeBenchAllocator.
@@ -26,6 +27,7 @@ namespace {
 constexpr char kUsage[] =
     "usage: vgpu-bench replay TRACE [--allocator bfc|vmm] [--allow-growth] [--limit SIZE]\n"
     "                         [--min-limit] [--platform host|cuda] [--memory-history FILE]\n"
+    "                         [--no-baseline]\n"
     "       vgpu-bench alloc [--allocator bfc|vmm] [--platform host|cuda] "
     "[--benchmark_* flags]\n"
     "       vgpu-bench allreduce [--devices N] [--size SIZE] [--algorithm auto|local|via-host|"
@@ -74,6 +76,8 @@ absl::StatusOr<BenchArgs> ParseBenchArgs(const std::vector<std::string>& argv) {
       a.limit = *b;
     } else if (flag == "--min-limit") {
       a.min_limit = true;
+    } else if (flag == "--no-baseline") {
+      a.baseline = false;
     } else if (flag == "--platform") {
       VGPU_ASSIGN_OR_RETURN(a.platform, take());
       if (a.platform != "host" && a.platform != "cuda") {

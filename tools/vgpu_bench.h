@@ -24,6 +24,7 @@ struct BenchArgs {
   bool allow_growth = false;
   std::optional<uint64_t> limit;
   bool min_limit = false;
+  bool baseline = true;  // replay: time malloc/free of the same sizes (in a child process)
   std::string platform;  // "" = fake addresses (replay) / host (alloc)
   std::string memory_history_path;
   std::vector<std::string> passthrough;  // other --flags (Google Benchmark's)
