@@ -4,16 +4,14 @@
 // tested on machines without a GPU (label unit).
 #include <dlfcn.h>
 
-#include <cmath>
 #include <cstdlib>
 #include <memory>
-#include <random>
 #include <string>
 #include <vector>
 
+#include "cuda_test_util.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "runtime/host/host_platform.h"
 #include "runtime/kernels.h"
 #include "runtime/nccl.h"
 #include "runtime/platform.h"
@@ -33,7 +31,7 @@ using ::vgpu::testing::StatusIs;
 
 #if VGPU_HAVE_CUDA
 
-class CudaFakeDriverTest : public ::testing::Test {
+class CudaFakeDriverTest : public ::vgpu::testing::CudaVsHostTest {
  protected:
   static void SetUpTestSuite() {
     setenv("VGPU_CUDA_DRIVER_LIBRARY", VGPU_FAKE_LIBCUDA, 1);
@@ -50,16 +48,7 @@ class CudaFakeDriverTest : public ::testing::Test {
     ASSERT_EQ(platform_->DeviceCount(), 2) << platform_->Summary();
     exec_ = *platform_->GetExecutor(0);
     stream_ = *exec_->CreateStream(StreamOptions{});
-    HostPlatformOptions options;
-    options.device_bytes = {64 << 20};
-    host_ = *HostPlatform::Create(options);
-    host_exec_ = *host_->GetExecutor(0);
-    host_stream_ = *host_exec_->CreateStream(StreamOptions{});
-  }
-  void TearDown() override {
-    stream_.reset();
-    host_stream_.reset();
-    for (auto& [e, p] : owned_) EXPECT_THAT(e->Free(p), IsOk());
+    ASSERT_NO_FATAL_FAILURE(SetUpHost(64 << 20));
   }
 
   static std::pair<int, int> Counters() {
@@ -73,61 +62,7 @@ class CudaFakeDriverTest : public ::testing::Test {
     return c;
   }
 
-  template <typename T>
-  T* Upload(Executor* e, Stream* s, const std::vector<T>& values) {
-    auto p = e->Allocate(std::max<size_t>(values.size() * sizeof(T), 4));
-    EXPECT_THAT(p, IsOk());
-    if (!p.ok()) return nullptr;
-    owned_.push_back({e, *p});
-    if (!values.empty()) {
-      EXPECT_THAT(s->MemcpyH2D(*p, values.data(), values.size() * sizeof(T)), IsOk());
-      // `values` may be a temporary: the copy must finish before it dies.
-      EXPECT_THAT(s->Synchronize(), IsOk());
-    }
-    return static_cast<T*>(*p);
-  }
-  template <typename T>
-  std::vector<T> Download(Stream* s, const T* p, size_t n) {
-    std::vector<T> out(n);
-    EXPECT_THAT(s->MemcpyD2H(out.data(), p, n * sizeof(T)), IsOk());
-    EXPECT_THAT(s->Synchronize(), IsOk());
-    return out;
-  }
-  static std::vector<float> Random(size_t n, uint32_t seed, float lo = -2, float hi = 2) {
-    std::mt19937 rng(seed);
-    std::uniform_real_distribution<float> d(lo, hi);
-    std::vector<float> v(n);
-    for (float& x : v) x = d(rng);
-    return v;
-  }
-  // Runs `op` through the cuda launcher (emulated kernels) and the host kernels on the same
-  // inputs; buffer `out_index` must agree.
-  template <typename Op>
-  void CompareWithHost(std::vector<std::vector<float>> buffers, size_t out_index, Op op) {
-    Kernels* ck = *exec_->GetKernels();
-    Kernels* hk = *host_exec_->GetKernels();
-    std::vector<float*> c, h;
-    for (const auto& b : buffers) {
-      c.push_back(Upload(exec_, stream_.get(), b));
-      h.push_back(Upload(host_exec_, host_stream_.get(), b));
-    }
-    ASSERT_THAT(op(ck, stream_.get(), c), IsOk());
-    ASSERT_THAT(op(hk, host_stream_.get(), h), IsOk());
-    size_t n = buffers[out_index].size();
-    std::vector<float> got = Download(stream_.get(), c[out_index], n);
-    std::vector<float> want = Download(host_stream_.get(), h[out_index], n);
-    for (size_t i = 0; i < n; ++i) {
-      ASSERT_NEAR(got[i], want[i], 1e-5f * (1 + std::fabs(want[i]))) << "at " << i;
-    }
-  }
-
   static Platform* platform_;
-  Executor* exec_ = nullptr;
-  std::unique_ptr<Stream> stream_;
-  std::unique_ptr<HostPlatform> host_;
-  Executor* host_exec_ = nullptr;
-  std::unique_ptr<Stream> host_stream_;
-  std::vector<std::pair<Executor*, void*>> owned_;
 };
 Platform* CudaFakeDriverTest::platform_ = nullptr;
 

@@ -4,15 +4,13 @@
 // cross-platform contracts are in the conformance suite; this file covers what is cuda's own.
 #include <algorithm>
 #include <atomic>
-#include <cmath>
 #include <cstring>
 #include <memory>
-#include <random>
 #include <vector>
 
+#include "cuda_test_util.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "runtime/host/host_platform.h"
 #include "runtime/kernels.h"
 #include "runtime/nccl.h"
 #include "runtime/platform.h"
@@ -26,7 +24,7 @@ using ::testing::MatchesRegex;
 using ::vgpu::testing::IsOk;
 using ::vgpu::testing::StatusIs;
 
-class CudaGpuTest : public ::testing::Test {
+class CudaGpuTest : public ::vgpu::testing::CudaVsHostTest {
  protected:
   void SetUp() override {
     auto p = GetPlatform("cuda");
@@ -37,79 +35,10 @@ class CudaGpuTest : public ::testing::Test {
     auto s = exec_->CreateStream(StreamOptions{});
     ASSERT_THAT(s, IsOk());
     stream_ = *std::move(s);
-    HostPlatformOptions options;
-    options.device_bytes = {256 << 20};
-    auto h = HostPlatform::Create(options);
-    ASSERT_THAT(h, IsOk());
-    host_ = *std::move(h);
-    host_exec_ = *host_->GetExecutor(0);
-    host_stream_ = *host_exec_->CreateStream(StreamOptions{});
-  }
-  void TearDown() override {
-    for (auto& [e, p] : owned_) EXPECT_THAT(e->Free(p), IsOk());
-  }
-
-  // A device buffer on `e` holding `values` (freed in TearDown).
-  template <typename T>
-  T* Upload(Executor* e, Stream* s, const std::vector<T>& values) {
-    auto p = e->Allocate(std::max<size_t>(values.size() * sizeof(T), 4));
-    EXPECT_THAT(p, IsOk());
-    if (!p.ok()) return nullptr;
-    owned_.push_back({e, *p});
-    if (!values.empty()) {
-      EXPECT_THAT(s->MemcpyH2D(*p, values.data(), values.size() * sizeof(T)), IsOk());
-      // `values` may be a temporary: the copy must finish before it dies.
-      EXPECT_THAT(s->Synchronize(), IsOk());
-    }
-    return static_cast<T*>(*p);
-  }
-  template <typename T>
-  std::vector<T> Download(Stream* s, const T* p, size_t n) {
-    std::vector<T> out(n);
-    EXPECT_THAT(s->MemcpyD2H(out.data(), p, n * sizeof(T)), IsOk());
-    EXPECT_THAT(s->Synchronize(), IsOk());
-    return out;
-  }
-  static std::vector<float> Random(size_t n, uint32_t seed, float lo = -2, float hi = 2) {
-    std::mt19937 rng(seed);
-    std::uniform_real_distribution<float> d(lo, hi);
-    std::vector<float> v(n);
-    for (float& x : v) x = d(rng);
-    return v;
-  }
-  static void ExpectNear(const std::vector<float>& got, const std::vector<float>& want, float tol) {
-    ASSERT_EQ(got.size(), want.size());
-    for (size_t i = 0; i < got.size(); ++i) {
-      ASSERT_NEAR(got[i], want[i], tol * (1 + std::fabs(want[i]))) << "at " << i;
-    }
-  }
-
-  // Runs `op(kernels, stream, buffers...)` on both platforms over the same float inputs and
-  // compares buffer `out_index` afterwards.
-  template <typename Op>
-  void CompareWithHost(std::vector<std::vector<float>> buffers, size_t out_index, Op op,
-                       float tol = 1e-5f) {
-    Kernels* gk = *exec_->GetKernels();
-    Kernels* hk = *host_exec_->GetKernels();
-    std::vector<float*> g, h;
-    for (const auto& b : buffers) {
-      g.push_back(Upload(exec_, stream_.get(), b));
-      h.push_back(Upload(host_exec_, host_stream_.get(), b));
-    }
-    ASSERT_THAT(op(gk, stream_.get(), g), IsOk());
-    ASSERT_THAT(op(hk, host_stream_.get(), h), IsOk());
-    size_t n = buffers[out_index].size();
-    ExpectNear(Download(stream_.get(), g[out_index], n),
-               Download(host_stream_.get(), h[out_index], n), tol);
+    ASSERT_NO_FATAL_FAILURE(SetUpHost(256 << 20));
   }
 
   Platform* platform_ = nullptr;
-  Executor* exec_ = nullptr;
-  std::unique_ptr<Stream> stream_;
-  std::unique_ptr<HostPlatform> host_;
-  Executor* host_exec_ = nullptr;
-  std::unique_ptr<Stream> host_stream_;
-  std::vector<std::pair<Executor*, void*>> owned_;
 };
 
 TEST_F(CudaGpuTest, DescribesTheDevice) {

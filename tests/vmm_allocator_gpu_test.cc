@@ -5,18 +5,22 @@
 #include <memory>
 #include <vector>
 
-#include "allocator/factory.h"
 #include "allocator/vmm_allocator.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "runtime/platform.h"
 #include "runtime/status_matchers.h"
+#include "tests/vmm_test_util.h"
 
 namespace vgpu {
 namespace {
 
+using ::vgpu::testing::FreeStitchedBlock;
 using ::vgpu::testing::IsOk;
+using ::vgpu::testing::MakeVmmAllocator;
 using ::vgpu::testing::StatusIs;
+using ::vgpu::testing::StitchedBlock;
+using ::vgpu::testing::StitchScatteredGranules;
 
 class VmmGpuTest : public ::testing::Test {
  protected:
@@ -33,14 +37,7 @@ class VmmGpuTest : public ::testing::Test {
     granule_ = *g;
   }
   std::unique_ptr<Allocator> Make(uint64_t limit, bool growth) {
-    DeviceAllocatorOptions o;
-    o.kind = AllocatorKind::kVmm;
-    o.device_name = "/job:localhost/replica:0/task:0/device:GPU:0 (physical GPU 0)";
-    o.memory_limit = limit;
-    o.allow_growth = growth;
-    auto a = CreateDeviceAllocator(executor_, o);
-    EXPECT_THAT(a.status(), IsOk());
-    return a.ok() ? *std::move(a) : nullptr;
+    return MakeVmmAllocator(executor_, limit, growth);
   }
   Executor* executor_ = nullptr;
   uint64_t granule_ = 0;
@@ -51,30 +48,19 @@ TEST_F(VmmGpuTest, StitchedBlockHoldsData) {
     std::unique_ptr<Allocator> a = Make(16 * granule_, growth);
     ASSERT_NE(a, nullptr);
     auto* vmm = static_cast<VmmAllocator*>(a.get());
-    std::vector<void*> one;
-    for (int i = 0; i < 16; ++i) {
-      auto p = a->AllocateRaw(granule_);
-      ASSERT_THAT(p.status(), IsOk());
-      one.push_back(*p);
-    }
-    EXPECT_THAT(a->AllocateRaw(granule_).status(), StatusIs(absl::StatusCode::kResourceExhausted));
-    for (int i = 1; i < 16; i += 2) ASSERT_THAT(a->Deallocate(one[i]), IsOk());
-    ASSERT_THAT(vmm->Trim(), IsOk());
-    auto big = a->AllocateRaw(8 * granule_);  // eight scattered granules, one range
-    ASSERT_THAT(big.status(), IsOk());
+    StitchedBlock stitched;
+    ASSERT_NO_FATAL_FAILURE(StitchScatteredGranules(vmm, granule_, &stitched));
     auto stream = executor_->CreateStream({});
     ASSERT_THAT(stream.status(), IsOk());
     const uint64_t words = 8 * granule_ / 4;
     std::vector<uint32_t> host(words), back(words, 0);
     for (uint64_t i = 0; i < words; ++i) host[i] = static_cast<uint32_t>(i * 2654435761u);
-    ASSERT_THAT((*stream)->MemcpyH2D(*big, host.data(), 8 * granule_), IsOk());
-    ASSERT_THAT((*stream)->Memset32(one[0], 0xdeadbeef, granule_ / 4), IsOk());
-    ASSERT_THAT((*stream)->MemcpyD2H(back.data(), *big, 8 * granule_), IsOk());
+    ASSERT_THAT((*stream)->MemcpyH2D(stitched.big, host.data(), 8 * granule_), IsOk());
+    ASSERT_THAT((*stream)->Memset32(stitched.blocks[0], 0xdeadbeef, granule_ / 4), IsOk());
+    ASSERT_THAT((*stream)->MemcpyD2H(back.data(), stitched.big, 8 * granule_), IsOk());
     ASSERT_THAT((*stream)->Synchronize(), IsOk());
     EXPECT_EQ(host, back);
-    ASSERT_THAT(a->Deallocate(*big), IsOk());
-    for (int i = 0; i < 16; i += 2) ASSERT_THAT(a->Deallocate(one[i]), IsOk());
-    EXPECT_THAT(a->CheckInvariants(), IsOk());
+    ASSERT_NO_FATAL_FAILURE(FreeStitchedBlock(vmm, stitched));
   }
 }
 

@@ -16,13 +16,18 @@
 #include "runtime/host/host_platform.h"
 #include "runtime/status_matchers.h"
 #include "tests/allocator_conformance.h"
+#include "tests/vmm_test_util.h"
 
 namespace vgpu {
 namespace {
 
 using ::testing::HasSubstr;
+using ::vgpu::testing::FreeStitchedBlock;
 using ::vgpu::testing::IsOk;
+using ::vgpu::testing::MakeVmmAllocator;
 using ::vgpu::testing::StatusIs;
+using ::vgpu::testing::StitchedBlock;
+using ::vgpu::testing::StitchScatteredGranules;
 
 constexpr uint64_t kKiB = 1024;
 constexpr uint64_t kMiB = 1024 * kKiB;
@@ -556,14 +561,7 @@ class VmmHostTest : public ::testing::Test {
     executor_ = *e;
   }
   std::unique_ptr<Allocator> Make(uint64_t limit, bool growth) {
-    DeviceAllocatorOptions o;
-    o.kind = AllocatorKind::kVmm;
-    o.device_name = "/job:localhost/replica:0/task:0/device:GPU:0 (physical GPU 0)";
-    o.memory_limit = limit;
-    o.allow_growth = growth;
-    auto a = CreateVmmAllocator(executor_, o);
-    EXPECT_THAT(a.status(), IsOk());
-    return a.ok() ? *std::move(a) : nullptr;
+    return MakeVmmAllocator(executor_, limit, growth);
   }
   std::unique_ptr<HostPlatform> platform_;
   Executor* executor_ = nullptr;
@@ -574,20 +572,11 @@ TEST_F(VmmHostTest, WriteThroughAStitchedBlockAndReadBack) {
     std::unique_ptr<Allocator> a = Make(16 * kG, growth);
     ASSERT_NE(a, nullptr);
     auto* vmm = static_cast<VmmAllocator*>(a.get());
-    // Fill the limit with one-granule blocks, each holding its own pattern.
-    std::vector<uint8_t*> blocks;
-    for (int i = 0; i < 16; ++i) {
-      auto p = a->AllocateRaw(kG);
-      ASSERT_THAT(p.status(), IsOk());
-      blocks.push_back(static_cast<uint8_t*>(*p));
-      std::memset(blocks.back(), i, kG);
-    }
-    // Free the odd ones and take one 8-granule block: stitched from 8 scattered granules.
-    for (int i = 1; i < 16; i += 2) ASSERT_THAT(a->Deallocate(blocks[i]), IsOk());
-    ASSERT_THAT(vmm->Trim(), IsOk());  // evict the cache so the block is really restitched
-    auto big = a->AllocateRaw(8 * kG);
-    ASSERT_THAT(big.status(), IsOk());
-    auto* b = static_cast<uint8_t*>(*big);
+    // Each one-granule block holds its own pattern.
+    StitchedBlock stitched;
+    ASSERT_NO_FATAL_FAILURE(StitchScatteredGranules(
+        vmm, kG, &stitched, [](int i, void* block) { std::memset(block, i, kG); }));
+    auto* b = static_cast<uint8_t*>(stitched.big);
     for (uint64_t i = 0; i < 8 * kG; i += 4096) b[i] = static_cast<uint8_t>(i / 4096 * 7);
     b[8 * kG - 1] = 0xAB;
     for (uint64_t i = 0; i < 8 * kG; i += 4096) {
@@ -596,8 +585,9 @@ TEST_F(VmmHostTest, WriteThroughAStitchedBlockAndReadBack) {
     EXPECT_EQ(b[8 * kG - 1], 0xAB);
     // The live even blocks kept their data.
     for (int i = 0; i < 16; i += 2) {
-      ASSERT_EQ(blocks[i][0], i);
-      ASSERT_EQ(blocks[i][kG - 1], i);
+      auto* block = static_cast<uint8_t*>(stitched.blocks[i]);
+      ASSERT_EQ(block[0], i);
+      ASSERT_EQ(block[kG - 1], i);
     }
     // And a device copy through the stream sees the same bytes.
     auto stream = executor_->CreateStream({});
@@ -607,9 +597,7 @@ TEST_F(VmmHostTest, WriteThroughAStitchedBlockAndReadBack) {
     ASSERT_THAT((*stream)->Synchronize(), IsOk());
     EXPECT_EQ(host[4096], 7);
     EXPECT_EQ(host.back(), 0xAB);
-    ASSERT_THAT(a->Deallocate(*big), IsOk());
-    for (int i = 0; i < 16; i += 2) ASSERT_THAT(a->Deallocate(blocks[i]), IsOk());
-    EXPECT_THAT(a->CheckInvariants(), IsOk());
+    ASSERT_NO_FATAL_FAILURE(FreeStitchedBlock(vmm, stitched));
   }
 }
 
@@ -673,14 +661,7 @@ Executor* ConformanceExecutor() {
 }
 
 std::unique_ptr<Allocator> HostVmm(uint64_t limit, bool growth) {
-  DeviceAllocatorOptions o;
-  o.kind = AllocatorKind::kVmm;
-  o.device_name = "/job:localhost/replica:0/task:0/device:GPU:0 (physical GPU 0)";
-  o.memory_limit = limit;
-  o.allow_growth = growth;
-  auto a = CreateDeviceAllocator(ConformanceExecutor(), o);  // through the factory
-  EXPECT_THAT(a.status(), IsOk());
-  return a.ok() ? *std::move(a) : nullptr;
+  return MakeVmmAllocator(ConformanceExecutor(), limit, growth);
 }
 
 struct VmmFakeGrowthOff {
