@@ -19,6 +19,7 @@
 #include "runtime/cuda/cuda_driver.h"
 #include "runtime/cuda/cuda_fatbin.h"
 #include "runtime/cuda/cuda_platform.h"
+#include "runtime/cuda/dynamic_library.h"
 #endif
 
 namespace vgpu {
@@ -90,6 +91,36 @@ TEST(CudaPlatformTest, LibraryThatIsNotADriverGivesZeroDevices) {
   std::unique_ptr<Platform> p = CreateCudaPlatform();
   EXPECT_EQ(p->DeviceCount(), 0);
   EXPECT_THAT(p->Summary(), HasSubstr("libz.so.1 has no cuGetProcAddress_v2"));
+}
+
+TEST(CudaPlatformTest, DynamicLibraryHelpers) {
+  const char* defaults[] = {"liba.so.2", "liba.so"};
+  {
+    ScopedEnv env("VGPU_TEST_LIBRARY", "");  // empty: as if unset
+    EXPECT_THAT(cuda::LibraryNames("VGPU_TEST_LIBRARY", defaults),
+                ::testing::ElementsAre("liba.so.2", "liba.so"));
+  }
+  {
+    ScopedEnv env("VGPU_TEST_LIBRARY", "/opt/liba.so");  // the user's choice, no fallback
+    EXPECT_THAT(cuda::LibraryNames("VGPU_TEST_LIBRARY", defaults),
+                ::testing::ElementsAre("/opt/liba.so"));
+  }
+  EXPECT_THAT(cuda::OpenLibrary("libvgpu-no-such-library.so"),
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr("libvgpu-no-such-library.so")));
+  absl::StatusOr<void*> z = cuda::OpenLibrary("libz.so.1");
+  ASSERT_THAT(z, IsOk());
+  const char* (*version)() = nullptr;
+  ASSERT_TRUE(cuda::LoadSymbol(*z, "zlibVersion", version));
+  EXPECT_STRNE(version(), "");
+  cuda::SymbolLoader sym(*z);
+  int (*a)() = nullptr;
+  int (*b)() = nullptr;
+  sym(a, "vgpuNoSuchSymbolA");
+  sym(version, "zlibVersion");
+  sym(b, "vgpuNoSuchSymbolB");
+  EXPECT_EQ(a, nullptr);
+  EXPECT_NE(version, nullptr);
+  EXPECT_THAT(sym.missing(), ::testing::ElementsAre("vgpuNoSuchSymbolA", "vgpuNoSuchSymbolB"));
 }
 
 TEST(CudaPlatformTest, DefaultDriverOnThisMachine) {
