@@ -4,6 +4,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "allocator/async_allocator.h"
 #include "allocator/bfc_allocator.h"
 #include "allocator/sub_allocators.h"
 #include "allocator/vmm_allocator.h"
@@ -15,8 +16,9 @@ absl::StatusOr<AllocatorKind> ParseAllocatorKind(absl::string_view text) {
   std::string t = absl::AsciiStrToLower(absl::StripAsciiWhitespace(text));
   if (t == "bfc") return AllocatorKind::kBfc;
   if (t == "vmm") return AllocatorKind::kVmm;
+  if (t == "async") return AllocatorKind::kAsync;
   return absl::InvalidArgumentError(
-      absl::StrCat("unknown allocator \"", text, "\"; expected bfc or vmm"));
+      absl::StrCat("unknown allocator \"", text, "\"; expected bfc, vmm or async"));
 }
 
 absl::string_view AllocatorKindName(AllocatorKind kind) {
@@ -25,6 +27,8 @@ absl::string_view AllocatorKindName(AllocatorKind kind) {
       return "bfc";
     case AllocatorKind::kVmm:
       return "vmm";
+    case AllocatorKind::kAsync:
+      return "async";
   }
   return "unknown";
 }
@@ -53,6 +57,8 @@ absl::StatusOr<std::unique_ptr<Allocator>> CreateDeviceAllocator(
     }
     case AllocatorKind::kVmm:
       return CreateVmmAllocator(executor, options);
+    case AllocatorKind::kAsync:
+      return CreateAsyncAllocator(executor, options);
   }
   return absl::InvalidArgumentError("unknown allocator kind");
 }

@@ -18,11 +18,12 @@
 namespace vgpu {
 
 enum class AllocatorKind {
-  kBfc,  // best-fit with coalescing over regions from Executor::Allocate
-  kVmm,  // granule pool with stitched virtual ranges (Executor's VMM calls)
+  kBfc,    // best-fit with coalescing over regions from Executor::Allocate
+  kVmm,    // granule pool with stitched virtual ranges (Executor's VMM calls)
+  kAsync,  // the driver's stream-ordered pool with our limit (Executor::CreateMemoryPool)
 };
 
-// "bfc" | "vmm" (case-insensitive); InvalidArgument naming the value otherwise.
+// "bfc" | "vmm" | "async" (case-insensitive); InvalidArgument naming the value otherwise.
 absl::StatusOr<AllocatorKind> ParseAllocatorKind(absl::string_view text);
 absl::string_view AllocatorKindName(AllocatorKind kind);
 
@@ -37,6 +38,10 @@ struct DeviceAllocatorOptions {
   // true: start small and grow on demand, never past memory_limit.
   bool allow_growth = false;
   bool garbage_collection = true;  // free wholly-unused regions before reporting OOM
+  // async only: the stream allocations and frees are ordered on (the logical device's; it
+  // must outlive the allocator), or nullptr for one of its own. allow_growth is ignored: the
+  // driver's pool always grows on demand.
+  Stream* stream = nullptr;
 };
 
 // An allocator over `executor`'s memory.

@@ -9,7 +9,7 @@
 //   VGPU_MEMORY_FRACTION=0.4                        one logical device per physical, 40%
 //   VGPU_ALLOW_GROWTH=true                          grow on demand up to the limit
 //   VGPU_RESERVED_MEMORY=512MiB                     left free on every physical device
-//   VGPU_ALLOCATOR=bfc|vmm
+//   VGPU_ALLOCATOR=bfc|vmm|async
 //   VGPU_SM_PARTITION="0:33,33,66"                  SMs per logical device (cuda only)
 //   VGPU_SOFT_PLACEMENT=true, VGPU_LOG_PLACEMENT=true
 //

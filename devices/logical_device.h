@@ -27,7 +27,7 @@ struct LogicalDeviceInfo {
   int priority = 0;              // stream priority (lower = higher, as CUDA)
   int sm_count = 0;              // SMs of its partition (0 = whole device / not partitioned)
   bool allow_growth = false;
-  std::string allocator_kind;    // "bfc", "vmm", "host"
+  std::string allocator_kind;    // "bfc", "vmm", "async", "host"
 };
 
 class LogicalDevice {

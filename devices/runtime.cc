@@ -100,6 +100,7 @@ absl::StatusOr<std::unique_ptr<Runtime>> Runtime::Create(const RuntimeConfig& co
     ao.device_name = label;
     ao.memory_limit = r.memory_limit;
     ao.allow_growth = config.allow_growth;
+    ao.stream = stream->get();  // async: frees in order with the device's work
     absl::StatusOr<std::unique_ptr<Allocator>> allocator = CreateDeviceAllocator(executor, ao);
     if (!allocator.ok()) {
       return Annotate(allocator.status(), absl::StrCat(label, ": creating its allocator"));

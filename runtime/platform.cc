@@ -56,6 +56,12 @@ Platform* CudaPlatformSingleton() {
 
 }  // namespace
 
+absl::StatusOr<std::unique_ptr<MemoryPool>> Executor::CreateMemoryPool(
+    const MemoryPoolOptions& /*options*/) {
+  return absl::UnimplementedError(absl::StrCat("platform ", platform()->name(), " device ",
+                                               ordinal(), " has no stream-ordered memory pools"));
+}
+
 absl::StatusOr<Platform*> GetPlatform(absl::string_view name) {
   std::string lower = absl::AsciiStrToLower(name);
   if (lower == "host") return HostPlatformSingleton();

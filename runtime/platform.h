@@ -111,6 +111,33 @@ class Blas {
 
 class Kernels;  // runtime/kernels.h
 
+struct MemoryPoolOptions {
+  // Freed memory the pool keeps cached for reuse; above this it gives memory back to the
+  // device at the next synchronization (CU_MEMPOOL_ATTR_RELEASE_THRESHOLD). Default: keep all.
+  uint64_t release_threshold = ~uint64_t{0};
+};
+
+struct MemoryPoolStats {
+  uint64_t reserved_bytes = 0;  // taken from the device: live, cached and pending blocks
+  uint64_t used_bytes = 0;      // in live allocations, as the pool rounds them
+};
+
+// A stream-ordered memory pool on one device (cuMemPoolCreate; RMM's cuda_async_memory_
+// resource): an allocation is usable by work enqueued on its stream after the call (and by
+// the host once that work has run); a free returns the memory to the pool when the work
+// enqueued on its stream before the free has run. Freed memory stays cached for reuse.
+// Thread safety: safe from any thread.
+class MemoryPool {
+ public:
+  virtual ~MemoryPool() = default;
+  virtual absl::StatusOr<void*> AllocateAsync(uint64_t bytes, Stream* stream) = 0;
+  virtual absl::Status FreeAsync(void* ptr, Stream* stream) = 0;
+  // Gives cached memory back to the device until at most `bytes_to_keep` stay reserved.
+  // Memory of live allocations, and of frees whose stream has not reached them, stays.
+  virtual absl::Status TrimTo(uint64_t bytes_to_keep) = 0;
+  virtual absl::StatusOr<MemoryPoolStats> Stats() = 0;
+};
+
 class Executor {
  public:
   virtual ~Executor() = default;
@@ -154,6 +181,11 @@ class Executor {
 
   virtual absl::StatusOr<Blas*> GetBlas() = 0;
   virtual absl::StatusOr<Kernels*> GetKernels() = 0;
+
+  // A new stream-ordered pool of this device's memory (see MemoryPool). Unimplemented where
+  // the platform or driver has none.
+  virtual absl::StatusOr<std::unique_ptr<MemoryPool>> CreateMemoryPool(
+      const MemoryPoolOptions& options);
 };
 
 class Platform {

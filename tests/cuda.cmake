@@ -1,7 +1,8 @@
 # The cuda backend's tests read its internal headers (which include cuda.h), so they get the
 # toolkit's include directory and VGPU_HAVE_CUDA, matching the library. Nothing is linked.
 get_property(_vgpu_cuda_built GLOBAL PROPERTY VGPU_CUDA_BACKEND_BUILT)
-foreach(_vgpu_cuda_test cuda_platform_test cuda_platform_gpu_test cuda_fake_driver_test)
+foreach(_vgpu_cuda_test cuda_platform_test cuda_platform_gpu_test cuda_fake_driver_test
+                        cuda_async_pool_test)
   if(TARGET ${_vgpu_cuda_test})
     if(_vgpu_cuda_built)
       target_include_directories(${_vgpu_cuda_test} PRIVATE ${VGPU_CUDA_INCLUDE_DIR})
@@ -18,8 +19,12 @@ if(_vgpu_cuda_built AND TARGET cuda_fake_driver_test)
   add_library(vgpu_fake_libcuda SHARED ${PROJECT_SOURCE_DIR}/runtime/cuda/testing/fake_libcuda.cc)
   target_include_directories(vgpu_fake_libcuda PRIVATE ${VGPU_CUDA_INCLUDE_DIR})
   set_target_properties(vgpu_fake_libcuda PROPERTIES CXX_VISIBILITY_PRESET hidden)
-  add_dependencies(cuda_fake_driver_test vgpu_fake_libcuda)
-  target_compile_definitions(cuda_fake_driver_test
-    PRIVATE VGPU_FAKE_LIBCUDA="$<TARGET_FILE:vgpu_fake_libcuda>")
-  target_link_libraries(cuda_fake_driver_test PRIVATE ${CMAKE_DL_LIBS})
+  foreach(_vgpu_fake_test cuda_fake_driver_test cuda_async_pool_test)
+    if(TARGET ${_vgpu_fake_test})
+      add_dependencies(${_vgpu_fake_test} vgpu_fake_libcuda)
+      target_compile_definitions(${_vgpu_fake_test}
+        PRIVATE VGPU_FAKE_LIBCUDA="$<TARGET_FILE:vgpu_fake_libcuda>")
+      target_link_libraries(${_vgpu_fake_test} PRIVATE ${CMAKE_DL_LIBS})
+    endif()
+  endforeach()
 endif()

@@ -93,10 +93,12 @@ TEST(PinnedAndHostMemorySubAllocatorTest, RoundTrip) {
 TEST(AllocatorFactoryTest, ParsesKinds) {
   EXPECT_THAT(ParseAllocatorKind("bfc"), IsOkAndHolds(AllocatorKind::kBfc));
   EXPECT_THAT(ParseAllocatorKind(" VMM "), IsOkAndHolds(AllocatorKind::kVmm));
-  EXPECT_THAT(ParseAllocatorKind("async").status(),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("\"async\"")));
+  EXPECT_THAT(ParseAllocatorKind("Async"), IsOkAndHolds(AllocatorKind::kAsync));
+  EXPECT_THAT(ParseAllocatorKind("tlsf").status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("\"tlsf\"")));
   EXPECT_EQ(AllocatorKindName(AllocatorKind::kBfc), "bfc");
   EXPECT_EQ(AllocatorKindName(AllocatorKind::kVmm), "vmm");
+  EXPECT_EQ(AllocatorKindName(AllocatorKind::kAsync), "async");
 }
 
 TEST(AllocatorFactoryTest, GrowthOffTakesTheLimitFromTheDeviceUpFront) {

@@ -42,3 +42,9 @@ $<TARGET_FILE:vgpu-info> timeline train_history.json --svg train_history.svg && 
   set_tests_properties(vgpu_train_memory_history_timeline PROPERTIES LABELS unit TIMEOUT 300
     PASS_REGULAR_EXPRESSION "train_history.svg: [0-9]+ allocator")
 endif()
+
+# The async allocator has no fake-address mode: replay without --platform says which flag.
+add_test(NAME vgpu_bench_replay_async_needs_platform
+  COMMAND sh -c "$<TARGET_FILE:vgpu-bench> replay x.trace --allocator async 2>&1; echo \"exit=$?\"")
+set_tests_properties(vgpu_bench_replay_async_needs_platform PROPERTIES LABELS unit
+  PASS_REGULAR_EXPRESSION "--allocator async needs --platform host\\|cuda.*exit=2")

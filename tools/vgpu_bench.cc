@@ -1,8 +1,8 @@
 // vgpu-bench: allocator benchmarks.
-//   vgpu-bench replay TRACE [--allocator bfc|vmm] [--allow-growth] [--limit SIZE]
+//   vgpu-bench replay TRACE [--allocator bfc|vmm|async] [--allow-growth] [--limit SIZE]
 //                           [--min-limit] [--platform host|cuda] [--memory-history FILE]
 //                           [--no-baseline]
-//   vgpu-bench alloc [--allocator bfc|vmm] [--platform host|cuda] [--benchmark_* flags]
+//   vgpu-bench alloc [--allocator bfc|vmm|async] [--platform host|cuda] [--benchmark_* flags]
 // Each ends with one JSON line. Argument parsing lives here only; the allocator of a kind is
 // built by MakeBenchAllocator.
 #include "tools/vgpu_bench.h"
@@ -15,6 +15,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "allocator/async_allocator.h"
 #include "allocator/bfc_allocator.h"
 #include "allocator/sub_allocators.h"
 #include "allocator/vmm_allocator.h"
@@ -25,10 +26,10 @@ namespace vgpu::bench {
 namespace {
 
 constexpr char kUsage[] =
-    "usage: vgpu-bench replay TRACE [--allocator bfc|vmm] [--allow-growth] [--limit SIZE]\n"
+    "usage: vgpu-bench replay TRACE [--allocator bfc|vmm|async] [--allow-growth] [--limit SIZE]\n"
     "                         [--min-limit] [--platform host|cuda] [--memory-history FILE]\n"
     "                         [--no-baseline]\n"
-    "       vgpu-bench alloc [--allocator bfc|vmm] [--platform host|cuda] "
+    "       vgpu-bench alloc [--allocator bfc|vmm|async] [--platform host|cuda] "
     "[--benchmark_* flags]\n"
     "       vgpu-bench allreduce [--devices N] [--size SIZE] [--algorithm auto|local|via-host|"
     "nccl|hierarchical]\n"
@@ -63,8 +64,8 @@ absl::StatusOr<BenchArgs> ParseBenchArgs(const std::vector<std::string>& argv) {
     };
     if (flag == "--allocator") {
       VGPU_ASSIGN_OR_RETURN(a.allocator, take());
-      if (a.allocator != "bfc" && a.allocator != "vmm") {
-        return bad("--allocator must be bfc or vmm, not \"", a.allocator, "\"");
+      if (a.allocator != "bfc" && a.allocator != "vmm" && a.allocator != "async") {
+        return bad("--allocator must be bfc, vmm or async, not \"", a.allocator, "\"");
       }
     } else if (flag == "--allow-growth") {
       a.allow_growth = true;
@@ -112,6 +113,11 @@ absl::StatusOr<BenchArgs> ParseBenchArgs(const std::vector<std::string>& argv) {
     }
   }
   if (a.command == "replay" && a.trace_path.empty()) return bad("replay needs a TRACE file");
+  if (a.command == "replay" && a.allocator == "async" && a.platform.empty()) {
+    return bad(
+        "--allocator async needs --platform host|cuda: it replays on the driver's pool, "
+        "which has no fake-address mode");
+  }
   return a;
 }
 
@@ -151,6 +157,18 @@ absl::StatusOr<std::unique_ptr<Allocator>> MakeBenchAllocator(const BenchAllocat
     o.memory_limit = spec.limit;
     o.allow_growth = spec.allow_growth;
     return CreateFakeVmmAllocator(uint64_t{2} << 20, std::move(o));
+  }
+  if (spec.kind == "async") {
+    if (spec.executor == nullptr) {
+      return absl::InvalidArgumentError(
+          "--allocator async needs --platform host|cuda: it runs on the driver's pool, which "
+          "has no fake-address mode");
+    }
+    DeviceAllocatorOptions o;
+    o.kind = AllocatorKind::kAsync;
+    o.device_name = spec.name;
+    o.memory_limit = spec.limit;
+    return CreateAsyncAllocator(spec.executor, o);
   }
   return absl::InvalidArgumentError(absl::StrCat("unknown allocator kind \"", spec.kind, "\""));
 }

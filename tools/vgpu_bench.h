@@ -39,7 +39,7 @@ struct BenchArgs {
 absl::StatusOr<BenchArgs> ParseBenchArgs(const std::vector<std::string>& argv);
 
 struct BenchAllocatorSpec {
-  std::string kind = "bfc";  // bfc | vmm
+  std::string kind = "bfc";  // bfc | vmm | async (async needs an executor)
   std::string name = "bench";
   uint64_t limit = 0;
   bool allow_growth = false;

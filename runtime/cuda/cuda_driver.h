@@ -82,7 +82,8 @@ inline constexpr char kDefaultDriverLibrary[] = "libcuda.so.1";
   X(cuMemSetAccess, 10020)              \
   X(cuMemGetAllocationGranularity, 10020)
 
-// Green contexts (drivers >= 12.4/12.5): optional, null when the driver lacks them.
+// Optional, null when the driver lacks them: green contexts (drivers >= 12.4/12.5) and
+// stream-ordered memory pools (the `async` allocator; drivers >= 11.2).
 #define VGPU_CUDA_OPTIONAL_FUNCTIONS(X) \
   X(cuDeviceGetDevResource, 12040)      \
   X(cuDevSmResourceSplitByCount, 12040) \
@@ -91,7 +92,14 @@ inline constexpr char kDefaultDriverLibrary[] = "libcuda.so.1";
   X(cuGreenCtxDestroy, 12040)           \
   X(cuCtxFromGreenCtx, 12040)           \
   X(cuGreenCtxGetDevResource, 12040)    \
-  X(cuGreenCtxStreamCreate, 12050)
+  X(cuGreenCtxStreamCreate, 12050)      \
+  X(cuMemPoolCreate, 11020)             \
+  X(cuMemPoolDestroy, 11020)            \
+  X(cuMemAllocFromPoolAsync, 11020)     \
+  X(cuMemFreeAsync, 11020)              \
+  X(cuMemPoolTrimTo, 11020)             \
+  X(cuMemPoolSetAttribute, 11020)       \
+  X(cuMemPoolGetAttribute, 11020)
 
 struct CudaDriver {
 #define VGPU_CUDA_DECLARE(name, version) PFN_##name##_v##version name = nullptr;
@@ -107,6 +115,12 @@ struct CudaDriver {
            cuDevResourceGenerateDesc != nullptr && cuGreenCtxCreate != nullptr &&
            cuGreenCtxDestroy != nullptr && cuCtxFromGreenCtx != nullptr &&
            cuGreenCtxGetDevResource != nullptr && cuGreenCtxStreamCreate != nullptr;
+  }
+  bool HasMemoryPools() const {
+    return cuMemPoolCreate != nullptr && cuMemPoolDestroy != nullptr &&
+           cuMemAllocFromPoolAsync != nullptr && cuMemFreeAsync != nullptr &&
+           cuMemPoolTrimTo != nullptr && cuMemPoolSetAttribute != nullptr &&
+           cuMemPoolGetAttribute != nullptr;
   }
 };
 

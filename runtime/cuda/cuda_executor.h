@@ -171,6 +171,9 @@ class CudaExecutor : public Executor {
 
   absl::StatusOr<Blas*> GetBlas() override;
   absl::StatusOr<Kernels*> GetKernels() override;
+  // cuMemPoolCreate on this device (see cuda_platform.cc's CudaMemoryPool).
+  absl::StatusOr<std::unique_ptr<MemoryPool>> CreateMemoryPool(
+      const MemoryPoolOptions& options) override;
 
   const CudaDriver& driver() const { return *driver_; }
   CUdevice device() const { return device_; }

@@ -761,6 +761,126 @@ bool CudaExecutor::CanAccessPeer(const Executor& other) const {
   return driver_->cuDeviceCanAccessPeer(&can, device_, peer->device_) == CUDA_SUCCESS && can != 0;
 }
 
+// ---- stream-ordered memory pools -------------------------------------------------------------
+
+namespace {
+
+// cuMemPoolCreate'd pool of one device. Live pointers are tracked so that a foreign pointer is
+// InvalidArgument instead of a cuMemFreeAsync of someone else's memory.
+class CudaMemoryPool : public MemoryPool {
+ public:
+  CudaMemoryPool(CudaExecutor* executor, CUmemoryPool pool) : executor_(executor), pool_(pool) {}
+  ~CudaMemoryPool() override {
+    // Outstanding allocations keep the memory until they are freed (CUDA's rule), so
+    // destroying with live blocks leaks them rather than pulling memory from under work.
+    if (executor_->Activate().ok()) executor_->driver().cuMemPoolDestroy(pool_);
+  }
+
+  absl::StatusOr<void*> AllocateAsync(uint64_t bytes, Stream* stream) override {
+    if (bytes == 0) return absl::InvalidArgumentError(Where("AllocateAsync: zero bytes"));
+    VGPU_ASSIGN_OR_RETURN(CudaStream * cs, Check(stream, "AllocateAsync"));
+    VGPU_RETURN_IF_ERROR(MakeCurrent(executor_->driver(), cs->context()));
+    CUdeviceptr p = 0;
+    VGPU_RETURN_IF_ERROR(
+        ToStatus(executor_->driver().cuMemAllocFromPoolAsync(&p, bytes, pool_, cs->handle()),
+                 Where(absl::StrCat("cuMemAllocFromPoolAsync of ", FormatBytes(bytes), " (", bytes,
+                                    " bytes)"))));
+    std::lock_guard<std::mutex> l(mu_);
+    live_.insert(p);
+    return Vptr(p);
+  }
+
+  absl::Status FreeAsync(void* ptr, Stream* stream) override {
+    VGPU_ASSIGN_OR_RETURN(CudaStream * cs, Check(stream, "FreeAsync"));
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      if (live_.erase(Dptr(ptr)) == 0) {
+        return absl::InvalidArgumentError(Where(absl::StrCat(
+            "FreeAsync of ", absl::Hex(reinterpret_cast<uintptr_t>(ptr)),
+            ", which is not a live allocation of this pool (double free or foreign pointer)")));
+      }
+    }
+    // Not Begin(): a stream with a sticky error must still give the memory back.
+    VGPU_RETURN_IF_ERROR(MakeCurrent(executor_->driver(), cs->context()));
+    return ToStatus(executor_->driver().cuMemFreeAsync(Dptr(ptr), cs->handle()),
+                    Where("cuMemFreeAsync"));
+  }
+
+  absl::Status TrimTo(uint64_t bytes_to_keep) override {
+    VGPU_RETURN_IF_ERROR(executor_->Activate());
+    return ToStatus(executor_->driver().cuMemPoolTrimTo(pool_, bytes_to_keep),
+                    Where("cuMemPoolTrimTo"));
+  }
+
+  absl::StatusOr<MemoryPoolStats> Stats() override {
+    VGPU_RETURN_IF_ERROR(executor_->Activate());
+    cuuint64_t reserved = 0, used = 0;
+    const CudaDriver& d = executor_->driver();
+    VGPU_RETURN_IF_ERROR(
+        ToStatus(d.cuMemPoolGetAttribute(pool_, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &reserved),
+                 Where("cuMemPoolGetAttribute(RESERVED_MEM_CURRENT)")));
+    VGPU_RETURN_IF_ERROR(
+        ToStatus(d.cuMemPoolGetAttribute(pool_, CU_MEMPOOL_ATTR_USED_MEM_CURRENT, &used),
+                 Where("cuMemPoolGetAttribute(USED_MEM_CURRENT)")));
+    return MemoryPoolStats{reserved, used};
+  }
+
+ private:
+  std::string Where(absl::string_view what) const {
+    return absl::StrCat(executor_->label(), ": memory pool: ", what);
+  }
+  absl::StatusOr<CudaStream*> Check(Stream* stream, absl::string_view what) const {
+    CudaStream* cs = stream == nullptr ? nullptr : AsCudaStream(stream);
+    if (cs == nullptr || cs->cuda_executor() != executor_) {
+      return absl::InvalidArgumentError(
+          Where(absl::StrCat(what, ": the stream does not belong to this device")));
+    }
+    return cs;
+  }
+
+  CudaExecutor* const executor_;
+  const CUmemoryPool pool_;
+  std::mutex mu_;
+  absl::flat_hash_set<CUdeviceptr> live_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<MemoryPool>> CudaExecutor::CreateMemoryPool(
+    const MemoryPoolOptions& options) {
+  const CudaDriver& d = *driver_;
+  if (!d.HasMemoryPools()) {
+    return absl::UnimplementedError(Where(absl::StrCat(
+        "stream-ordered memory pools need cuMemPoolCreate and cuMemAllocFromPoolAsync, which "
+        "driver ",
+        VersionString(d.driver_version), " (", d.library, ") lacks; use VGPU_ALLOCATOR=bfc")));
+  }
+  VGPU_RETURN_IF_ERROR(Activate());
+  int supported = 0;
+  if (d.cuDeviceGetAttribute(&supported, CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED, device_) !=
+          CUDA_SUCCESS ||
+      supported == 0) {
+    return absl::UnimplementedError(
+        Where("the device does not support stream-ordered memory pools; use VGPU_ALLOCATOR=bfc"));
+  }
+  CUmemPoolProps props = {};
+  props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+  props.handleTypes = CU_MEM_HANDLE_TYPE_NONE;
+  props.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  props.location.id = device_;
+  CUmemoryPool pool = nullptr;
+  VGPU_RETURN_IF_ERROR(ToStatus(d.cuMemPoolCreate(&pool, &props), Where("cuMemPoolCreate")));
+  cuuint64_t threshold = options.release_threshold;
+  absl::Status s =
+      ToStatus(d.cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &threshold),
+               Where("cuMemPoolSetAttribute(RELEASE_THRESHOLD)"));
+  if (!s.ok()) {
+    d.cuMemPoolDestroy(pool);
+    return s;
+  }
+  return std::unique_ptr<MemoryPool>(std::make_unique<CudaMemoryPool>(this, pool));
+}
+
 // ---- BLAS and kernels -----------------------------------------------------------------------
 
 absl::StatusOr<Blas*> CudaExecutor::GetBlas() {

@@ -256,6 +256,137 @@ class HostBlas : public Blas {
 };
 
 // ---------------------------------------------------------------------------------------------
+// A simulated stream-ordered pool (the driver's cuMemPool): blocks are Executor::Allocate
+// calls, so they count against the card's capacity. A freed block is cached for reuse only when
+// its stream reaches the free (a task queued there), as the driver does across streams; the
+// driver may reuse sooner on the same stream, which this conservative version never needs.
+// State is shared with the queued tasks so that a pool destroyed before its frees land is safe.
+class HostMemoryPool : public MemoryPool {
+ public:
+  HostMemoryPool(Executor* executor, const MemoryPoolOptions& options)
+      : state_(std::make_shared<State>()) {
+    state_->executor = executor;
+    state_->release_threshold = options.release_threshold;
+  }
+  ~HostMemoryPool() override {
+    std::lock_guard<std::mutex> l(state_->mu);
+    state_->destroyed = true;
+    // Live blocks go too (the allocator frees everything first); pending frees free theirs
+    // when they land.
+    for (auto& [size, p] : state_->cached) state_->executor->Free(p).IgnoreError();
+    for (auto& [p, size] : state_->live) state_->executor->Free(p).IgnoreError();
+    state_->cached.clear();
+    state_->live.clear();
+  }
+
+  absl::StatusOr<void*> AllocateAsync(uint64_t bytes, Stream* stream) override {
+    if (bytes == 0) return absl::InvalidArgumentError("host memory pool: AllocateAsync of 0 bytes");
+    VGPU_RETURN_IF_ERROR(CheckStream(stream, "AllocateAsync"));
+    const uint64_t size = (bytes + kPage - 1) / kPage * kPage;
+    {
+      std::lock_guard<std::mutex> l(state_->mu);
+      // Best fit, but never a block over twice the size: a small request must not pin a
+      // large cached block that a large one will want.
+      auto it = state_->cached.lower_bound(size);
+      if (it != state_->cached.end() && it->first / 2 <= size) {
+        void* p = it->second;
+        state_->live[p] = it->first;
+        state_->used += it->first;
+        state_->cached.erase(it);
+        return p;
+      }
+    }
+    VGPU_ASSIGN_OR_RETURN(void* p, state_->executor->Allocate(size));
+    std::lock_guard<std::mutex> l(state_->mu);
+    state_->reserved += size;
+    state_->used += size;
+    state_->live[p] = size;
+    return p;
+  }
+
+  absl::Status FreeAsync(void* ptr, Stream* stream) override {
+    VGPU_RETURN_IF_ERROR(CheckStream(stream, "FreeAsync"));
+    uint64_t size = 0;
+    {
+      std::lock_guard<std::mutex> l(state_->mu);
+      auto it = state_->live.find(ptr);
+      if (it == state_->live.end()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "host memory pool: FreeAsync of ", absl::Hex(reinterpret_cast<uintptr_t>(ptr)),
+            ", which is not a live allocation of this pool (double free or foreign pointer)"));
+      }
+      size = it->second;
+      state_->used -= size;
+      state_->live.erase(it);
+    }
+    std::shared_ptr<State> state = state_;
+    absl::Status queued = EnqueueHostTask(stream, [state, ptr, size] {
+      state->Land(ptr, size);
+      return absl::OkStatus();
+    });
+    if (!queued.ok()) {
+      // A failed stream runs no more work: once drained, nothing can touch the block.
+      stream->Synchronize().IgnoreError();
+      state->Land(ptr, size);
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status TrimTo(uint64_t bytes_to_keep) override {
+    std::lock_guard<std::mutex> l(state_->mu);
+    state_->ReleaseCachedLocked(bytes_to_keep);
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<MemoryPoolStats> Stats() override {
+    std::lock_guard<std::mutex> l(state_->mu);
+    return MemoryPoolStats{state_->reserved, state_->used};
+  }
+
+ private:
+  static constexpr uint64_t kPage = 4096;
+  struct State {
+    std::mutex mu;
+    Executor* executor = nullptr;
+    uint64_t release_threshold = 0;
+    bool destroyed = false;
+    uint64_t reserved = 0;  // live + cached + pending frees
+    uint64_t used = 0;      // live
+    std::multimap<uint64_t, void*> cached;          // size -> block
+    absl::flat_hash_map<void*, uint64_t> live;      // block -> size
+
+    // A free reached its place in the stream: cache the block (or free it when the pool is
+    // gone), then honour the release threshold.
+    void Land(void* p, uint64_t size) {
+      std::lock_guard<std::mutex> l(mu);
+      if (destroyed) {
+        executor->Free(p).IgnoreError();
+        return;
+      }
+      cached.emplace(size, p);
+      if (reserved > release_threshold) ReleaseCachedLocked(release_threshold);
+    }
+    void ReleaseCachedLocked(uint64_t keep) {
+      while (reserved > keep && !cached.empty()) {
+        auto largest = std::prev(cached.end());
+        executor->Free(largest->second).IgnoreError();
+        reserved -= largest->first;
+        cached.erase(largest);
+      }
+    }
+  };
+  absl::Status CheckStream(Stream* stream, absl::string_view what) const {
+    if (stream == nullptr || stream->executor() != state_->executor) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "host memory pool: ", what, ": the stream does not belong to this pool's device"));
+    }
+    return absl::OkStatus();
+  }
+
+  std::shared_ptr<State> state_;
+};
+
+// ---------------------------------------------------------------------------------------------
 class HostExecutor : public Executor {
  public:
   HostExecutor(Platform* platform, int ordinal, uint64_t capacity, HostFaultInjection* faults)
@@ -476,6 +607,10 @@ class HostExecutor : public Executor {
   }
   absl::StatusOr<Blas*> GetBlas() override { return &blas_; }
   absl::StatusOr<Kernels*> GetKernels() override { return kernels_.get(); }
+  absl::StatusOr<std::unique_ptr<MemoryPool>> CreateMemoryPool(
+      const MemoryPoolOptions& options) override {
+    return std::unique_ptr<MemoryPool>(std::make_unique<HostMemoryPool>(this, options));
+  }
 
  private:
   static constexpr uint64_t kPage = 4096;

@@ -4,11 +4,14 @@
 // before it returns, and cuLaunchKernel runs a host emulation of the kernels in
 // runtime/cuda/kernels.cu, so the platform's own code (discovery, bookkeeping, error mapping,
 // kernel parameter packing, the bad-label flag) runs for real. Green contexts and VMM are
-// absent, as on an old driver. Built by tests/cuda.cmake; tests point
+// absent, as on an old driver. Stream-ordered memory pools (cuMemPoolCreate, ...) are
+// bookkeeping over host memory: freed blocks are cached per pool and reused, and count against
+// the device's capacity until trimmed. Built by tests/cuda.cmake; tests point
 // VGPU_CUDA_DRIVER_LIBRARY at it.
 //
 // Configuration: VGPU_FAKE_CUDA_DEVICES (default 2), VGPU_FAKE_CUDA_BYTES per device
-// (default 256 MiB). Thread safety: one mutex around all state.
+// (default 256 MiB), VGPU_FAKE_CUDA_NO_POOLS=1 (when the driver is loaded: no pool entry
+// points, as on a driver older than 11.2). Thread safety: one mutex around all state.
 #include <cuda.h>
 #include <cudaTypedefs.h>
 
@@ -30,8 +33,19 @@ struct Device {
   uint64_t used = 0;
 };
 
+struct Pool {
+  int device = 0;
+  uint64_t reserved = 0;  // live + cached, counted in the device's `used`
+  uint64_t used = 0;
+  uint64_t release_threshold = 0;
+  std::multimap<size_t, CUdeviceptr> cached;  // size -> block
+  std::map<CUdeviceptr, size_t> live;
+};
+
 struct State {
   std::mutex mu;
+  std::set<Pool*> pools;
+  std::map<CUdeviceptr, std::pair<int, size_t>> pool_blocks;  // every pool block: (device, size)
   int devices = 2;
   Device device[8];
   std::map<CUdeviceptr, std::pair<int, size_t>> allocations;  // ptr -> (device, bytes)
@@ -101,6 +115,9 @@ CUresult CUDAAPI DeviceGetAttribute(int* v, CUdevice_attribute a, CUdevice d) {
       return CUDA_SUCCESS;
     case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR:
       *v = 0;
+      return CUDA_SUCCESS;
+    case CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED:
+      *v = 1;
       return CUDA_SUCCESS;
     default:
       *v = 0;
@@ -182,12 +199,130 @@ CUresult CUDAAPI MemHostGetDevicePointer(CUdeviceptr* d, void* p, unsigned int) 
 CUresult CUDAAPI PointerGetAttribute(void* data, CUpointer_attribute a, CUdeviceptr p) {
   if (a != CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL) return CUDA_ERROR_NOT_SUPPORTED;
   std::lock_guard<std::mutex> l(S().mu);
-  auto it = S().allocations.upper_bound(p);
-  if (it == S().allocations.begin()) return CUDA_ERROR_INVALID_VALUE;
-  --it;
-  if (p >= it->first + it->second.second) return CUDA_ERROR_INVALID_VALUE;
-  *static_cast<int*>(data) = it->second.first;
+  for (const auto* m : {&S().allocations, &S().pool_blocks}) {
+    auto it = m->upper_bound(p);
+    if (it == m->begin()) continue;
+    --it;
+    if (p >= it->first + it->second.second) continue;
+    *static_cast<int*>(data) = it->second.first;
+    return CUDA_SUCCESS;
+  }
+  return CUDA_ERROR_INVALID_VALUE;
+}
+
+// ---- stream-ordered memory pools ------------------------------------------------------------
+
+// Requires S().mu.
+void ReleaseCached(Pool* pool, uint64_t keep) {
+  while (pool->reserved > keep && !pool->cached.empty()) {
+    auto largest = std::prev(pool->cached.end());
+    S().device[pool->device].used -= largest->first;
+    pool->reserved -= largest->first;
+    S().pool_blocks.erase(largest->second);
+    std::free(reinterpret_cast<void*>(largest->second));
+    pool->cached.erase(largest);
+  }
+}
+Pool* FindPool(CUmemoryPool handle) {
+  auto* pool = reinterpret_cast<Pool*>(handle);
+  return S().pools.count(pool) != 0 ? pool : nullptr;
+}
+CUresult CUDAAPI MemPoolCreate(CUmemoryPool* out, const CUmemPoolProps* props) {
+  if (props == nullptr || props->allocType != CU_MEM_ALLOCATION_TYPE_PINNED ||
+      props->location.type != CU_MEM_LOCATION_TYPE_DEVICE || !ValidDevice(props->location.id)) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  std::lock_guard<std::mutex> l(S().mu);
+  auto* pool = new Pool();
+  pool->device = props->location.id;
+  S().pools.insert(pool);
+  *out = reinterpret_cast<CUmemoryPool>(pool);
   return CUDA_SUCCESS;
+}
+CUresult CUDAAPI MemPoolDestroy(CUmemoryPool handle) {
+  std::lock_guard<std::mutex> l(S().mu);
+  Pool* pool = FindPool(handle);
+  if (pool == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  for (auto& [p, size] : pool->live) pool->cached.emplace(size, p);  // released at once here
+  pool->live.clear();
+  ReleaseCached(pool, 0);
+  S().pools.erase(pool);
+  delete pool;
+  return CUDA_SUCCESS;
+}
+CUresult CUDAAPI MemAllocFromPoolAsync(CUdeviceptr* p, size_t bytes, CUmemoryPool handle,
+                                       CUstream) {
+  if (g_current == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
+  if (bytes == 0) return CUDA_ERROR_INVALID_VALUE;
+  std::lock_guard<std::mutex> l(S().mu);
+  Pool* pool = FindPool(handle);
+  if (pool == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  const size_t size = (bytes + 255) / 256 * 256;
+  auto it = pool->cached.lower_bound(size);
+  if (it != pool->cached.end() && it->first / 2 <= size) {
+    *p = it->second;
+    pool->live[*p] = it->first;
+    pool->used += it->first;
+    pool->cached.erase(it);
+    return CUDA_SUCCESS;
+  }
+  Device& d = S().device[pool->device];
+  if (d.used + size > d.capacity) return CUDA_ERROR_OUT_OF_MEMORY;
+  void* mem = std::aligned_alloc(256, size);
+  if (mem == nullptr) return CUDA_ERROR_OUT_OF_MEMORY;
+  d.used += size;
+  *p = reinterpret_cast<CUdeviceptr>(mem);
+  pool->reserved += size;
+  pool->used += size;
+  pool->live[*p] = size;
+  S().pool_blocks[*p] = {pool->device, size};
+  return CUDA_SUCCESS;
+}
+CUresult CUDAAPI MemFreeAsync(CUdeviceptr p, CUstream) {
+  std::lock_guard<std::mutex> l(S().mu);
+  for (Pool* pool : S().pools) {
+    auto it = pool->live.find(p);
+    if (it == pool->live.end()) continue;
+    pool->used -= it->second;
+    pool->cached.emplace(it->second, p);  // streams are synchronous: reusable at once
+    pool->live.erase(it);
+    return CUDA_SUCCESS;
+  }
+  return CUDA_ERROR_INVALID_VALUE;
+}
+CUresult CUDAAPI MemPoolTrimTo(CUmemoryPool handle, size_t keep) {
+  std::lock_guard<std::mutex> l(S().mu);
+  Pool* pool = FindPool(handle);
+  if (pool == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  ReleaseCached(pool, keep);
+  return CUDA_SUCCESS;
+}
+CUresult CUDAAPI MemPoolSetAttribute(CUmemoryPool handle, CUmemPool_attribute attr, void* value) {
+  std::lock_guard<std::mutex> l(S().mu);
+  Pool* pool = FindPool(handle);
+  if (pool == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (attr != CU_MEMPOOL_ATTR_RELEASE_THRESHOLD) return CUDA_ERROR_NOT_SUPPORTED;
+  pool->release_threshold = *static_cast<cuuint64_t*>(value);
+  return CUDA_SUCCESS;
+}
+CUresult CUDAAPI MemPoolGetAttribute(CUmemoryPool handle, CUmemPool_attribute attr, void* value) {
+  std::lock_guard<std::mutex> l(S().mu);
+  Pool* pool = FindPool(handle);
+  if (pool == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  auto* out = static_cast<cuuint64_t*>(value);
+  switch (attr) {
+    case CU_MEMPOOL_ATTR_RELEASE_THRESHOLD:
+      *out = pool->release_threshold;
+      return CUDA_SUCCESS;
+    case CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT:
+      *out = pool->reserved;
+      return CUDA_SUCCESS;
+    case CU_MEMPOOL_ATTR_USED_MEM_CURRENT:
+      *out = pool->used;
+      return CUDA_SUCCESS;
+    default:
+      return CUDA_ERROR_NOT_SUPPORTED;
+  }
 }
 CUstream NewHandle() {
   static std::atomic<uintptr_t> next{0x100000};
@@ -487,7 +622,20 @@ const Entry kEntries[] = {
     {"cuMemUnmap", reinterpret_cast<void*>(&NotSupported)},
     {"cuMemSetAccess", reinterpret_cast<void*>(&NotSupported)},
     {"cuMemGetAllocationGranularity", reinterpret_cast<void*>(&NotSupported)},
+    VGPU_FAKE(cuMemPoolCreate, 11020, MemPoolCreate),
+    VGPU_FAKE(cuMemPoolDestroy, 11020, MemPoolDestroy),
+    VGPU_FAKE(cuMemAllocFromPoolAsync, 11020, MemAllocFromPoolAsync),
+    VGPU_FAKE(cuMemFreeAsync, 11020, MemFreeAsync),
+    VGPU_FAKE(cuMemPoolTrimTo, 11020, MemPoolTrimTo),
+    VGPU_FAKE(cuMemPoolSetAttribute, 11020, MemPoolSetAttribute),
+    VGPU_FAKE(cuMemPoolGetAttribute, 11020, MemPoolGetAttribute),
 };
+
+bool IsPoolEntryPoint(const char* symbol) {
+  return std::strncmp(symbol, "cuMemPool", 9) == 0 ||
+         std::strcmp(symbol, "cuMemAllocFromPoolAsync") == 0 ||
+         std::strcmp(symbol, "cuMemFreeAsync") == 0;
+}
 
 }  // namespace
 
@@ -495,8 +643,11 @@ extern "C" {
 
 __attribute__((visibility("default"))) CUresult cuGetProcAddress_v2(
     const char* symbol, void** pfn, int, cuuint64_t, CUdriverProcAddressQueryResult* status) {
+  const char* no_pools = std::getenv("VGPU_FAKE_CUDA_NO_POOLS");
+  const bool hide =
+      no_pools != nullptr && std::strcmp(no_pools, "1") == 0 && IsPoolEntryPoint(symbol);
   for (const Entry& e : kEntries) {
-    if (std::strcmp(e.name, symbol) == 0) {
+    if (!hide && std::strcmp(e.name, symbol) == 0) {
       *pfn = e.fn;
       if (status != nullptr) *status = CU_GET_PROC_ADDRESS_SUCCESS;
       return CUDA_SUCCESS;
@@ -513,6 +664,15 @@ __attribute__((visibility("default"))) void vgpu_fake_cuda_counters(int* peer_co
   std::lock_guard<std::mutex> l(S().mu);
   *peer_copies = S().peer_copies;
   *launches = S().launches;
+}
+
+// Pools alive, and the bytes all pools hold (reserved), for tests.
+__attribute__((visibility("default"))) void vgpu_fake_cuda_pool_counters(int* pools,
+                                                                         uint64_t* reserved) {
+  std::lock_guard<std::mutex> l(S().mu);
+  *pools = static_cast<int>(S().pools.size());
+  *reserved = 0;
+  for (const Pool* p : S().pools) *reserved += p->reserved;
 }
 
 }  // extern "C"
