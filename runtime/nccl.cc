@@ -1,6 +1,9 @@
 #include "runtime/nccl.h"
 
+#include <string>
+
 #include "absl/strings/str_cat.h"
+#include "runtime/host/host_collectives.h"
 
 #if VGPU_HAVE_CUDA
 #include "runtime/cuda/cuda_nccl.h"
@@ -33,10 +36,12 @@ absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(
       }
     }
   }
-  if (executors[0]->platform()->name() != "cuda") {
-    return absl::UnimplementedError(
-        absl::StrCat("NCCL needs the cuda platform; these executors are on the ",
-                     executors[0]->platform()->name(), " platform"));
+  const std::string platform = executors[0]->platform()->name();
+  // The host platform's simulated GPUs get the same contract from a host communicator.
+  if (platform == "host") return host::CreateHostCommunicator(executors);
+  if (platform != "cuda") {
+    return absl::UnimplementedError(absl::StrCat(
+        "NCCL needs the cuda platform; these executors are on the ", platform, " platform"));
   }
 #if VGPU_HAVE_CUDA
   return cuda::CreateNcclCommunicator(executors);

@@ -1,14 +1,17 @@
-// NCCL collectives over executors of the cuda platform, behind a backend-neutral front: one
-// rank per executor (ncclCommInitAll), all-reduce of float buffers with group calls. libnccl is
-// loaded with dlopen("libnccl.so.2") on first use (VGPU_NCCL_LIBRARY overrides the name), never
-// linked. On the host platform, or in a build without CUDA, Create returns Unimplemented with
-// the reason, so callers fall back to another algorithm.
+// NCCL collectives over executors of one platform, behind a backend-neutral front: one rank per
+// executor, all-reduce of float buffers, stream-ordered. On cuda it is NCCL itself
+// (ncclCommInitAll, group calls), loaded with dlopen("libnccl.so.2") on first use
+// (VGPU_NCCL_LIBRARY overrides the name), never linked; in a build without CUDA, or when libnccl
+// cannot be loaded, Create returns an error with the reason, so callers fall back to another
+// algorithm. On the host platform it is runtime/host/host_collectives.h, a communicator with
+// NCCL's contract over the simulated GPUs, so code that uses NCCL is tested without a GPU.
 //
 // NCCL 2.28 refuses two ranks on one GPU; Create rejects that with InvalidArgument naming the
 // duplicated device instead of calling NCCL (use the local all-reduce, Kernels::SumN).
 //
-// Thread safety: Create is safe from any thread. A communicator's AllReduce calls must not run
-// concurrently with each other (NCCL's rule for one communicator); serialize them.
+// Thread safety: Create is safe from any thread. A communicator's AllReduce calls are serialized
+// internally (NCCL's rule for one communicator). Destroy a communicator only after the streams
+// it enqueued on have drained (its events are referenced by queued work).
 #ifndef VGPU_RUNTIME_NCCL_H_
 #define VGPU_RUNTIME_NCCL_H_
 
@@ -35,7 +38,9 @@ class NcclCommunicator {
   virtual ~NcclCommunicator() = default;
 
   // One rank per executor, in order. InvalidArgument for an empty list, a null executor,
-  // executors of different platforms or the same device twice; Unimplemented off cuda.
+  // executors of different platforms or the same device twice; Unimplemented on a platform
+  // other than cuda and host, or cuda in a build without CUDA; FailedPrecondition when libnccl
+  // cannot be loaded.
   static absl::StatusOr<std::unique_ptr<NcclCommunicator>> Create(
       absl::Span<Executor* const> executors);
 

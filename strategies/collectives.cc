@@ -53,8 +53,8 @@ AllReduceAlgorithm ChooseAllReduceAlgorithm(absl::Span<const DeviceTopology> dev
   for (const auto& [key, n] : per_physical) {
     if (key.first != platform) return AllReduceAlgorithm::kViaHost;
   }
-  // NCCL exists only on cuda; the host platform reduces through the host.
-  if (platform != "cuda") return AllReduceAlgorithm::kViaHost;
+  // NCCL on cuda; on host, the host communicator with NCCL's contract (runtime/nccl.h).
+  if (platform != "cuda" && platform != "host") return AllReduceAlgorithm::kViaHost;
   bool one_each = std::all_of(per_physical.begin(), per_physical.end(),
                               [](const auto& kv) { return kv.second == 1; });
   return one_each ? AllReduceAlgorithm::kNccl : AllReduceAlgorithm::kHierarchical;
@@ -84,7 +84,8 @@ absl::StatusOr<std::unique_ptr<AllReducer>> AllReducer::Create(std::vector<Logic
           absl::StrCat("AllReducer: device ", d->name(), " listed twice"));
     }
   }
-  if (algorithm == AllReduceAlgorithm::kAuto) algorithm = ChooseAllReduceAlgorithm(devices);
+  const bool automatic = algorithm == AllReduceAlgorithm::kAuto;
+  if (automatic) algorithm = ChooseAllReduceAlgorithm(devices);
   std::unique_ptr<AllReducer> r(new AllReducer());
   r->algorithm_ = algorithm;
   r->devices_ = devices;
@@ -115,7 +116,17 @@ absl::StatusOr<std::unique_ptr<AllReducer>> AllReducer::Create(std::vector<Logic
             "AllReducer: NCCL needs one device per physical GPU (NCCL refuses two ranks on one "
             "GPU); use local or hierarchical");
       }
-      VGPU_ASSIGN_OR_RETURN(r->nccl_, NcclCommunicator::Create(group_exec));
+      absl::StatusOr<std::unique_ptr<NcclCommunicator>> nccl = NcclCommunicator::Create(group_exec);
+      if (nccl.ok()) {
+        r->nccl_ = *std::move(nccl);
+      } else if (automatic && !absl::IsInvalidArgument(nccl.status())) {
+        // Chosen by topology but NCCL is not there (no libnccl, a build without CUDA): the
+        // always-correct row of the table, and the reason kept for the logs.
+        r->algorithm_ = AllReduceAlgorithm::kViaHost;
+        r->fallback_reason_ = std::string(nccl.status().message());
+      } else {
+        return nccl.status();
+      }
       break;
     }
     case AllReduceAlgorithm::kViaHost:

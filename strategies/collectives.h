@@ -8,7 +8,8 @@
 //                 the GPUs, local broadcast.
 //   kViaHost      anything else (CPU:0, mixed platforms, no NCCL): copy to host, sum in float64,
 //                 copy back. Always correct; synchronous.
-// NCCL and hierarchical are Unimplemented on the host platform (Create says so).
+// On the host platform NCCL is the host communicator (runtime/host/host_collectives.h), so every
+// row of the table runs, and is tested, without a GPU.
 //
 // Thread safety: an AllReducer may be used from one thread at a time (its events and staging
 // are reused); different AllReducers are independent.
@@ -36,9 +37,9 @@ absl::string_view AllReduceAlgorithmName(AllReduceAlgorithm algorithm);
 // "auto" | "local" | "nccl" | "hierarchical" | "via-host"; InvalidArgument otherwise.
 absl::StatusOr<AllReduceAlgorithm> ParseAllReduceAlgorithm(absl::string_view text);
 
-// The design.md table: local when every device is a GPU of the same physical device; on cuda,
-// NCCL with one GPU per physical device and hierarchical with several physical devices holding
-// several each; via-host otherwise (CPU devices, the host platform across physical devices).
+// The design.md table: local when every device is a GPU of the same physical device; NCCL with
+// one GPU per physical device and hierarchical with several physical devices holding several
+// each (cuda and host); via-host otherwise (CPU devices, mixed platforms).
 AllReduceAlgorithm ChooseAllReduceAlgorithm(absl::Span<LogicalDevice* const> devices);
 
 // What the choice looks at, per device (so the table is testable without a GPU).
@@ -51,9 +52,11 @@ AllReduceAlgorithm ChooseAllReduceAlgorithm(absl::Span<const DeviceTopology> dev
 
 class AllReducer {
  public:
-  // `algorithm` kAuto picks by ChooseAllReduceAlgorithm. Errors: InvalidArgument for no devices,
-  // a device twice, or kLocal over several physical devices; Unimplemented when NCCL cannot be
-  // used (host platform, no libnccl) for kNccl / kHierarchical.
+  // `algorithm` kAuto picks by ChooseAllReduceAlgorithm, and falls back to kViaHost when the
+  // chosen NCCL cannot be created (no libnccl, a build without CUDA; fallback_reason() says
+  // why). Errors: InvalidArgument for no devices, a device twice, kLocal over several physical
+  // devices or kNccl with two devices of one physical device; an explicit kNccl /
+  // kHierarchical returns NcclCommunicator::Create's error.
   static absl::StatusOr<std::unique_ptr<AllReducer>> Create(
       std::vector<LogicalDevice*> devices,
       AllReduceAlgorithm algorithm = AllReduceAlgorithm::kAuto);
@@ -61,6 +64,8 @@ class AllReducer {
 
   AllReduceAlgorithm algorithm() const { return algorithm_; }
   const std::vector<LogicalDevice*>& devices() const { return devices_; }
+  // Why kAuto's choice was replaced by kViaHost; empty when it was not.
+  const std::string& fallback_reason() const { return fallback_reason_; }
 
   // buffers[i] (device memory of devices()[i], `count` floats) is reduced in place: after the
   // call, work enqueued later on every device's stream sees sum (or mean) of all the inputs.
@@ -80,6 +85,7 @@ class AllReducer {
   std::unique_ptr<Event> done_;                 // the root's reduction done
   std::vector<std::vector<int>> groups_;        // hierarchical: device indices per physical GPU
   std::unique_ptr<NcclCommunicator> nccl_;
+  std::string fallback_reason_;
   std::vector<float> staging_;
   std::vector<double> acc_;
 };

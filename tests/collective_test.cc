@@ -35,15 +35,61 @@ struct Case {
   uint64_t count;
 };
 
+// The replicas laid out as each algorithm's row of the topology table: local and via-host on
+// one physical device; NCCL one replica per physical device; hierarchical over two physical
+// devices (three for 8 replicas: 3 + 3 + 2), several replicas each where there are enough.
+struct Topology {
+  std::unique_ptr<HostPlatform> platform;
+  std::vector<DeviceSet> sets;
+  std::vector<LogicalDevice*> gpus;
+};
+
+std::vector<int> ReplicasPerPhysical(AllReduceAlgorithm algorithm, int replicas) {
+  switch (algorithm) {
+    case AllReduceAlgorithm::kNccl:
+      return std::vector<int>(replicas, 1);
+    case AllReduceAlgorithm::kHierarchical: {
+      const int physical = replicas >= 8 ? 3 : 2;
+      std::vector<int> out(physical, replicas / physical);
+      for (int i = 0; i < replicas % physical; ++i) ++out[i];
+      return out;
+    }
+    default:
+      return {replicas};
+  }
+}
+
+Topology MakeTopology(AllReduceAlgorithm algorithm, int replicas, uint64_t bytes_each) {
+  Topology t;
+  std::vector<int> per = ReplicasPerPhysical(algorithm, replicas);
+  std::vector<uint64_t> physical_bytes;
+  for (int n : per) physical_bytes.push_back(n * bytes_each + 16 * kMiB);
+  t.platform = MakePlatform(physical_bytes);
+  for (size_t p = 0; p < per.size(); ++p) {
+    auto set = CreateDeviceSet(t.platform.get(), static_cast<int>(p),
+                               std::vector<uint64_t>(per[p], bytes_each), false);
+    EXPECT_THAT(set.status(), IsOk());
+    if (!set.ok()) return t;
+    t.gpus.insert(t.gpus.end(), set->gpus.begin(), set->gpus.end());
+    t.sets.push_back(*std::move(set));
+  }
+  return t;
+}
+
 class AllReduceTest : public ::testing::TestWithParam<std::tuple<AllReduceAlgorithm, Case>> {};
 
 TEST_P(AllReduceTest, MatchesFloat64Reference) {
   const auto [algorithm, c] = GetParam();
-  auto platform = MakePlatform({uint64_t{512} * kMiB});
-  std::vector<uint64_t> sizes(c.replicas, 48 * kMiB);
-  auto set = CreateDeviceSet(platform.get(), 0, sizes, false);
-  ASSERT_THAT(set.status(), IsOk());
-  auto reducer = AllReducer::Create(set->gpus, algorithm);
+  Topology topo = MakeTopology(algorithm, c.replicas, 8 * kMiB);
+  ASSERT_EQ(topo.gpus.size(), static_cast<size_t>(c.replicas));
+  // The table itself picks this algorithm for this layout (via-host is only ever explicit).
+  if (algorithm != AllReduceAlgorithm::kViaHost && c.replicas > 1) {
+    const int physical = static_cast<int>(ReplicasPerPhysical(algorithm, c.replicas).size());
+    if (algorithm != AllReduceAlgorithm::kHierarchical || physical < c.replicas) {
+      EXPECT_EQ(ChooseAllReduceAlgorithm(topo.gpus), algorithm);
+    }
+  }
+  auto reducer = AllReducer::Create(topo.gpus, algorithm);
   ASSERT_THAT(reducer.status(), IsOk());
   EXPECT_EQ((*reducer)->algorithm(), algorithm);
 
@@ -59,7 +105,7 @@ TEST_P(AllReduceTest, MatchesFloat64Reference) {
       sum[i] += host[r][i];
       abs_sum[i] += std::fabs(host[r][i]);
     }
-    auto t = Tensor::FromHost(set->gpus[r], {static_cast<int64_t>(c.count)}, host[r]);
+    auto t = Tensor::FromHost(topo.gpus[r], {static_cast<int64_t>(c.count)}, host[r]);
     ASSERT_THAT(t.status(), IsOk());
     buffers.push_back(t->data());
     tensors.push_back(*std::move(t));
@@ -99,6 +145,8 @@ std::vector<Case> Cases() {
 
 INSTANTIATE_TEST_SUITE_P(HostAlgorithms, AllReduceTest,
                          ::testing::Combine(::testing::Values(AllReduceAlgorithm::kLocal,
+                                                              AllReduceAlgorithm::kNccl,
+                                                              AllReduceAlgorithm::kHierarchical,
                                                               AllReduceAlgorithm::kViaHost),
                                             ::testing::ValuesIn(Cases())),
                          [](const auto& info) {
@@ -136,23 +184,24 @@ TEST(AllReduceTest, MoreReplicasThanOneSumNTakes) {
 
 TEST(AllReduceTest, ChoosesByTopology) {
   using T = DeviceTopology;
-  EXPECT_EQ(ChooseAllReduceAlgorithm(std::vector<T>{{true, "cuda", 0}, {true, "cuda", 0}}),
-            AllReduceAlgorithm::kLocal);
-  EXPECT_EQ(ChooseAllReduceAlgorithm(std::vector<T>{{true, "host", 0}, {true, "host", 0}}),
-            AllReduceAlgorithm::kLocal);
-  EXPECT_EQ(ChooseAllReduceAlgorithm(std::vector<T>{{true, "cuda", 0}, {true, "cuda", 1}}),
-            AllReduceAlgorithm::kNccl);
-  EXPECT_EQ(ChooseAllReduceAlgorithm(
-                std::vector<T>{{true, "cuda", 0}, {true, "cuda", 0}, {true, "cuda", 1}}),
-            AllReduceAlgorithm::kHierarchical);
-  EXPECT_EQ(ChooseAllReduceAlgorithm(std::vector<T>{{true, "host", 0}, {true, "host", 1}}),
-            AllReduceAlgorithm::kViaHost);
-  EXPECT_EQ(ChooseAllReduceAlgorithm(std::vector<T>{{true, "cuda", 0}, {false, "cuda", 0}}),
+  for (const char* platform : {"cuda", "host"}) {
+    SCOPED_TRACE(platform);
+    EXPECT_EQ(ChooseAllReduceAlgorithm(std::vector<T>{{true, platform, 0}, {true, platform, 0}}),
+              AllReduceAlgorithm::kLocal);
+    EXPECT_EQ(ChooseAllReduceAlgorithm(std::vector<T>{{true, platform, 0}, {true, platform, 1}}),
+              AllReduceAlgorithm::kNccl);
+    EXPECT_EQ(ChooseAllReduceAlgorithm(
+                  std::vector<T>{{true, platform, 0}, {true, platform, 0}, {true, platform, 1}}),
+              AllReduceAlgorithm::kHierarchical);
+    EXPECT_EQ(ChooseAllReduceAlgorithm(std::vector<T>{{true, platform, 0}, {false, platform, 0}}),
+              AllReduceAlgorithm::kViaHost);
+  }
+  EXPECT_EQ(ChooseAllReduceAlgorithm(std::vector<T>{{true, "cuda", 0}, {true, "host", 1}}),
             AllReduceAlgorithm::kViaHost);
   EXPECT_EQ(ChooseAllReduceAlgorithm(std::vector<T>{}), AllReduceAlgorithm::kViaHost);
 }
 
-TEST(AllReduceTest, AutoOnHostPicksLocalOrViaHost) {
+TEST(AllReduceTest, AutoOnHostFollowsTheTable) {
   auto platform = MakePlatform({64 * kMiB, 64 * kMiB});
   auto same = CreateDeviceSet(platform.get(), 0, {8 * kMiB, 8 * kMiB}, true);
   ASSERT_THAT(same.status(), IsOk());
@@ -167,8 +216,8 @@ TEST(AllReduceTest, AutoOnHostPicksLocalOrViaHost) {
   ASSERT_THAT(across.status(), IsOk());
   auto r2 = AllReducer::Create(across->gpus);
   ASSERT_THAT(r2.status(), IsOk());
-  EXPECT_EQ((*r2)->algorithm(), AllReduceAlgorithm::kViaHost);
-  // Via host across physical devices is correct.
+  EXPECT_EQ((*r2)->algorithm(), AllReduceAlgorithm::kNccl);
+  EXPECT_EQ((*r2)->fallback_reason(), "");
   std::vector<float> a = {1, 2, 3}, b = {10, 20, 30};
   auto ta = Tensor::FromHost(across->gpus[0], {3}, a);
   auto tb = Tensor::FromHost(across->gpus[1], {3}, b);
@@ -176,26 +225,49 @@ TEST(AllReduceTest, AutoOnHostPicksLocalOrViaHost) {
   ASSERT_THAT(tb.status(), IsOk());
   std::vector<float*> bufs = {ta->data(), tb->data()};
   ASSERT_THAT((*r2)->AllReduce(bufs, 3, AllReduceOp::kMean), IsOk());
+  EXPECT_THAT(*ta->ToHost(), ::testing::ElementsAre(5.5f, 11.0f, 16.5f));
   EXPECT_THAT(*tb->ToHost(), ::testing::ElementsAre(5.5f, 11.0f, 16.5f));
 
-  // The local algorithm refuses devices of two physical devices.
+  // The local algorithm refuses devices of two physical devices; NCCL two ranks on one GPU.
   EXPECT_THAT(AllReducer::Create(across->gpus, AllReduceAlgorithm::kLocal).status(),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("one physical device")));
-}
-
-TEST(AllReduceTest, NcclAndHierarchicalAreUnimplementedOnHost) {
-  auto platform = MakePlatform({64 * kMiB, 64 * kMiB});
-  auto across = CreateDeviceSetAcrossPhysical(platform.get(), {0, 1}, 8 * kMiB, false);
-  ASSERT_THAT(across.status(), IsOk());
-  EXPECT_THAT(AllReducer::Create(across->gpus, AllReduceAlgorithm::kNccl).status(),
-              StatusIs(absl::StatusCode::kUnimplemented, HasSubstr("cuda")));
-  EXPECT_THAT(AllReducer::Create(across->gpus, AllReduceAlgorithm::kHierarchical).status(),
-              StatusIs(absl::StatusCode::kUnimplemented));
-  auto same = CreateDeviceSet(platform.get(), 0, {8 * kMiB, 8 * kMiB}, false);
-  ASSERT_THAT(same.status(), IsOk());
-  // Two ranks on one GPU: refused before NCCL is asked.
   EXPECT_THAT(AllReducer::Create(same->gpus, AllReduceAlgorithm::kNccl).status(),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("one device per physical")));
+}
+
+// A rank whose stream has failed (sticky error, as after a CUDA fault) must not hang the
+// others: they finish the collective, the failed stream keeps its error, and nothing waits
+// forever.
+TEST(AllReduceTest, FailedRankDoesNotHangTheOthers) {
+  for (AllReduceAlgorithm algorithm :
+       {AllReduceAlgorithm::kNccl, AllReduceAlgorithm::kHierarchical}) {
+    SCOPED_TRACE(std::string(AllReduceAlgorithmName(algorithm)));
+    Topology topo = MakeTopology(algorithm, 4, 4 * kMiB);
+    ASSERT_EQ(topo.gpus.size(), 4u);
+    auto reducer = AllReducer::Create(topo.gpus, algorithm);
+    ASSERT_THAT(reducer.status(), IsOk());
+    std::vector<Tensor> tensors;
+    std::vector<float*> buffers;
+    for (int r = 0; r < 4; ++r) {
+      auto t = Tensor::FromHost(topo.gpus[r], {1000}, std::vector<float>(1000, r + 1.0f));
+      ASSERT_THAT(t.status(), IsOk());
+      buffers.push_back(t->data());
+      tensors.push_back(*std::move(t));
+    }
+    // The next memcpy (on the last replica's stream) fails and makes that stream's error sticky.
+    HostFaultInjection& f = topo.platform->faults();
+    f.fail_memcpy_at = f.memcpy_calls.load() + 1;
+    Stream* bad = topo.gpus[3]->stream();
+    std::vector<float> scratch(1000);
+    ASSERT_THAT(bad->MemcpyD2H(scratch.data(), buffers[3], 4000), IsOk());
+    EXPECT_THAT(bad->Synchronize(), StatusIs(absl::StatusCode::kInternal));
+    absl::Status s = (*reducer)->AllReduce(buffers, 1000, AllReduceOp::kSum);
+    EXPECT_THAT(s, StatusIs(absl::StatusCode::kInternal, HasSubstr("injected")));
+    for (int r = 0; r < 3; ++r) {
+      EXPECT_THAT(topo.gpus[r]->stream()->Synchronize(), IsOk()) << "replica " << r;
+    }
+    EXPECT_THAT(bad->Synchronize(), StatusIs(absl::StatusCode::kInternal));
+  }
 }
 
 TEST(AllReduceTest, BadArguments) {

@@ -217,10 +217,47 @@ class NcclFrontTest : public ::testing::Test {
   std::unique_ptr<HostPlatform> host_;
 };
 
-TEST_F(NcclFrontTest, HostPlatformIsUnimplemented) {
+// The host platform gets the host communicator (NCCL's contract; the algorithms are tested in
+// collective_test.cc): here, the front's own checks of streams and buffers.
+TEST_F(NcclFrontTest, HostPlatformGetsTheHostCommunicator) {
   std::vector<Executor*> executors = {Host(0), Host(1)};
-  EXPECT_THAT(NcclCommunicator::Create(executors),
-              StatusIs(absl::StatusCode::kUnimplemented, HasSubstr("host platform")));
+  auto comm = NcclCommunicator::Create(executors);
+  ASSERT_THAT(comm, IsOk());
+  EXPECT_EQ((*comm)->size(), 2);
+  auto s0 = Host(0)->CreateStream({});
+  auto s1 = Host(1)->CreateStream({});
+  ASSERT_THAT(s0, IsOk());
+  ASSERT_THAT(s1, IsOk());
+  auto m0 = Host(0)->Allocate(64);
+  auto m1 = Host(1)->Allocate(64);
+  ASSERT_THAT(m0, IsOk());
+  ASSERT_THAT(m1, IsOk());
+  float* a = static_cast<float*>(*m0);
+  float* b = static_cast<float*>(*m1);
+  for (int i = 0; i < 16; ++i) {
+    a[i] = static_cast<float>(i);
+    b[i] = 100.0f;
+  }
+  std::vector<AllReduceBuffer> bufs = {{s0->get(), a}, {s1->get(), b}};
+  ASSERT_THAT((*comm)->AllReduce(bufs, 16, AllReduceOp::kSum), IsOk());
+  ASSERT_THAT((*s0)->Synchronize(), IsOk());
+  ASSERT_THAT((*s1)->Synchronize(), IsOk());
+  for (int i = 0; i < 16; ++i) {
+    EXPECT_EQ(a[i], 100.0f + i);
+    EXPECT_EQ(b[i], 100.0f + i);
+  }
+  // Rank 1's buffer on rank 0's stream, a missing buffer, a wrong number of buffers.
+  std::vector<AllReduceBuffer> swapped = {{s0->get(), a}, {s0->get(), b}};
+  EXPECT_THAT((*comm)->AllReduce(swapped, 16, AllReduceOp::kSum),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("stream of rank 1 does not belong to host device 1")));
+  std::vector<AllReduceBuffer> null_buffer = {{s0->get(), a}, {s1->get(), nullptr}};
+  EXPECT_THAT((*comm)->AllReduce(null_buffer, 16, AllReduceOp::kSum),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("null buffer for rank 1")));
+  EXPECT_THAT((*comm)->AllReduce(absl::MakeSpan(bufs).subspan(0, 1), 16, AllReduceOp::kSum),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("1 buffers for 2 ranks")));
+  ASSERT_THAT(Host(0)->Free(a), IsOk());
+  ASSERT_THAT(Host(1)->Free(b), IsOk());
 }
 
 TEST_F(NcclFrontTest, DuplicatedDeviceIsInvalidArgumentNamingIt) {
