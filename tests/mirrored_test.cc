@@ -58,7 +58,7 @@ class MirroredTest : public ::testing::Test {
   void SetUp() override {
     SetHostBlasThreads(1);  // the replicas' streams already fill the cores
     HostPlatformOptions o;
-    o.device_bytes = {uint64_t{1} << 30};
+    o.device_bytes = {uint64_t{1} << 30, 256 * kMiB, 256 * kMiB, 256 * kMiB};
     auto p = HostPlatform::Create(o);
     ASSERT_THAT(p.status(), IsOk());
     platform_ = *std::move(p);
@@ -69,8 +69,34 @@ class MirroredTest : public ::testing::Test {
   std::vector<LogicalDevice*> Gpus(int n) {
     return std::vector<LogicalDevice*>(set_.gpus.begin(), set_.gpus.begin() + n);
   }
+  // Four replicas laid out as `algorithm`'s row of the topology table, none of them GPU:0 of
+  // physical device 0 (the one-device reference): local and via-host on physical device 0;
+  // NCCL one on each of physical devices 0..3; hierarchical two on each of physical 0 and 1.
+  std::vector<LogicalDevice*> FourReplicas(AllReduceAlgorithm algorithm) {
+    if (algorithm == AllReduceAlgorithm::kLocal || algorithm == AllReduceAlgorithm::kViaHost) {
+      return {set_.gpus[1], set_.gpus[2], set_.gpus[3], set_.gpus[4]};
+    }
+    if (algorithm == AllReduceAlgorithm::kHierarchical) {
+      auto more = CreateDeviceSet(platform_.get(), 1, {64 * kMiB, 64 * kMiB}, false);
+      EXPECT_THAT(more.status(), IsOk());
+      if (!more.ok()) return {};
+      std::vector<LogicalDevice*> out = {set_.gpus[1], set_.gpus[2], more->gpus[0], more->gpus[1]};
+      extra_.push_back(*std::move(more));
+      return out;
+    }
+    std::vector<LogicalDevice*> out = {set_.gpus[1]};
+    for (int p = 1; p < 4; ++p) {
+      auto more = CreateDeviceSet(platform_.get(), p, {64 * kMiB}, false);
+      EXPECT_THAT(more.status(), IsOk());
+      if (!more.ok()) return {};
+      out.push_back(more->gpus[0]);
+      extra_.push_back(*std::move(more));
+    }
+    return out;
+  }
   std::unique_ptr<HostPlatform> platform_;
   DeviceSet set_;
+  std::vector<DeviceSet> extra_;
 };
 
 StrategyOptions SmallOptions(int batch) {
@@ -86,7 +112,7 @@ class MirroredAlgorithmTest : public MirroredTest,
 
 TEST_P(MirroredAlgorithmTest, ReplicasBitwiseEqualAfterEveryStep) {
   StrategyOptions o = SmallOptions(10);  // 10 over 4 replicas: 3, 3, 2, 2
-  auto m = MirroredStrategy::Create(Gpus(4), o, GetParam());
+  auto m = MirroredStrategy::Create(FourReplicas(GetParam()), o, GetParam());
   ASSERT_THAT(m.status(), IsOk());
   EXPECT_EQ((*m)->algorithm(), GetParam());
   Data d = MakeData(200, 32, 5, 1);
@@ -110,11 +136,47 @@ TEST_P(MirroredAlgorithmTest, ReplicasBitwiseEqualAfterEveryStep) {
   EXPECT_GT(totals->mean_loss(), 0.0);
 }
 
+// The bar, for every all-reduce row: 784-256-256-10, global batch 256, Adam, 50 steps,
+// same seed; 4 replicas agree with one device to a relative 1e-4.
+TEST_P(MirroredAlgorithmTest, FourReplicasMatchOneDeviceOnTheSeedModel) {
+  StrategyOptions o;
+  o.global_batch = 256;
+  o.seed = 42;
+  auto one = MirroredStrategy::Create(Gpus(1), o);
+  auto four = MirroredStrategy::Create(FourReplicas(GetParam()), o, GetParam());
+  ASSERT_THAT(one.status(), IsOk());
+  ASSERT_THAT(four.status(), IsOk());
+  EXPECT_EQ((*four)->algorithm(), GetParam());
+  Data d = MakeData(256 * 5, 784, 10, 3);
+  for (int step = 0; step < 50; ++step) {
+    const int off = (step % 5) * 256;
+    ASSERT_THAT((*one)->Step(d.x.data() + off * 784, d.y.data() + off, 256), IsOk());
+    ASSERT_THAT((*four)->Step(d.x.data() + off * 784, d.y.data() + off, 256), IsOk());
+  }
+  auto a = (*one)->Params();
+  auto b = (*four)->Params();
+  ASSERT_THAT(a.status(), IsOk());
+  ASSERT_THAT(b.status(), IsOk());
+  const double rel = RelativeDifference(*b, *a);
+  EXPECT_LT(rel, 1e-4);
+  std::vector<float> init = GlorotUniformInit(o.spec, o.seed);
+  EXPECT_GT(RelativeDifference(*a, init), 1e-3) << "training did not move the weights";
+  // And training worked: the loss went down on these separable data.
+  auto t = (*four)->Evaluate(d.x.data(), d.y.data(), 256 * 5);
+  ASSERT_THAT(t.status(), IsOk());
+  EXPECT_GT(t->accuracy(), 0.9);
+}
+
 INSTANTIATE_TEST_SUITE_P(HostAlgorithms, MirroredAlgorithmTest,
-                         ::testing::Values(AllReduceAlgorithm::kLocal,
+                         ::testing::Values(AllReduceAlgorithm::kLocal, AllReduceAlgorithm::kNccl,
+                                           AllReduceAlgorithm::kHierarchical,
                                            AllReduceAlgorithm::kViaHost),
                          [](const auto& info) {
-                           return info.param == AllReduceAlgorithm::kLocal ? "local" : "via_host";
+                           std::string name(AllReduceAlgorithmName(info.param));
+                           for (char& ch : name) {
+                             if (ch == '-') ch = '_';
+                           }
+                           return name;
                          });
 
 TEST_F(MirroredTest, SplitKeepsTheRemainder) {
@@ -149,35 +211,6 @@ TEST_F(MirroredTest, UnevenBatchMatchesOneDevice) {
   auto tb = (*three)->Flush();
   EXPECT_NEAR(ta->mean_loss(), tb->mean_loss(), 1e-4);
   EXPECT_EQ(ta->examples, tb->examples);
-}
-
-TEST_F(MirroredTest, FourReplicasMatchOneDeviceOnTheSeedModel) {
-  // The bar: 784-256-256-10, global batch 256, Adam, 50 steps, same seed.
-  StrategyOptions o;
-  o.global_batch = 256;
-  o.seed = 42;
-  auto one = MirroredStrategy::Create(Gpus(1), o);
-  auto four = MirroredStrategy::Create({set_.gpus[1], set_.gpus[2], set_.gpus[3], set_.gpus[4]}, o);
-  ASSERT_THAT(one.status(), IsOk());
-  ASSERT_THAT(four.status(), IsOk());
-  Data d = MakeData(256 * 5, 784, 10, 3);
-  for (int step = 0; step < 50; ++step) {
-    const int off = (step % 5) * 256;
-    ASSERT_THAT((*one)->Step(d.x.data() + off * 784, d.y.data() + off, 256), IsOk());
-    ASSERT_THAT((*four)->Step(d.x.data() + off * 784, d.y.data() + off, 256), IsOk());
-  }
-  auto a = (*one)->Params();
-  auto b = (*four)->Params();
-  ASSERT_THAT(a.status(), IsOk());
-  ASSERT_THAT(b.status(), IsOk());
-  const double rel = RelativeDifference(*b, *a);
-  EXPECT_LT(rel, 1e-4);
-  std::vector<float> init = GlorotUniformInit(o.spec, o.seed);
-  EXPECT_GT(RelativeDifference(*a, init), 1e-3) << "training did not move the weights";
-  // And training worked: the loss went down on these separable data.
-  auto t = (*four)->Evaluate(d.x.data(), d.y.data(), 256 * 5);
-  ASSERT_THAT(t.status(), IsOk());
-  EXPECT_GT(t->accuracy(), 0.9);
 }
 
 TEST_F(MirroredTest, Errors) {
