@@ -1,11 +1,11 @@
 #include "strategies/idx.h"
 
-#include <algorithm>
-
 #include <sys/stat.h>
 #include <zlib.h>
 
+#include <algorithm>
 #include <memory>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -146,6 +146,18 @@ absl::StatusOr<MnistLike> LoadMnistLike(const std::string& dir) {
   VGPU_ASSIGN_OR_RETURN(std::string tel, find("t10k-labels-idx1-ubyte"));
   VGPU_ASSIGN_OR_RETURN(m.train, LoadIdxPair(tri, trl));
   VGPU_ASSIGN_OR_RETURN(m.test, LoadIdxPair(tei, tel));
+  // The model's output layer has one unit per class: a label outside it would only fail later,
+  // inside the loss kernel, without naming the file.
+  for (const auto& [split, path] :
+       {std::pair<const Dataset*, const std::string*>{&m.train, &trl}, {&m.test, &tel}}) {
+    for (size_t i = 0; i < split->y.size(); ++i) {
+      if (split->y[i] < 0 || split->y[i] >= kMnistClasses) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(*path, ": label ", split->y[i], " at index ", i, " is outside 0..",
+                         kMnistClasses - 1, " (MNIST-style data has ", kMnistClasses, " classes)"));
+      }
+    }
+  }
   if (m.train.features != m.test.features) {
     return absl::InvalidArgumentError(absl::StrCat(dir, ": train images have ", m.train.features,
                                                    " features, test images ", m.test.features));

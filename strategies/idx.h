@@ -36,7 +36,10 @@ struct MnistLike {
   Dataset train, test;
 };
 
-// DIR/{train-images-idx3-ubyte, train-labels-idx1-ubyte, t10k-...}[.gz] (gz preferred).
+// Classes of MNIST-style data (digits, Fashion-MNIST): labels are 0..kMnistClasses-1.
+inline constexpr int kMnistClasses = 10;
+// DIR/{train-images-idx3-ubyte, train-labels-idx1-ubyte, t10k-...}[.gz] (gz preferred); labels
+// outside 0..9 are InvalidArgument naming the file and the index.
 absl::StatusOr<MnistLike> LoadMnistLike(const std::string& dir);
 // One split: images + labels files.
 absl::StatusOr<Dataset> LoadIdxPair(const std::string& images_path, const std::string& labels_path);

@@ -109,6 +109,14 @@ TEST(IdxTest, ClearErrors) {
   EXPECT_EQ(ok->train.features, 4);
   EXPECT_FLOAT_EQ(ok->train.x[1], 1.0f / 255.0f);
   EXPECT_EQ(ok->test.rows, 2);
+  // A label the 10-way output cannot take names the file and where it is.
+  std::vector<uint8_t> bad_labels = Idx({2});
+  bad_labels.back() = 12;
+  WritePlain(dir + "/t10k-labels-idx1-ubyte", bad_labels);
+  EXPECT_THAT(LoadMnistLike(dir).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr(dir + "/t10k-labels-idx1-ubyte: label 12 at index 1 is outside "
+                                       "0..9")));
   EXPECT_THAT(LoadMnistLike(dir + "/nothing").status(),
               StatusIs(absl::StatusCode::kNotFound, HasSubstr("train-images-idx3-ubyte")));
 }

@@ -105,6 +105,7 @@ absl::StatusOr<Flags> ParseFlags(int argc, char** argv) {
       VGPU_ASSIGN_OR_RETURN(f.devices, next());
     } else if (a == "--epochs") {
       VGPU_RETURN_IF_ERROR(int_flag(f.epochs));
+      if (f.epochs == 0) return absl::InvalidArgumentError("--epochs must be >= 1");
     } else if (a == "--batch") {
       VGPU_RETURN_IF_ERROR(int_flag(f.batch));
       if (f.batch == 0) return absl::InvalidArgumentError("--batch must be >= 1");
@@ -138,8 +139,10 @@ absl::StatusOr<Flags> ParseFlags(int argc, char** argv) {
     } else if (a == "--quiet") {
       f.quiet = true;
     } else if (a == "--memory-history") {
-      if (i + 1 >= argc) return absl::InvalidArgumentError("--memory-history needs a file name");
-      f.memory_history = argv[++i];
+      VGPU_ASSIGN_OR_RETURN(f.memory_history, next());
+      if (f.memory_history.empty()) {
+        return absl::InvalidArgumentError("--memory-history needs a file name");
+      }
     } else {
       return absl::InvalidArgumentError(absl::StrCat("unknown flag '", argv[i], "' (see --help)"));
     }
@@ -332,7 +335,9 @@ absl::StatusOr<RunResult> Train(const Flags& f, const std::string& which, Device
   }
   result.samples_per_s = train_seconds > 0 ? trained / train_seconds : 0;
   result.peak_bytes = strategies::PeakBytes(s->devices());
-  result.num_devices = static_cast<int>(s->devices().size());
+  // The GPUs the strategy was given (--devices), whatever it placed on them: model-parallel may
+  // leave one without a stage, central storage adds CPU:0 for the variables.
+  result.num_devices = which == "single" ? 1 : static_cast<int>(d.chosen.size());
   return result;
 }
 
