@@ -122,11 +122,15 @@ absl::Status CentralStorageStrategy::Step(const float* x, const int32_t* y, int 
 }
 
 absl::StatusOr<StepTotals> CentralStorageStrategy::Flush() {
+  // Every stream is drained even after an error (the caller's inputs must not be read once
+  // Flush returns); the first error is returned.
+  absl::Status status;
   for (auto& rep : replicas_) {
-    VGPU_RETURN_IF_ERROR(accounting_.ReadSlots(*rep->back()));
-    VGPU_RETURN_IF_ERROR(rep->Synchronize());
+    status.Update(accounting_.ReadSlots(*rep->back()));
+    status.Update(rep->Synchronize());
   }
-  VGPU_RETURN_IF_ERROR(cpu_->stream()->Synchronize());
+  status.Update(cpu_->stream()->Synchronize());
+  VGPU_RETURN_IF_ERROR(status);
   return accounting_.TakeTotals();
 }
 

@@ -153,11 +153,14 @@ absl::Status MirroredStrategy::ShardedUpdate() {
 }
 
 absl::StatusOr<StepTotals> MirroredStrategy::Flush() {
+  // Every replica is drained even after an error: the caller's step inputs must not be read
+  // once Flush returns. Also when no step is pending: a failed step's sticky error surfaces here.
+  absl::Status status;
   for (auto& rep : replicas_) {
-    VGPU_RETURN_IF_ERROR(accounting_.ReadSlots(*rep->back()));
-    // Also when no step is pending: a failed step's sticky stream error surfaces here.
-    VGPU_RETURN_IF_ERROR(rep->Synchronize());
+    status.Update(accounting_.ReadSlots(*rep->back()));
+    status.Update(rep->Synchronize());
   }
+  VGPU_RETURN_IF_ERROR(status);
   return accounting_.TakeTotals();
 }
 
