@@ -3,6 +3,11 @@
 // measured in the same run: plain device-to-device copies of the same buffers, which move the
 // same number of bytes (each replica's buffer read once and written once). Last line: one JSON
 // object.
+//
+// The bandwidth counts the 2 x N x size bytes any all-reduce must move (every input read, every
+// output written). The local algorithm's real traffic is larger, (3N - 1) x size (the sum reads
+// N buffers and writes one, then N - 1 broadcast copies read and write one each), so the figure
+// understates the memory traffic, never overstates it.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
