@@ -135,12 +135,19 @@ absl::StatusOr<std::vector<LayerPlacement>> PlaceLayers(const MlpSpec& spec,
         while (d < devices.size() && free[d] < out[l].total_bytes) ++d;
         if (d == devices.size()) {
           LogicalDevice* last = devices.back();
+          // What is left on each device once the earlier layers are placed.
+          std::string left;
+          for (size_t i = 0; i < devices.size(); ++i) {
+            absl::StrAppend(&left, i ? ", " : "", ShortName(*devices[i]), " ",
+                            FormatBytes(free[i]));
+          }
           return absl::ResourceExhaustedError(absl::StrFormat(
               "memory-balanced placement: layer %d (%dx%d) needs %s (params, grads, optimizer "
               "state, activations for %d rows) but no device has it; last tried %s with %s "
-              "free of %s",
+              "free of %s (free: %s); give the devices more memory, a smaller batch, or more "
+              "devices",
               l, spec.in(l), spec.out(l), FormatBytes(out[l].total_bytes), max_rows, last->name(),
-              FormatBytes(free.back()), FormatBytes(last->memory_limit())));
+              FormatBytes(free.back()), FormatBytes(last->memory_limit()), left));
         }
         out[l].device = devices[d];
         free[d] -= out[l].total_bytes;

@@ -99,11 +99,39 @@ TEST_F(ModelParallelTest, MemoryBalancedFillsInOrderAndFailsClearly) {
   EXPECT_THAT(
       PlaceLayers(spec, tiny->gpus, {PlacementPolicy::kMemoryBalanced, {}}, 256, opt, 8).status(),
       StatusIs(absl::StatusCode::kResourceExhausted,
-               ::testing::AllOf(HasSubstr("layer 0 (784x256)"), HasSubstr("device:GPU:1"))));
+               ::testing::AllOf(HasSubstr("layer 0 (784x256)"), HasSubstr("device:GPU:1"),
+                                HasSubstr("free: GPU:0 2 MiB, GPU:1 2 MiB"))));
   EXPECT_THAT(ParsePlacementPolicy("greedy").status(),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("greedy")));
   EXPECT_THAT(ParsePlacementPolicy("Memory-Balanced"),
               ::vgpu::testing::IsOkAndHolds(PlacementPolicy::kMemoryBalanced));
+}
+
+// The placement's budget is the real one: on devices just big enough for its plan, the strategy
+// it builds allocates every buffer and trains (the estimate does not undercount), the plan uses
+// the second device, and nothing is left allocated afterwards.
+TEST_F(ModelParallelTest, MemoryBalancedPlanFitsTheRealAllocations) {
+  StrategyOptions o;  // the seed model, 784-256-256-10, batch 256, Adam
+  o.global_batch = 256;
+  auto devices = CreateDeviceSet(platform_.get(), 0, {6 * kMiB, 6 * kMiB}, false);
+  ASSERT_THAT(devices.status(), IsOk());
+  {
+    auto mp =
+        ModelParallelStrategy::Create(devices->gpus, o, {PlacementPolicy::kMemoryBalanced, {}});
+    ASSERT_THAT(mp.status(), IsOk());
+    EXPECT_EQ((*mp)->num_stages(), 2);
+    std::vector<float> x(256 * 784, 0.5f);
+    std::vector<int32_t> y(256, 3);
+    ASSERT_THAT((*mp)->Step(x.data(), y.data(), 256), IsOk());
+    ASSERT_THAT((*mp)->Flush().status(), IsOk());
+    for (LogicalDevice* d : devices->gpus) {
+      EXPECT_LE(d->allocator()->Stats().bytes_in_use, d->memory_limit()) << d->name();
+      EXPECT_GT(d->allocator()->Stats().bytes_in_use, 0u) << d->name();
+    }
+  }
+  for (LogicalDevice* d : devices->gpus) {
+    EXPECT_EQ(d->allocator()->Stats().bytes_in_use, 0u) << d->name();
+  }
 }
 
 TEST_F(ModelParallelTest, TrainsLikeOneDevice) {
