@@ -256,7 +256,11 @@ absl::Status BFCAllocator::GrowLocked(uint64_t need) {
     return absl::ResourceExhaustedError(
         absl::StrCat("growing by ", FormatBytes(need), " would pass the limit"));
   }
-  uint64_t size = std::min(std::max(next_region_bytes_, need), available);
+  uint64_t step = next_region_bytes_;
+  if (options_.max_region_bytes != 0) {
+    step = std::min(step, std::max(RoundedBytes(options_.max_region_bytes), kMinAllocationSize));
+  }
+  uint64_t size = std::min(std::max(step, need), available);
   while (true) {
     absl::Status s = AddRegionLocked(size);
     if (s.ok()) break;
@@ -271,13 +275,18 @@ absl::Status BFCAllocator::GrowLocked(uint64_t need) {
   return absl::OkStatus();
 }
 
-uint64_t BFCAllocator::ReleaseEmptyRegionsLocked() {
-  uint64_t released = 0;
+uint64_t BFCAllocator::ReleaseEmptyRegionsLocked(uint64_t keep_bytes) {
+  uint64_t released = 0, kept = 0;
   size_t out = 0;
   for (size_t i = 0; i < regions_.size(); ++i) {
     Region r = regions_[i];
     const Chunk& c = chunks_[r.first];
     if (c.in_use || c.next != kNone) {
+      regions_[out++] = r;
+      continue;
+    }
+    if (kept + r.size <= keep_bytes) {
+      kept += r.size;
       regions_[out++] = r;
       continue;
     }
@@ -296,9 +305,9 @@ uint64_t BFCAllocator::ReleaseEmptyRegionsLocked() {
   return released;
 }
 
-absl::StatusOr<uint64_t> BFCAllocator::ReleaseEmptyRegions() {
+absl::StatusOr<uint64_t> BFCAllocator::ReleaseEmptyRegions(uint64_t keep_bytes) {
   std::lock_guard<SpinLock> l(mu_);
-  return ReleaseEmptyRegionsLocked();
+  return ReleaseEmptyRegionsLocked(keep_bytes);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -338,7 +347,12 @@ void* BFCAllocator::CarveLocked(uint32_t c, uint64_t rounded, uint64_t alignment
 
 absl::StatusOr<void*> BFCAllocator::AllocateLocked(uint64_t bytes, uint64_t alignment) {
   if (!init_status_.ok()) return init_status_;
-  if (bytes > limit_) return OomErrorLocked(bytes, RoundedBytes(limit_), "over the limit");
+  if (bytes > limit_) {
+    // The message names the rounded request; near 2^64 rounding would wrap, so saturate.
+    const uint64_t rounded =
+        bytes > UINT64_MAX - (kMinAllocationSize - 1) ? UINT64_MAX : RoundedBytes(bytes);
+    return OomErrorLocked(bytes, rounded, "the request is over the limit");
+  }
   const uint64_t rounded = RoundedBytes(bytes);
   const uint64_t need =
       rounded + (alignment > kMinAllocationSize ? alignment - kMinAllocationSize : 0);

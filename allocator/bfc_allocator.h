@@ -42,7 +42,10 @@ struct BFCOptions {
   uint64_t memory_limit = 0;                // hard limit, > 0
   bool allow_growth = true;                 // false: one region of the whole limit up front
   uint64_t initial_region_bytes = 2 << 20;  // first region when growing, then doubling
-  bool garbage_collection = true;           // free empty regions before reporting OOM
+  // Growth: regions double up to this size (0 = no cap); a larger request still gets a
+  // region of its own size. initial_region_bytes == max_region_bytes gives fixed-size regions.
+  uint64_t max_region_bytes = 0;
+  bool garbage_collection = true;  // free empty regions before reporting OOM
   // Requests of at most this many bytes are "small" and carved from the high end of a free
   // chunk (large ones from the low end). 0 (the default): everything from the low end, which
   // replays our traces best (see docs/allocator.md).
@@ -103,9 +106,10 @@ class BFCAllocator final : public Allocator {
   std::string DumpMemoryLog() const override;
   absl::Status CheckInvariants() const override;
 
-  // Gives every wholly free region back to the sub-allocator; returns the bytes released.
-  // (The vmm allocator calls this to return slab granules to its pool.)
-  absl::StatusOr<uint64_t> ReleaseEmptyRegions();
+  // Gives every wholly free region back to the sub-allocator, except the first ones (by
+  // address) whose sizes add up to at most `keep_bytes`; returns the bytes released. (The vmm
+  // allocator calls this to return slab granules to its pool.)
+  absl::StatusOr<uint64_t> ReleaseEmptyRegions(uint64_t keep_bytes = 0);
   // Rounded size of a live allocation (the chunk it occupies); NotFound for other pointers.
   absl::StatusOr<uint64_t> AllocatedSize(const void* ptr) const;
   // Events (alloc/free/map/unmap/oom) go to `observer` too; nullptr detaches. The observer
@@ -160,7 +164,7 @@ class BFCAllocator final : public Allocator {
   void* CarveLocked(uint32_t c, uint64_t rounded, uint64_t alignment, uint64_t requested);
   absl::Status GrowLocked(uint64_t need);
   absl::Status AddRegionLocked(uint64_t size);
-  uint64_t ReleaseEmptyRegionsLocked();
+  uint64_t ReleaseEmptyRegionsLocked(uint64_t keep_bytes = 0);
   absl::Status OomErrorLocked(uint64_t bytes, uint64_t rounded, absl::string_view why);
   AllocatorStats StatsLocked() const;
   uint64_t LargestFreeLocked() const;

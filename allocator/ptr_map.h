@@ -28,8 +28,10 @@ class PtrMap {
   size_t size() const { return size_; }
   bool empty() const { return size_ == 0; }
 
-  // The value stored for `key`, or kNotFound.
+  // The value stored for `key`, or kNotFound. ~0 (the empty-slot marker, never a key) is
+  // always kNotFound: a caller may pass any pointer, e.g. MAP_FAILED ((void*)-1).
   uint32_t Find(uint64_t key) const {
+    if (key == kEmpty) return kNotFound;
     for (size_t i = Home(key);; i = (i + 1) & mask_) {
       const Slot& s = slots_[i];
       if (s.key == key) return s.value;
@@ -37,9 +39,10 @@ class PtrMap {
     }
   }
 
-  // Adds key -> value; false (and nothing changed) if the key is present. `key` must not be
-  // ~0 (never a 256-byte-aligned address).
+  // Adds key -> value; false (and nothing changed) if the key is present or is ~0 (the
+  // empty-slot marker; never a 256-byte-aligned address).
   bool Insert(uint64_t key, uint32_t value) {
+    if (key == kEmpty) return false;
     if (2 * (size_ + 1) > slots_.size()) Rehash(2 * slots_.size());
     size_t i = Home(key);
     for (; slots_[i].key != kEmpty; i = (i + 1) & mask_) {
@@ -50,8 +53,9 @@ class PtrMap {
     return true;
   }
 
-  // Removes `key`; returns its value, or kNotFound (nothing changed) if absent.
+  // Removes `key`; returns its value, or kNotFound (nothing changed) if absent or ~0.
   uint32_t Erase(uint64_t key) {
+    if (key == kEmpty) return kNotFound;
     size_t i = Home(key);
     for (; slots_[i].key != key; i = (i + 1) & mask_) {
       if (slots_[i].key == kEmpty) return kNotFound;

@@ -124,13 +124,25 @@ void TraceRecorder::OnAllocatorEvent(const std::string& allocator_name, const Al
     live_bytes_ += e.bytes;
     peak_live_ = std::max(peak_live_, live_bytes_);
     absl::StrAppend(&body_, "a ", id, " ", e.bytes, "\n");
+    ++events_;
   } else {
     auto it = live_.find(key);
     if (it == live_.end()) return;  // allocated before recording started
     live_bytes_ -= it->second.second;
     absl::StrAppend(&body_, "f ", it->second.first, "\n");
+    ++events_;
     live_.erase(it);
   }
+}
+
+uint64_t TraceRecorder::events() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return events_;
+}
+
+uint64_t TraceRecorder::peak_live_bytes() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return peak_live_;
 }
 
 std::string TraceRecorder::Text() const {

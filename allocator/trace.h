@@ -48,33 +48,58 @@ struct Trace {
 absl::StatusOr<Trace> ParseTrace(absl::string_view text, absl::string_view source = "trace");
 absl::StatusOr<Trace> ReadTraceFile(const std::string& path);
 
-// Records alloc and free events of the allocators it observes (Allocator::AddObserver) as a
-// trace; ids are assigned in allocation order. OOMs, maps and unmaps are not part of the
-// format and are skipped.
+// Records the successful allocations (requested bytes) and frees of the allocators it observes
+// as a trace; ids are assigned in allocation order. Attach it with AttachTraceRecorder below
+// (or Allocator::AddObserver). Frees of blocks allocated before recording started, failed
+// allocations (OOMs), maps and unmaps are not part of the format and are skipped; blocks
+// still live when the trace is written stay unfreed in it (replay frees them, untimed).
+// Several allocators may feed one recorder: their blocks interleave into one workload (keyed
+// by allocator name and pointer, so give them distinct names); use one recorder per device to
+// replay each separately.
 class TraceRecorder final : public AllocatorObserver {
  public:
   explicit TraceRecorder(std::string name = "recorded") : name_(std::move(name)) {}
   void OnAllocatorEvent(const std::string& allocator_name, const AllocatorEvent& e) override;
   std::string Text() const;  // the trace so far, with its peak_live_bytes header
+  // Writes Text() to `path` (replace it); `vgpu-bench replay PATH` reads it back.
   absl::Status WriteFile(const std::string& path) const;
+  uint64_t events() const;           // "a" and "f" lines so far
+  uint64_t peak_live_bytes() const;  // max of the sum of live requested bytes
 
  private:
   mutable std::mutex mu_;
   std::string name_;
   std::string body_;
   uint64_t next_id_ = 0;
+  uint64_t events_ = 0;
   uint64_t live_bytes_ = 0;
   uint64_t peak_live_ = 0;
   // (allocator name, ptr) -> (id, bytes): two allocators may hand out the same address.
   absl::flat_hash_map<std::pair<std::string, uint64_t>, std::pair<uint64_t, uint64_t>> live_;
 };
 
+// Sends `allocator`'s allocations and frees to `recorder` (which must outlive it, or be
+// detached first), as AttachMemoryHistory does for a MemoryHistory:
+//   TraceRecorder rec("my_workload");
+//   AttachTraceRecorder(*allocator, &rec);
+//   ... run the workload ...
+//   DetachTraceRecorder(*allocator, &rec);
+//   VGPU_RETURN_IF_ERROR(rec.WriteFile("my_workload.trace"));  // vgpu-bench replay reads it
+// Every allocator kind here (bfc, vmm, async) reports its events; an allocator that reports
+// none records nothing.
+inline void AttachTraceRecorder(Allocator& allocator, TraceRecorder* recorder) {
+  allocator.AddObserver(recorder);
+}
+inline void DetachTraceRecorder(Allocator& allocator, TraceRecorder* recorder) {
+  allocator.RemoveObserver(recorder);
+}
+
 struct ReplayResult {
   uint64_t events = 0;         // events replayed (up to and including the first failure)
   uint64_t failures = 0;       // allocations that failed
   uint64_t first_failure = 0;  // index of the first failed event
   absl::Status first_error;
-  int64_t elapsed_ns = 0;  // wall time of the event loop only
+  int64_t elapsed_ns = 0;  // CPU time of the calling thread in the event loop only
 };
 
 // Replays `trace` on `allocator`. stop_at_failure: stop at the first failed allocation (a

@@ -3,16 +3,25 @@
 // onto ANY free granules, contiguous or not ("stitching", as GMLake does). Free memory can
 // therefore never be stranded between live blocks: a large request fits whenever enough
 // granules are free, wherever they are. Blocks smaller than `small_block_max` come from a
-// BFCAllocator whose regions ("slabs") are themselves stitched granules. The memory limit
-// counts mapped granules (physical memory), not virtual space.
+// BFCAllocator whose regions ("slabs") are fixed-size stitched ranges of `slab_bytes` (one
+// granule by default). The memory limit counts mapped granules (physical memory), not virtual
+// space.
 //
 // Freed large blocks keep their mapping in a small cache so a hot size does not remap every
 // step; cached ranges are evicted (unmapped, granules back to the pool) before anything
-// would hit the limit. Free granules go back to the pool at once; with allow_growth they go
-// back to the device too, beyond a small reserve, and all of them when the allocator is idle.
+// would hit the limit. Empty slabs stay mapped until a large block needs their granules (or
+// the slab BFC cannot grow), Trim(), or (with growth) the allocator goes idle.
+// Unmapped granules go back to the pool at once. With allow_growth they also go back to the
+// device: those unused through a whole give-back epoch (beyond a small reserve), and, as soon
+// as nothing is allocated (the last free of either kind), everything (empty slabs, the
+// mapping cache, every granule) except a reserve of `pool_keep_bytes` kept mapped, the block
+// freed last first, so an alloc/free loop of one buffer does not go to the device every
+// iteration. Without growth the whole limit stays held from the device.
 //
 // Thread safety: thread-safe (see allocator.h). One mutex guards the granule pool and large
-// blocks; the slab BFC has its own, and is always locked before ours, never after.
+// blocks; the slab BFC has its own, and is always locked before ours, never after. Small
+// allocations and frees take only the slab BFC's lock, except when they need a new slab or
+// (growth) the free leaves the allocator idle.
 #ifndef VGPU_ALLOCATOR_VMM_ALLOCATOR_H_
 #define VGPU_ALLOCATOR_VMM_ALLOCATOR_H_
 
@@ -44,15 +53,19 @@ struct VmmOptions {
   bool allow_growth = true;
   // Requests below this go to the slab BFC; 0 = half a granule.
   uint64_t small_block_max = 0;
-  // Size of each slab the BFC takes from the granule pool (a multiple of the granule);
-  // 0 = one granule. Small slabs are given back as soon as they empty.
+  // Size of every slab the BFC takes from the granule pool (rounded up to a multiple of the
+  // granule; 0 = one granule). Fixed, not doubling: measured better on the shared traces.
   uint64_t slab_bytes = 0;
   // Mapped-but-free large ranges kept for reuse; 0 = limit / 4. Evicted on pressure.
   uint64_t cache_bytes = 0;
   bool enable_cache = true;
   // With allow_growth, granules that stayed free in the pool through a whole epoch of
-  // `give_back_epoch` frees go back to the device, except `pool_keep_bytes` of them
-  // (0 = limit / 64, at least one granule); all go back when nothing is allocated.
+  // `give_back_epoch` frees (of large blocks and of slabs) go back to the device, except
+  // `pool_keep_bytes` of them (0 = limit / 64, at least one granule). When nothing is
+  // allocated, everything goes back (cache, empty slabs, all granules) except
+  // `pool_keep_bytes` kept mapped: the cached range of the large block freed last, or one empty
+  // slab after a small one, then other cached ranges (largest evicted first). Trim() returns
+  // that reserve too.
   uint64_t pool_keep_bytes = 0;
   uint64_t give_back_epoch = 256;
 };
@@ -85,7 +98,8 @@ class VmmAllocator final : public Allocator {
     uint64_t in_blocks = 0;
     uint64_t cached = 0;
     uint64_t in_slabs = 0;
-    uint64_t free = 0;  // created, not mapped
+    uint64_t slabs = 0;  // slab ranges (each slab_bytes, one granule by default)
+    uint64_t free = 0;   // created, not mapped
     uint64_t limit = 0;
     uint64_t cache_hits = 0;
     uint64_t cache_evictions = 0;
@@ -132,12 +146,24 @@ class VmmAllocator final : public Allocator {
   // Makes `count` granules free (unmapped) in the pool, creating them (growth) or evicting
   // the cache as needed, within the limit.
   absl::Status EnsureFreeGranulesLocked(uint64_t count);
-  absl::Status EvictOneLocked();
+  // Unmaps the largest cached range; the one at `spare` only when nothing else is cached.
+  absl::Status EvictOneLocked(const void* spare = nullptr);
   absl::Status GiveBackLocked(uint64_t keep);
-  // After a free with allow_growth: the idle and epoch give-back rules above.
-  absl::Status MaybeGiveBackLocked();
+  // After a free of a large block or a slab with allow_growth: granules free through a whole
+  // epoch go back to the device (beyond keep_granules_).
+  absl::Status EpochGiveBackLocked();
+  // Nothing allocated (no large block, no small one).
+  bool IdleLocked() const;
+  // With allow_growth, after the last live block is freed (either path): empty slabs, the
+  // mapping cache and every free granule go back to the device, except a reserve of
+  // keep_granules_ kept mapped (the block freed last first: `last_range`, its cached range of
+  // `last_granules`, or null after a small free). Takes the slab BFC's lock, then ours: call
+  // it with neither held. Does nothing if a block was allocated meanwhile.
+  absl::Status GiveBackIfIdle(const void* last_range, uint64_t last_granules);
+  // ResourceExhausted with Stats()'s numbers; call without mu_ (reads the slab BFC first).
   absl::Status OomError(uint64_t bytes, uint64_t rounded, absl::string_view why) const;
-  AllocatorStats StatsLocked() const;
+  // Stats() from the slab BFC's stats (taken before mu_) and ours.
+  AllocatorStats CombinedStatsLocked(const AllocatorStats& slab) const;
 
   const std::unique_ptr<VmmBackend> backend_;
   const VmmOptions options_;
@@ -163,6 +189,7 @@ class VmmAllocator final : public Allocator {
   absl::flat_hash_map<void*, std::unique_ptr<Range>> slab_ranges_;
   std::map<uint64_t, std::vector<std::unique_ptr<Range>>> cache_;  // granule count -> ranges
   uint64_t cached_granules_ = 0;
+  std::string slab_refusal_;  // why the pool last refused the slab BFC a slab ("" = it did not)
   uint64_t block_granules_ = 0;
   uint64_t slab_granules_ = 0;
   // Stats of the large path (the slab BFC keeps its own).

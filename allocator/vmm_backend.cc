@@ -56,17 +56,18 @@ absl::StatusOr<std::unique_ptr<VmmBackend>> CreateExecutorVmmBackend(Executor* e
   return std::unique_ptr<VmmBackend>(new ExecutorVmmBackend(executor, granularity));
 }
 
-// Fake addresses start high and far from anything real, so a stray write faults.
-constexpr uint64_t kFakeVaBase = uint64_t{0x7e00} << 32;
-
-FakeVmmBackend::FakeVmmBackend(uint64_t granularity, uint64_t physical_capacity, bool checked)
+FakeVmmBackend::FakeVmmBackend(uint64_t granularity, uint64_t physical_capacity, bool checked,
+                               uint64_t va_base)
     : granularity_(granularity),
       physical_capacity_(physical_capacity),
       checked_(checked),
-      next_va_(kFakeVaBase) {}
+      next_va_(granularity == 0 ? va_base
+                                : (va_base + granularity - 1) / granularity * granularity) {}
 
 absl::Status FakeVmmBackend::CheckGranular(const char* what, uint64_t bytes) const {
-  if (bytes == 0 || bytes % granularity_ != 0) {
+  // A mask for the usual power-of-two granule (a division costs more than the rest of a call).
+  const bool pow2 = (granularity_ & (granularity_ - 1)) == 0;
+  if (bytes == 0 || (pow2 ? (bytes & (granularity_ - 1)) : bytes % granularity_) != 0) {
     return absl::InvalidArgumentError(absl::StrCat("fake-vmm ", what, ": ", bytes,
                                                    " bytes is not a positive multiple of the "
                                                    "granularity ",
@@ -112,14 +113,25 @@ absl::Status FakeVmmBackend::FreeAddressRange(void* va, uint64_t bytes) {
 
 absl::StatusOr<PhysicalMemoryHandle> FakeVmmBackend::CreatePhysicalMemory(uint64_t bytes) {
   VGPU_RETURN_IF_ERROR(CheckGranular("CreatePhysicalMemory", bytes));
+  auto refuse = [&](uint64_t created) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "fake-vmm CreatePhysicalMemory of ", FormatBytes(bytes), ": ", FormatBytes(created), " of ",
+        FormatBytes(physical_capacity_), " already created"));
+  };
+  if (!checked_) {
+    // Counters only, no lock: the capacity check and the update are one compare-exchange.
+    uint64_t created = physical_bytes_.load(std::memory_order_relaxed);
+    do {
+      if (physical_capacity_ != 0 && created + bytes > physical_capacity_) return refuse(created);
+    } while (!physical_bytes_.compare_exchange_weak(created, created + bytes));
+    return PhysicalMemoryHandle{next_handle_++, bytes};
+  }
   std::lock_guard<std::mutex> l(mu_);
   if (physical_capacity_ != 0 && physical_bytes_ + bytes > physical_capacity_) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "fake-vmm CreatePhysicalMemory of ", FormatBytes(bytes), ": ", FormatBytes(physical_bytes_),
-        " of ", FormatBytes(physical_capacity_), " already created"));
+    return refuse(physical_bytes_);
   }
   uint64_t h = next_handle_++;
-  if (checked_) handles_.emplace(h, bytes);
+  handles_.emplace(h, bytes);
   physical_bytes_ += bytes;
   return PhysicalMemoryHandle{h, bytes};
 }

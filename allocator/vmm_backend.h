@@ -51,10 +51,14 @@ absl::StatusOr<std::unique_ptr<VmmBackend>> CreateExecutorVmmBackend(Executor* e
 // `physical_capacity` (0 = unlimited) makes CreatePhysicalMemory fail with ResourceExhausted
 // past that many bytes, like a full card. Checking costs hash lookups per granule; with
 // `checked` false only the counters are kept (trace replay measures the allocator, not this).
+// `va_base` is the first fake address (rounded up to the granule); give two backends
+// different bases when a test needs their allocators' addresses to differ.
 class FakeVmmBackend final : public VmmBackend {
  public:
-  explicit FakeVmmBackend(uint64_t granularity, uint64_t physical_capacity = 0,
-                          bool checked = true);
+  // Far from anything real, so a stray write faults.
+  static constexpr uint64_t kDefaultVaBase = uint64_t{0x7e00} << 32;
+  explicit FakeVmmBackend(uint64_t granularity, uint64_t physical_capacity = 0, bool checked = true,
+                          uint64_t va_base = kDefaultVaBase);
 
   std::string name() const override { return "fake-vmm"; }
   uint64_t granularity() const override { return granularity_; }

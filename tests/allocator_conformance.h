@@ -5,6 +5,10 @@
 // To add an allocator, write a type with
 //   static constexpr bool kRealMemory;   // true: blocks may be written (not fake addresses)
 //   static std::unique_ptr<Allocator> Make(uint64_t limit);  // limit: a multiple of 2 MiB
+//   // Fake-address types only (required when kRealMemory is false): another instance whose
+//   // addresses differ from Make's (a different fake base address), for the foreign-pointer
+//   // test. Real-memory types get a second Make().
+//   static std::unique_ptr<Allocator> MakeOther(uint64_t limit);
 // and instantiate the suite in your own test file:
 //   using MyTypes = ::testing::Types<MyAllocatorType>;
 //   INSTANTIATE_TYPED_TEST_SUITE_P(Mine, AllocatorConformance, MyTypes);
@@ -42,6 +46,19 @@ class AllocatorConformance : public ::testing::Test {
 };
 
 TYPED_TEST_SUITE_P(AllocatorConformance);
+
+// A second allocator of the same kind whose blocks cannot be the first one's.
+template <typename T>
+std::unique_ptr<Allocator> MakeOtherAllocator(uint64_t limit) {
+  if constexpr (requires { T::MakeOther(limit); }) {
+    return T::MakeOther(limit);
+  } else {
+    static_assert(T::kRealMemory,
+                  "a fake-address allocator type needs MakeOther(limit) with a different base "
+                  "address: two fake pools from one base hand out the same addresses");
+    return T::Make(limit);
+  }
+}
 
 TYPED_TEST_P(AllocatorConformance, DistinctAlignedBlocks) {
   Allocator& a = *this->allocator_;
@@ -135,21 +152,58 @@ TYPED_TEST_P(AllocatorConformance, FillsToTheLimitThenFailsCleanly) {
   EXPECT_EQ(a.Stats().bytes_in_use, 0u);
 }
 
+// Double frees, interior pointers, stack addresses, MAP_FAILED ((void*)-1) and live blocks of
+// another allocator of the same kind: a clear InvalidArgument naming this allocator, and no
+// change to its stats or bookkeeping (the other allocator's blocks stay its own).
 TYPED_TEST_P(AllocatorConformance, BadPointersChangeNothing) {
   Allocator& a = *this->allocator_;
   auto p = a.AllocateRaw(4096);
+  auto big = a.AllocateRaw(3 << 20);
   ASSERT_THAT(p, IsOk());
-  AllocatorStats before = a.Stats();
+  ASSERT_THAT(big, IsOk());
+  std::unique_ptr<Allocator> other = MakeOtherAllocator<TypeParam>(kConformanceLimit);
+  ASSERT_NE(other, nullptr);
+  auto q = other->AllocateRaw(4096);
+  auto qbig = other->AllocateRaw(3 << 20);
+  ASSERT_THAT(q, IsOk());
+  ASSERT_THAT(qbig, IsOk());
+  ASSERT_NE(*q, *p) << "the other allocator must hand out different addresses";
+  ASSERT_NE(*qbig, *big) << "the other allocator must hand out different addresses";
+  const AllocatorStats before = a.Stats();
+  const AllocatorStats other_before = other->Stats();
+  auto expect_same = [&](const AllocatorStats& s, const AllocatorStats& b, const char* what) {
+    EXPECT_EQ(s.num_allocs, b.num_allocs) << what;
+    EXPECT_EQ(s.num_frees, b.num_frees) << what;
+    EXPECT_EQ(s.bytes_in_use, b.bytes_in_use) << what;
+    EXPECT_EQ(s.bytes_reserved, b.bytes_reserved) << what;
+    EXPECT_EQ(s.largest_free_block, b.largest_free_block) << what;
+    EXPECT_EQ(s.regions_unmapped, b.regions_unmapped) << what;
+  };
   int local = 0;
-  EXPECT_THAT(a.Deallocate(&local), StatusIs(absl::StatusCode::kInvalidArgument));
-  EXPECT_THAT(a.Deallocate(static_cast<char*>(*p) + 256),
-              StatusIs(absl::StatusCode::kInvalidArgument));
-  AllocatorStats after = a.Stats();
-  EXPECT_EQ(after.num_frees, before.num_frees);
-  EXPECT_EQ(after.bytes_in_use, before.bytes_in_use);
+  const std::pair<void*, const char*> bad[] = {
+      {&local, "a stack address"},
+      {static_cast<char*>(*p) + 256, "inside a small block"},
+      {static_cast<char*>(*big) + 256, "inside a large block"},
+      {reinterpret_cast<void*>(~uintptr_t{0}), "(void*)-1 (MAP_FAILED)"},
+      {*q, "another allocator's small block"},
+      {*qbig, "another allocator's large block"},
+  };
+  for (const auto& [ptr, what] : bad) {
+    absl::Status s = a.Deallocate(ptr);
+    EXPECT_THAT(s, StatusIs(absl::StatusCode::kInvalidArgument, ::testing::HasSubstr(a.name())))
+        << what;
+    expect_same(a.Stats(), before, what);
+    EXPECT_THAT(a.CheckInvariants(), IsOk()) << what;
+  }
+  expect_same(other->Stats(), other_before, "the other allocator");
   EXPECT_THAT(a.Deallocate(*p), IsOk());
   EXPECT_THAT(a.Deallocate(*p), StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_EQ(a.Stats().num_frees, before.num_frees + 1);
+  EXPECT_THAT(a.Deallocate(*big), IsOk());
+  EXPECT_THAT(other->Deallocate(*q), IsOk());
+  EXPECT_THAT(other->Deallocate(*qbig), IsOk());
+  EXPECT_THAT(other->CheckInvariants(), IsOk());
+  EXPECT_EQ(a.Stats().bytes_in_use, 0u);
 }
 
 TYPED_TEST_P(AllocatorConformance, StatsTrackUsage) {

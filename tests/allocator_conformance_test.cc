@@ -27,16 +27,29 @@ std::unique_ptr<Allocator> Bfc(std::unique_ptr<SubAllocator> sub, uint64_t limit
   return a.ok() ? std::unique_ptr<Allocator>(std::move(*a)) : nullptr;
 }
 
+// MakeOther: a fake pool at another base address (FakeSubAllocator's default is 1 << 40).
+std::unique_ptr<SubAllocator> FakeElsewhere() {
+  FakeSubAllocatorOptions o;
+  o.base_address = uint64_t{3} << 40;
+  return std::make_unique<FakeSubAllocator>(o);
+}
+
 struct BfcFakeGrowthOff {
   static constexpr bool kRealMemory = false;
   static std::unique_ptr<Allocator> Make(uint64_t limit) {
     return Bfc(std::make_unique<FakeSubAllocator>(), limit, false);
+  }
+  static std::unique_ptr<Allocator> MakeOther(uint64_t limit) {
+    return Bfc(FakeElsewhere(), limit, false);
   }
 };
 struct BfcFakeGrowthOn {
   static constexpr bool kRealMemory = false;
   static std::unique_ptr<Allocator> Make(uint64_t limit) {
     return Bfc(std::make_unique<FakeSubAllocator>(), limit, true);
+  }
+  static std::unique_ptr<Allocator> MakeOther(uint64_t limit) {
+    return Bfc(FakeElsewhere(), limit, true);
   }
 };
 struct BfcHostDeviceGrowthOff {

@@ -203,6 +203,31 @@ TEST(BFCAllocatorTest, GrowthStartsSmallAndDoubles) {
   EXPECT_EQ(f.bfc->Stats().bytes_reserved, 58 * kMiB);  // regions are kept (a cache)
 }
 
+// max_region_bytes caps the doubling (fixed-size regions when it equals the first region);
+// a larger request still gets a region of its own size. ReleaseEmptyRegions can keep some.
+TEST(BFCAllocatorTest, MaxRegionBytesGivesFixedRegions) {
+  auto fake = std::make_unique<FakeSubAllocator>();
+  FakeSubAllocator* sub = fake.get();
+  BFCOptions o{.name = "GPU:0", .memory_limit = 64 * kMiB, .allow_growth = true};
+  o.initial_region_bytes = 2 * kMiB;
+  o.max_region_bytes = 2 * kMiB;
+  BFCAllocator a(std::move(fake), o);
+  std::vector<void*> ps;
+  for (int i = 0; i < 6; ++i) ps.push_back(Alloc(a, kMiB + 512 * kKiB));
+  EXPECT_EQ(a.Stats().regions_mapped, 6u);  // 2, 2, 2, ... not 2, 4, 8
+  EXPECT_EQ(a.Stats().bytes_reserved, 12 * kMiB);
+  void* big = Alloc(a, 5 * kMiB);
+  EXPECT_EQ(a.Stats().bytes_reserved, 17 * kMiB);
+  for (void* p : ps) Free(a, p);
+  Free(a, big);
+  EXPECT_THAT(a.ReleaseEmptyRegions(/*keep_bytes=*/4 * kMiB), IsOkAndHolds(13 * kMiB));
+  EXPECT_EQ(a.Stats().bytes_reserved, 4 * kMiB);
+  EXPECT_EQ(sub->regions_outstanding(), 2u);
+  EXPECT_THAT(a.CheckInvariants(), IsOk());
+  EXPECT_THAT(a.ReleaseEmptyRegions(), IsOkAndHolds(4 * kMiB));
+  EXPECT_EQ(sub->regions_outstanding(), 0u);
+}
+
 TEST(BFCAllocatorTest, GrowthNeverPassesTheLimit) {
   Fixture f = Make(5 * kMiB, true);
   void* a = Alloc(*f.bfc, 2 * kMiB);
@@ -297,6 +322,16 @@ TEST(BFCAllocatorTest, BadPointersAreInvalidArgumentAndChangeNothing) {
   int local = 0;
   EXPECT_THAT(f.bfc->Deallocate(&local), StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_THAT(f.bfc->Deallocate(other), StatusIs(absl::StatusCode::kInvalidArgument));
+  // MAP_FAILED, (void*)-1: the live map's empty-slot marker must not match it.
+  void* map_failed = reinterpret_cast<void*>(~uintptr_t{0});
+  EXPECT_THAT(f.bfc->Deallocate(map_failed), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(f.bfc->AllocatedSize(map_failed).status(), StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_THAT(f.bfc->AllocatedSize(other).status(), StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_THAT(f.bfc->AllocatedSize(a), IsOkAndHolds(1024u));
+  AllocatorStats mid = f.bfc->Stats();
+  EXPECT_EQ(mid.num_frees, before.num_frees);
+  EXPECT_EQ(mid.bytes_in_use, before.bytes_in_use);
+  EXPECT_THAT(f.bfc->CheckInvariants(), IsOk());
   Free(*f.bfc, a);
   EXPECT_THAT(f.bfc->Deallocate(a),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("already freed")));
@@ -309,11 +344,36 @@ TEST(BFCAllocatorTest, BadPointersAreInvalidArgumentAndChangeNothing) {
 
 TEST(BFCAllocatorTest, HugeRequestsAreOomNotOverflow) {
   Fixture f = Make(8 * kMiB, true);
-  EXPECT_THAT(f.bfc->AllocateRaw(~uint64_t{0}).status(),
-              StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("over the limit")));
+  EXPECT_THAT(
+      f.bfc->AllocateRaw(~uint64_t{0}).status(),
+      StatusIs(absl::StatusCode::kResourceExhausted,
+               AllOf(HasSubstr("over the limit"), HasSubstr("rounded to 18446744073709551615"))));
   EXPECT_THAT(f.bfc->AllocateRaw(8 * kMiB + 1).status(),
               StatusIs(absl::StatusCode::kResourceExhausted));
   Free(*f.bfc, Alloc(*f.bfc, 8 * kMiB));
+}
+
+// A request over the limit names its own rounded size (not the limit), and the hint does not
+// blame fragmentation: nothing is in use.
+TEST(BFCAllocatorTest, OverTheLimitOomNamesTheRoundedRequest) {
+  for (bool growth : {false, true}) {
+    Fixture f = Make(8 * kMiB, growth);
+    AllocatorStats before = f.bfc->Stats();
+    auto p = f.bfc->AllocateRaw(9 * kMiB + 1);
+    ASSERT_THAT(p.status(), StatusIs(absl::StatusCode::kResourceExhausted));
+    const std::string msg(p.status().message());
+    EXPECT_THAT(msg, AllOf(HasSubstr("GPU:0 (physical GPU 0)"), HasSubstr("(9437185 bytes"),
+                           HasSubstr("rounded to 9437440)"), HasSubstr("over the limit"),
+                           HasSubstr("limit 8 MiB"), HasSubstr("in use 0 B"),
+                           HasSubstr("largest free block"), HasSubstr("fragmentation"),
+                           HasSubstr("Hint: raise the device's memory limit")))
+        << msg;
+    EXPECT_THAT(msg, ::testing::Not(HasSubstr("rounded to 8388608"))) << msg;
+    EXPECT_THAT(msg, ::testing::Not(HasSubstr("fragmented"))) << msg;
+    EXPECT_EQ(f.bfc->Stats().num_ooms, before.num_ooms + 1);
+    EXPECT_EQ(f.bfc->Stats().bytes_reserved, before.bytes_reserved);
+    EXPECT_THAT(f.bfc->CheckInvariants(), IsOk());
+  }
 }
 
 TEST(BFCAllocatorTest, DumpMemoryLogShowsBinsChunksAndOccupancy) {

@@ -26,6 +26,32 @@ TEST(PtrMapTest, InsertFindErase) {
   EXPECT_EQ(m.Find(0), 3u);
 }
 
+// ~0 marks empty slots. It is never a 256-byte-aligned address, but callers pass whatever
+// pointer they were given (MAP_FAILED is (void*)-1): it must never "find" an empty slot and
+// hand back the stale value left there by an earlier erase.
+TEST(PtrMapTest, EmptyMarkerKeyIsNeverFound) {
+  constexpr uint64_t kMarker = ~uint64_t{0};
+  PtrMap m;
+  EXPECT_EQ(m.Find(kMarker), PtrMap::kNotFound) << "fresh map";
+  EXPECT_EQ(m.Erase(kMarker), PtrMap::kNotFound) << "fresh map";
+  EXPECT_TRUE(m.empty());
+  // Leave stale values in empty slots (erase does not clear them), keep a few live.
+  for (uint32_t i = 0; i < 64; ++i) ASSERT_TRUE(m.Insert(uint64_t{1} << 40 | i << 8, i));
+  for (uint32_t i = 0; i < 64; i += 2) ASSERT_EQ(m.Erase(uint64_t{1} << 40 | i << 8), i);
+  EXPECT_EQ(m.Find(kMarker), PtrMap::kNotFound);
+  EXPECT_EQ(m.Erase(kMarker), PtrMap::kNotFound);
+  EXPECT_FALSE(m.Insert(kMarker, 5)) << "the marker is not a key";
+  EXPECT_EQ(m.Find(kMarker), PtrMap::kNotFound);
+  EXPECT_EQ(m.size(), 32u);
+  for (uint32_t i = 1; i < 64; i += 2) EXPECT_EQ(m.Find(uint64_t{1} << 40 | i << 8), i);
+  size_t seen = 0;
+  m.ForEach([&](uint64_t key, uint32_t) {
+    EXPECT_NE(key, kMarker);
+    ++seen;
+  });
+  EXPECT_EQ(seen, 32u);
+}
+
 TEST(PtrMapTest, GrowsAndKeepsEverything) {
   PtrMap m(1);
   for (uint32_t i = 0; i < 10000; ++i) ASSERT_TRUE(m.Insert(uint64_t{1} << 40 | i << 8, i));

@@ -9,10 +9,12 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_format.h"
 #include "allocator/factory.h"
 #include "allocator/vmm_backend.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "runtime/bytes.h"
 #include "runtime/host/host_platform.h"
 #include "runtime/status_matchers.h"
 #include "tests/allocator_conformance.h"
@@ -21,7 +23,9 @@
 namespace vgpu {
 namespace {
 
+using ::testing::AllOf;
 using ::testing::HasSubstr;
+using ::testing::Not;
 using ::vgpu::testing::FreeStitchedBlock;
 using ::vgpu::testing::IsOk;
 using ::vgpu::testing::MakeVmmAllocator;
@@ -32,14 +36,19 @@ using ::vgpu::testing::StitchScatteredGranules;
 constexpr uint64_t kKiB = 1024;
 constexpr uint64_t kMiB = 1024 * kKiB;
 constexpr uint64_t kG = 2 * kMiB;  // granule
+constexpr uint64_t CeilDivForTest(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
 
 struct Fake {
   FakeVmmBackend* backend = nullptr;
   std::unique_ptr<VmmAllocator> alloc;
 };
 
-Fake MakeFake(VmmOptions o, uint64_t capacity = 0) {
-  auto backend = std::make_unique<FakeVmmBackend>(kG, capacity);
+// A second fake card whose virtual addresses do not overlap the default one's.
+constexpr uint64_t kOtherVaBase = FakeVmmBackend::kDefaultVaBase + (uint64_t{1} << 44);
+
+Fake MakeFake(VmmOptions o, uint64_t capacity = 0,
+              uint64_t va_base = FakeVmmBackend::kDefaultVaBase) {
+  auto backend = std::make_unique<FakeVmmBackend>(kG, capacity, /*checked=*/true, va_base);
   Fake f;
   f.backend = backend.get();
   auto a = VmmAllocator::Create(std::move(backend), std::move(o));
@@ -309,6 +318,202 @@ TEST(VmmAllocatorTest, TrimEvictsCacheAndGivesBack) {
   ASSERT_THAT(f.alloc->Deallocate(*b), IsOk());
 }
 
+// Growth on: once nothing is allocated, everything goes back to the card (empty slabs, the
+// mapping cache, free granules) except the reserve of pool_keep_bytes (here the default,
+// limit / 64 = one granule), whichever kind of block was freed last. Trim() returns the
+// reserve too.
+TEST(VmmAllocatorTest, IdleGivesEverythingBackWhicheverBlockIsFreedLast) {
+  for (bool small_last : {true, false}) {
+    SCOPED_TRACE(small_last ? "small block freed last" : "large block freed last");
+    VmmOptions o = Opts(64 * kG, true);
+    o.cache_bytes = 8 * kG;
+    Fake f = MakeFake(o, 64 * kG);
+    std::vector<void*> small, large;
+    // 2.7 MiB of small blocks: two slabs.
+    for (uint64_t bytes :
+         {4 * kKiB, 100 * kKiB, 300 * kKiB, 900 * kKiB, 512 * kKiB + 1, 900 * kKiB}) {
+      auto p = f.alloc->AllocateRaw(bytes);
+      ASSERT_THAT(p.status(), IsOk());
+      small.push_back(*p);
+    }
+    for (uint64_t bytes : {3 * kG, 2 * kG - 1, kG}) {
+      auto p = f.alloc->AllocateRaw(bytes);
+      ASSERT_THAT(p.status(), IsOk());
+      large.push_back(*p);
+    }
+    auto g = f.alloc->Granules();
+    EXPECT_EQ(g.slabs, 2u);
+    EXPECT_EQ(g.in_blocks, 6u);
+    // Not idle yet: the freed large blocks stay cached, the slabs stay mapped.
+    auto& first = small_last ? large : small;
+    auto& last = small_last ? small : large;
+    for (void* p : first) ASSERT_THAT(f.alloc->Deallocate(p), IsOk());
+    for (size_t i = 0; i + 1 < last.size(); ++i) ASSERT_THAT(f.alloc->Deallocate(last[i]), IsOk());
+    g = f.alloc->Granules();
+    if (small_last) EXPECT_EQ(g.cached, 6u);
+    if (!small_last) EXPECT_EQ(g.slabs, 2u);
+    EXPECT_THAT(f.alloc->CheckInvariants(), IsOk());
+    // The last block: idle. Only the reserve stays, the last block's own memory: one empty
+    // slab, or its cached granule (the block of kG).
+    ASSERT_THAT(f.alloc->Deallocate(last.back()), IsOk());
+    g = f.alloc->Granules();
+    EXPECT_EQ(g.mapped, 1u);
+    EXPECT_EQ(g.in_slabs, small_last ? 1u : 0u);
+    EXPECT_EQ(g.slabs, small_last ? 1u : 0u);
+    EXPECT_EQ(g.cached, small_last ? 0u : 1u);
+    EXPECT_EQ(g.in_blocks, 0u);
+    EXPECT_EQ(g.free, 0u);
+    EXPECT_EQ(g.created, 1u);
+    EXPECT_EQ(f.backend->physical_bytes(), kG);
+    EXPECT_EQ(f.backend->mapped_bytes(), kG);
+    AllocatorStats s = f.alloc->Stats();
+    EXPECT_EQ(s.bytes_in_use, 0u);
+    EXPECT_EQ(s.bytes_reserved, kG);
+    EXPECT_EQ(s.num_allocs, 9u);
+    EXPECT_EQ(s.num_frees, 9u);
+    EXPECT_EQ(s.largest_free_block, kG);
+    EXPECT_EQ(s.fragmentation, 0.0);
+    EXPECT_EQ(s.regions_mapped, s.regions_unmapped + 1);
+    EXPECT_THAT(f.alloc->CheckInvariants(), IsOk());
+    // Trim gives back the reserve: nothing is held.
+    ASSERT_THAT(f.alloc->Trim(), IsOk());
+    g = f.alloc->Granules();
+    EXPECT_EQ(g.mapped, 0u);
+    EXPECT_EQ(g.slabs, 0u);
+    EXPECT_EQ(g.created, 0u);
+    EXPECT_EQ(f.backend->physical_bytes(), 0u);
+    EXPECT_EQ(f.backend->mapped_bytes(), 0u);
+    EXPECT_EQ(f.backend->reserved_ranges(), 0u);
+    s = f.alloc->Stats();
+    EXPECT_EQ(s.bytes_reserved, 0u);
+    EXPECT_EQ(s.largest_free_block, 0u);
+    EXPECT_EQ(s.regions_mapped, s.regions_unmapped);
+    EXPECT_THAT(f.alloc->CheckInvariants(), IsOk());
+    // And it starts again from nothing.
+    auto a = f.alloc->AllocateRaw(1000);
+    auto b = f.alloc->AllocateRaw(2 * kG);
+    ASSERT_THAT(a.status(), IsOk());
+    ASSERT_THAT(b.status(), IsOk());
+    EXPECT_EQ(f.alloc->Granules().created, 3u);
+    EXPECT_THAT(f.alloc->CheckInvariants(), IsOk());
+    ASSERT_THAT(f.alloc->Deallocate(*b), IsOk());
+    ASSERT_THAT(f.alloc->Deallocate(*a), IsOk());
+    EXPECT_EQ(f.backend->physical_bytes(), kG);
+    EXPECT_THAT(f.alloc->CheckInvariants(), IsOk());
+  }
+}
+
+// The reserve is what keeps an alloc/free loop of one buffer from creating, mapping,
+// unmapping and releasing device memory every iteration; blocks larger than the reserve pay
+// that each time.
+TEST(VmmAllocatorTest, IdleReserveServesAnAllocFreeLoop) {
+  VmmOptions o = Opts(64 * kG, true);
+  o.pool_keep_bytes = 4 * kG;
+  Fake f = MakeFake(o, 64 * kG);
+  for (uint64_t bytes : {uint64_t{4096}, kG, 3 * kG, 6 * kG}) {
+    SCOPED_TRACE(bytes);
+    const uint64_t mapped_before = f.alloc->Stats().regions_mapped;
+    for (int i = 0; i < 20; ++i) {
+      auto p = f.alloc->AllocateRaw(bytes);
+      ASSERT_THAT(p.status(), IsOk());
+      ASSERT_THAT(f.alloc->Deallocate(*p), IsOk());
+      ASSERT_LE(f.alloc->Granules().created, 4u);  // idle: at most the reserve is held
+    }
+    const uint64_t maps = f.alloc->Stats().regions_mapped - mapped_before;
+    if (bytes <= 3 * kG) {
+      EXPECT_LE(maps, CeilDivForTest(bytes, kG)) << "mapped once, then reused";
+    } else {
+      EXPECT_EQ(maps, 20 * CeilDivForTest(bytes, kG)) << "over the reserve: mapped every time";
+    }
+  }
+  EXPECT_THAT(f.alloc->CheckInvariants(), IsOk());
+}
+
+// Growth off: the whole limit stays held from the card; an idle allocator keeps its slabs and
+// cache mapped until a large block needs them or Trim().
+TEST(VmmAllocatorTest, IdleWithoutGrowthKeepsTheLimit) {
+  VmmOptions o = Opts(16 * kG, false);
+  o.cache_bytes = 8 * kG;
+  Fake f = MakeFake(o, 16 * kG);
+  auto a = f.alloc->AllocateRaw(3 * kG);
+  auto b = f.alloc->AllocateRaw(4096);
+  ASSERT_THAT(a.status(), IsOk());
+  ASSERT_THAT(b.status(), IsOk());
+  ASSERT_THAT(f.alloc->Deallocate(*a), IsOk());
+  ASSERT_THAT(f.alloc->Deallocate(*b), IsOk());
+  auto g = f.alloc->Granules();
+  EXPECT_EQ(g.created, 16u);
+  EXPECT_EQ(g.cached, 3u);
+  EXPECT_EQ(g.in_slabs, 1u);
+  EXPECT_EQ(f.backend->physical_bytes(), 16 * kG);
+  ASSERT_THAT(f.alloc->Trim(), IsOk());
+  g = f.alloc->Granules();
+  EXPECT_EQ(g.mapped, 0u);
+  EXPECT_EQ(g.free, 16u);
+  EXPECT_EQ(f.backend->physical_bytes(), 16 * kG);
+  EXPECT_THAT(f.alloc->CheckInvariants(), IsOk());
+}
+
+// The OOM names the device, the request and its rounded size, the limit, in use, reserved,
+// the largest free block and fragmentation exactly as Stats() reports them, and a hint.
+TEST(VmmAllocatorTest, OomMessageMatchesStats) {
+  VmmOptions o = Opts(8 * kG, false);
+  o.cache_bytes = 2 * kG;
+  Fake f = MakeFake(o);
+  // Slab space: one slab with 100 KiB live and a free tail; a cached granule; 5 in a block.
+  auto small = f.alloc->AllocateRaw(100 * kKiB);
+  auto cached = f.alloc->AllocateRaw(kG);
+  auto big = f.alloc->AllocateRaw(5 * kG);
+  ASSERT_THAT(small.status(), IsOk());
+  ASSERT_THAT(cached.status(), IsOk());
+  ASSERT_THAT(big.status(), IsOk());
+  ASSERT_THAT(f.alloc->Deallocate(*cached), IsOk());
+  AllocatorStats s = f.alloc->Stats();
+  EXPECT_EQ(s.largest_free_block, kG);  // the slab's free tail and the cached granule
+  EXPECT_EQ(s.bytes_reserved, 7 * kG);
+  EXPECT_EQ(s.bytes_in_use, 5 * kG + 100 * kKiB);
+  const double frag = 1.0 - static_cast<double>(kG) / (2 * kG - 100 * kKiB);
+  EXPECT_NEAR(s.fragmentation, frag, 1e-9);
+  // 2 granules can be had (1 unmapped + 1 cached; the slab is busy): 4 do not fit.
+  auto p = f.alloc->AllocateRaw(3 * kG + 1);
+  ASSERT_THAT(p.status(), StatusIs(absl::StatusCode::kResourceExhausted));
+  const std::string msg(p.status().message());
+  // The failed attempt evicted the cache to make room: the message reports what is left.
+  AllocatorStats after = f.alloc->Stats();
+  EXPECT_EQ(after.num_ooms, 1u);
+  EXPECT_THAT(msg, AllOf(HasSubstr("GPU:0 (physical GPU 0)"), HasSubstr("(6291457 bytes"),
+                         HasSubstr("rounded to 8 MiB"), HasSubstr("limit 16 MiB (8 granules"),
+                         HasSubstr("in use " + FormatBytes(5 * kG + 100 * kKiB)),
+                         HasSubstr("reserved (mapped) " + FormatBytes(after.bytes_reserved)),
+                         HasSubstr("largest free block " + FormatBytes(after.largest_free_block)),
+                         HasSubstr(absl::StrFormat("fragmentation %.3f", after.fragmentation)),
+                         HasSubstr("largest block the limit still allows"), HasSubstr("Hint")))
+      << msg;
+  // A small request that finds no slab space reports the same way.
+  std::vector<void*> fill;
+  while (true) {
+    auto q = f.alloc->AllocateRaw(512 * kKiB - 256);
+    if (!q.ok()) {
+      const std::string m(q.status().message());
+      AllocatorStats now = f.alloc->Stats();
+      EXPECT_THAT(m, AllOf(HasSubstr("no slab has room"),
+                           HasSubstr("the limit allows 0 more mapped granules"),
+                           HasSubstr("(524032 bytes, rounded to 511.75 KiB)"),
+                           Not(HasSubstr("VGPU_ALLOCATOR=vmm")),
+                           HasSubstr("largest free block " + FormatBytes(now.largest_free_block)),
+                           HasSubstr(absl::StrFormat("fragmentation %.3f", now.fragmentation))))
+          << m;
+      break;
+    }
+    fill.push_back(*q);
+    ASSERT_LT(fill.size(), 100u);
+  }
+  for (void* q : fill) ASSERT_THAT(f.alloc->Deallocate(q), IsOk());
+  ASSERT_THAT(f.alloc->Deallocate(*big), IsOk());
+  ASSERT_THAT(f.alloc->Deallocate(*small), IsOk());
+  EXPECT_THAT(f.alloc->CheckInvariants(), IsOk());
+}
+
 TEST(VmmAllocatorTest, LargeAlignmentIsHonoured) {
   Fake f = MakeFake(Opts(32 * kG, false));
   auto p = f.alloc->AllocateRaw(kG, 16 * kMiB);
@@ -334,8 +539,10 @@ TEST(VmmAllocatorTest, DoubleFreeAndForeignPointersChangeNothing) {
   Fake f = MakeFake(Opts(16 * kG, false));
   auto p = f.alloc->AllocateRaw(3 * kG);
   auto q = f.alloc->AllocateRaw(kG);
+  auto small = f.alloc->AllocateRaw(4096);  // the slab BFC's live map is not empty
   ASSERT_THAT(p.status(), IsOk());
   ASSERT_THAT(q.status(), IsOk());
+  ASSERT_THAT(small.status(), IsOk());
   ASSERT_THAT(f.alloc->Deallocate(*p), IsOk());
   AllocatorStats before = f.alloc->Stats();
   auto granules = f.alloc->Granules();
@@ -345,17 +552,30 @@ TEST(VmmAllocatorTest, DoubleFreeAndForeignPointersChangeNothing) {
   EXPECT_THAT(f.alloc->Deallocate(&local), StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_THAT(f.alloc->Deallocate(static_cast<char*>(*q) + 256),
               StatusIs(absl::StatusCode::kInvalidArgument));
-  Fake other = MakeFake(Opts(16 * kG, false));
+  // Another allocator on another fake card (a different base address): its blocks are not
+  // ours even though they are live, granule-aligned and of sizes we hand out.
+  Fake other = MakeFake(Opts(16 * kG, false), /*capacity=*/0, kOtherVaBase);
   auto r = other.alloc->AllocateRaw(kG);
+  auto r_small = other.alloc->AllocateRaw(4096);
   ASSERT_THAT(r.status(), IsOk());
+  ASSERT_THAT(r_small.status(), IsOk());
+  ASSERT_NE(*r, *p);
+  ASSERT_NE(*r, *q);
   EXPECT_THAT(f.alloc->Deallocate(*r), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(f.alloc->Deallocate(*r_small), StatusIs(absl::StatusCode::kInvalidArgument));
+  // MAP_FAILED: not granule-aligned, so it goes to the slab BFC's live map.
+  EXPECT_THAT(f.alloc->Deallocate(reinterpret_cast<void*>(~uintptr_t{0})),
+              StatusIs(absl::StatusCode::kInvalidArgument));
   AllocatorStats after = f.alloc->Stats();
   EXPECT_EQ(after.bytes_in_use, before.bytes_in_use);
   EXPECT_EQ(after.num_frees, before.num_frees);
   EXPECT_EQ(f.alloc->Granules().mapped, granules.mapped);
   EXPECT_THAT(f.alloc->CheckInvariants(), IsOk());
   EXPECT_THAT(f.alloc->Deallocate(*q), IsOk());
+  EXPECT_THAT(f.alloc->Deallocate(*small), IsOk());
   EXPECT_THAT(other.alloc->Deallocate(*r), IsOk());
+  EXPECT_THAT(other.alloc->Deallocate(*r_small), IsOk());
+  EXPECT_THAT(other.alloc->CheckInvariants(), IsOk());
 }
 
 TEST(VmmAllocatorTest, RandomizedKeepsInvariants) {
@@ -420,6 +640,38 @@ TEST(VmmAllocatorTest, ConcurrentThreads) {
   EXPECT_THAT(f.alloc->CheckInvariants(), IsOk());
 }
 
+// Growth on, threads that each hold at most one block: the allocator goes idle again and
+// again while other threads allocate, so the idle give-back races with both paths.
+TEST(VmmAllocatorTest, IdleGiveBackRacesWithAllocations) {
+  VmmOptions o = Opts(64 * kG, true);
+  o.cache_bytes = 8 * kG;
+  Fake f = MakeFake(o, 64 * kG);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      std::mt19937_64 rng(100 + t);
+      for (int i = 0; i < 1500; ++i) {
+        const uint64_t bytes = rng() % 2 ? 1 + rng() % (kMiB - 1) : kMiB + rng() % (3 * kG);
+        auto p = f.alloc->AllocateRaw(bytes);
+        ASSERT_THAT(p.status(), IsOk());
+        ASSERT_THAT(f.alloc->Deallocate(*p), IsOk());
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  AllocatorStats s = f.alloc->Stats();
+  EXPECT_EQ(s.bytes_in_use, 0u);
+  EXPECT_EQ(s.num_allocs, 6000u);
+  EXPECT_EQ(s.num_frees, 6000u);
+  EXPECT_THAT(f.alloc->CheckInvariants(), IsOk());
+  // The last free found it idle (no thread was left to allocate): only the reserve is held
+  // (limit / 64 = one granule), mapped.
+  auto g = f.alloc->Granules();
+  EXPECT_LE(g.created, 1u);
+  EXPECT_EQ(g.free, 0u);
+  EXPECT_EQ(f.backend->physical_bytes(), g.created * kG);
+}
+
 TEST(VmmAllocatorTest, SmallBlocksShareGranuleSlabs) {
   Fake f = MakeFake(Opts(8 * kG, false));
   std::vector<void*> small;
@@ -456,17 +708,23 @@ TEST(VmmAllocatorTest, SmallBlocksShareGranuleSlabs) {
 
 TEST(VmmAllocatorTest, EmptySlabsAreReclaimedForLargeBlocks) {
   Fake f = MakeFake(Opts(4 * kG, false, /*cache=*/false));
-  // 32 blocks of 256 KiB: four one-granule slabs fill the limit.
+  // 32 blocks of 256 KiB: four one-granule slabs fill the limit (slabs do not double).
   std::vector<void*> small;
   for (int i = 0; i < 32; ++i) {
     auto p = f.alloc->AllocateRaw(256 * kKiB);
     ASSERT_THAT(p.status(), IsOk()) << i;
     small.push_back(*p);
+    EXPECT_EQ(f.alloc->Granules().slabs, static_cast<uint64_t>(i / 8 + 1)) << i;
   }
   EXPECT_EQ(f.alloc->Granules().in_slabs, 4u);
+  EXPECT_EQ(f.alloc->Granules().slabs, 4u);
   auto more = f.alloc->AllocateRaw(256 * kKiB);
-  EXPECT_THAT(more.status(),
-              StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("GPU:0 (physical GPU 0)")));
+  EXPECT_THAT(
+      more.status(),
+      StatusIs(absl::StatusCode::kResourceExhausted,
+               AllOf(HasSubstr("GPU:0 (physical GPU 0)"), HasSubstr("no slab has room"),
+                     HasSubstr("every granule of the limit is in a slab"),
+                     Not(HasSubstr("not a multiple")), Not(HasSubstr("VGPU_ALLOCATOR=vmm")))));
   EXPECT_THAT(f.alloc->CheckInvariants(), IsOk());
   for (void* p : small) ASSERT_THAT(f.alloc->Deallocate(p), IsOk());
   // The slabs are empty but mapped; a large block needs their granules.
@@ -645,8 +903,9 @@ TEST_F(VmmHostTest, GrowthOffFailsCleanlyWhenTheDeviceIsTooSmall) {
 
 // ---- the shared allocator conformance suite ----
 
-std::unique_ptr<Allocator> FakeVmm(uint64_t limit, bool growth) {
-  Fake f = MakeFake(Opts(limit, growth));
+std::unique_ptr<Allocator> FakeVmm(uint64_t limit, bool growth,
+                                   uint64_t va_base = FakeVmmBackend::kDefaultVaBase) {
+  Fake f = MakeFake(Opts(limit, growth), /*capacity=*/0, va_base);
   return std::move(f.alloc);
 }
 
@@ -667,10 +926,16 @@ std::unique_ptr<Allocator> HostVmm(uint64_t limit, bool growth) {
 struct VmmFakeGrowthOff {
   static constexpr bool kRealMemory = false;
   static std::unique_ptr<Allocator> Make(uint64_t limit) { return FakeVmm(limit, false); }
+  static std::unique_ptr<Allocator> MakeOther(uint64_t limit) {
+    return FakeVmm(limit, false, kOtherVaBase);
+  }
 };
 struct VmmFakeGrowthOn {
   static constexpr bool kRealMemory = false;
   static std::unique_ptr<Allocator> Make(uint64_t limit) { return FakeVmm(limit, true); }
+  static std::unique_ptr<Allocator> MakeOther(uint64_t limit) {
+    return FakeVmm(limit, true, kOtherVaBase);
+  }
 };
 struct VmmHostGrowthOff {
   static constexpr bool kRealMemory = true;

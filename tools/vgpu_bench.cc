@@ -156,6 +156,9 @@ absl::StatusOr<std::unique_ptr<Allocator>> MakeBenchAllocator(const BenchAllocat
     o.name = spec.name;
     o.memory_limit = spec.limit;
     o.allow_growth = spec.allow_growth;
+    // Policy knobs for experiments (docs/vmm.md lists the measurements made with them).
+    if (const char* e = std::getenv("VGPU_VMM_SMALL_BLOCK_MAX")) o.small_block_max = std::stoull(e);
+    if (const char* e = std::getenv("VGPU_VMM_SLAB_BYTES")) o.slab_bytes = std::stoull(e);
     return CreateFakeVmmAllocator(uint64_t{2} << 20, std::move(o));
   }
   if (spec.kind == "async") {
