@@ -22,6 +22,14 @@ if(TARGET vgpu-train)
       set_tests_properties(vgpu_train_accuracy_${_strategy} PROPERTIES LABELS model TIMEOUT 300
         PASS_REGULAR_EXPRESSION "PASS: test_accuracy" FAIL_REGULAR_EXPRESSION "FAIL:")
     endforeach()
+    # --record-trace: each chosen GPU's allocations, replayable by vgpu-bench.
+    if(TARGET vgpu-bench)
+      add_test(NAME vgpu_train_record_trace_replays
+        COMMAND ${CMAKE_COMMAND} -E env VGPU_PLATFORM=host
+                sh -c "d=$(mktemp -d) && $<TARGET_FILE:vgpu-train> --strategy mirrored --devices 2 --epochs 1 --train-limit 600 --blas-threads 1 --quiet --record-trace $d/run.trace && $<TARGET_FILE:vgpu-bench> replay $d/run.gpu1.trace --no-baseline | tail -n 1; rm -rf $d")
+      set_tests_properties(vgpu_train_record_trace_replays PROPERTIES LABELS unit
+        PASS_REGULAR_EXPRESSION "{\"trace\":\"vgpu-train mirrored on /job:localhost/replica:0/task:0/device:GPU:1\",\"allocator\":\"bfc\",\"allow_growth\":false,\"events\":[1-9][0-9]*,.*\"peak_live_bytes\":[1-9]")
+    endif()
     # The seed example's environment: 4 logical devices of one card from VGPU_LOGICAL_DEVICES.
     add_test(NAME vgpu_train_seed_environment
       COMMAND ${CMAKE_COMMAND} -E env VGPU_PLATFORM=host VGPU_LOGICAL_DEVICES=0:1GiB,1GiB,1GiB,1GiB

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <map>
 #include <memory>
 #include <numeric>
 #include <random>
@@ -22,7 +23,9 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/synchronization/mutex.h"
 #include "allocator/memory_history.h"
+#include "allocator/trace.h"
 #include "devices/config.h"
 #include "devices/runtime.h"
 #include "runtime/bytes.h"
@@ -60,6 +63,7 @@ struct Flags {
   bool compare = false;
   bool quiet = false;
   std::string memory_history;  // write the devices' allocator history (JSON) here
+  std::string record_trace;    // write each chosen GPU's allocations as a replayable trace
 };
 
 void Usage() {
@@ -69,7 +73,7 @@ void Usage() {
                "  [--optimizer adam|sgd] [--data DIR] [--placement round-robin|least-loaded|\n"
                "  memory-balanced|explicit] [--layers SPEC,SPEC,SPEC] [--allreduce auto|local|\n"
                "  nccl|hierarchical|via-host] [--train-limit N] [--blas-threads N] [--compare]\n"
-               "  [--quiet] [--memory-history FILE]\n"
+               "  [--quiet] [--memory-history FILE] [--record-trace FILE]\n"
                "  (vgpu-info timeline FILE --svg OUT.svg draws the memory history)\n");
 }
 
@@ -138,6 +142,11 @@ absl::StatusOr<Flags> ParseFlags(int argc, char** argv) {
       f.compare = true;
     } else if (a == "--quiet") {
       f.quiet = true;
+    } else if (a == "--record-trace") {
+      VGPU_ASSIGN_OR_RETURN(f.record_trace, next());
+      if (f.record_trace.empty()) {
+        return absl::InvalidArgumentError("--record-trace needs a file name");
+      }
     } else if (a == "--memory-history") {
       VGPU_ASSIGN_OR_RETURN(f.memory_history, next());
       if (f.memory_history.empty()) {
@@ -252,6 +261,46 @@ void Progress(int done, int total, double loss) {
   std::fflush(stderr);
 }
 
+// Peak bytes in use of one run, per allocator, from the allocators' events (bytes_in_use after
+// each): the lifetime peak in Stats() would also count an earlier run of the same process
+// (--compare trains single first on the same devices).
+class RunPeak : public AllocatorObserver {
+ public:
+  explicit RunPeak(std::vector<LogicalDevice*> devices) : devices_(std::move(devices)) {
+    for (LogicalDevice* d : devices_) {
+      {
+        absl::MutexLock l(&mu_);
+        peak_[d->allocator()->name()] = d->allocator()->Stats().bytes_in_use;
+      }
+      d->allocator()->AddObserver(this);
+    }
+  }
+  ~RunPeak() override {
+    for (LogicalDevice* d : devices_) d->allocator()->RemoveObserver(this);
+  }
+  void OnAllocatorEvent(const std::string& allocator_name, const AllocatorEvent& e) override {
+    absl::MutexLock l(&mu_);
+    uint64_t& p = peak_[allocator_name];
+    p = std::max(p, e.bytes_in_use);
+  }
+  // Summed over `used`; an allocator that reports no events falls back to its lifetime peak.
+  uint64_t Total(const std::vector<LogicalDevice*>& used) {
+    absl::MutexLock l(&mu_);
+    uint64_t sum = 0;
+    for (LogicalDevice* d : used) {
+      auto it = peak_.find(d->allocator()->name());
+      sum += it != peak_.end() && it->second > 0 ? it->second
+                                                 : d->allocator()->Stats().peak_bytes_in_use;
+    }
+    return sum;
+  }
+
+ private:
+  std::vector<LogicalDevice*> devices_;
+  absl::Mutex mu_;
+  std::map<std::string, uint64_t> peak_ ABSL_GUARDED_BY(mu_);
+};
+
 struct RunResult {
   double samples_per_s = 0;
   double test_accuracy = 0;
@@ -269,6 +318,7 @@ absl::StatusOr<RunResult> Train(const Flags& f, const std::string& which, Device
   o.global_batch = f.batch;
   o.seed = f.seed;
   SetHostBlasThreads(blas_threads);
+  RunPeak peak(d.runtime->devices());
   VGPU_ASSIGN_OR_RETURN(std::unique_ptr<Strategy> s, MakeStrategy(f, which, d, o));
   if (!f.quiet) {
     std::printf("%s", s->PlacementReport().c_str());
@@ -334,7 +384,7 @@ absl::StatusOr<RunResult> Train(const Flags& f, const std::string& which, Device
     }
   }
   result.samples_per_s = train_seconds > 0 ? trained / train_seconds : 0;
-  result.peak_bytes = strategies::PeakBytes(s->devices());
+  result.peak_bytes = peak.Total(s->devices());
   // The GPUs the strategy was given (--devices), whatever it placed on them: model-parallel may
   // leave one without a stage, central storage adds CPU:0 for the variables.
   result.num_devices = which == "single" ? 1 : static_cast<int>(d.chosen.size());
@@ -378,6 +428,15 @@ int Main(int argc, char** argv) {
       if (dev->memory_limit() > 0) history.SetLimit(dev->allocator()->name(), dev->memory_limit());
     }
   }
+  // One recorder per chosen GPU, so each device's workload replays on its own allocator.
+  std::vector<std::unique_ptr<TraceRecorder>> recorders;
+  if (!f.record_trace.empty()) {
+    for (LogicalDevice* dev : devices->chosen) {
+      recorders.push_back(std::make_unique<TraceRecorder>(
+          absl::StrCat("vgpu-train ", f.strategy, " on ", dev->name())));
+      AttachTraceRecorder(*dev->allocator(), recorders.back().get());
+    }
+  }
   std::optional<RunResult> single;
   if (f.compare && f.strategy != "single") {
     absl::StatusOr<RunResult> r =
@@ -396,6 +455,28 @@ int Main(int argc, char** argv) {
   if (!r.ok()) {
     std::fprintf(stderr, "vgpu-train: %s\n", r.status().ToString().c_str());
     return 1;
+  }
+  for (size_t i = 0; i < recorders.size(); ++i) {
+    LogicalDevice* dev = devices->chosen[i];
+    DetachTraceRecorder(*dev->allocator(), recorders[i].get());
+    // FILE for one device; FILE with ".gpu<ID>" before its extension for several.
+    std::string path = f.record_trace;
+    if (recorders.size() > 1) {
+      const size_t slash = path.rfind('/');
+      const size_t dot = path.rfind('.');
+      const bool has_ext = dot != std::string::npos && (slash == std::string::npos || dot > slash);
+      path.insert(has_ext ? dot : path.size(), absl::StrCat(".gpu", dev->id()));
+    }
+    absl::Status w = recorders[i]->WriteFile(path);
+    if (!w.ok()) {
+      std::fprintf(stderr, "vgpu-train: %s\n", w.ToString().c_str());
+      return 1;
+    }
+    if (!f.quiet) {
+      std::printf("trace of %s: %s (%llu events; vgpu-bench replay %s)\n", dev->name().c_str(),
+                  path.c_str(), static_cast<unsigned long long>(recorders[i]->events()),
+                  path.c_str());
+    }
   }
   if (!f.memory_history.empty()) {
     for (LogicalDevice* dev : devices->runtime->devices()) {
