@@ -12,6 +12,7 @@
 #include "runtime/host/host_platform.h"
 #include "runtime/status_matchers.h"
 #include "strategies/device_set.h"
+#include "strategies/tensor.h"
 
 namespace vgpu::strategies {
 namespace {
@@ -23,8 +24,10 @@ using ::vgpu::testing::StatusIs;
 constexpr uint64_t kMiB = uint64_t{1} << 20;
 
 // Loss (mean over rows) and its gradient w.r.t. every parameter, in double.
+// With `correct`, also the number of rows whose largest logit is the label's.
 double Reference(const MlpSpec& spec, const std::vector<float>& params, const std::vector<float>& x,
-                 const std::vector<int32_t>& y, int rows, std::vector<double>* grad) {
+                 const std::vector<int32_t>& y, int rows, std::vector<double>* grad,
+                 int64_t* correct = nullptr) {
   const int L = spec.num_layers();
   std::vector<std::vector<double>> acts(L + 1);
   acts[0].assign(x.begin(), x.end());
@@ -44,9 +47,15 @@ double Reference(const MlpSpec& spec, const std::vector<float>& params, const st
   const int C = spec.sizes.back();
   double loss = 0;
   std::vector<double> dy(static_cast<size_t>(rows) * C);
+  if (correct != nullptr) *correct = 0;
   for (int r = 0; r < rows; ++r) {
     double mx = -1e300;
-    for (int c = 0; c < C; ++c) mx = std::max(mx, acts[L][r * C + c]);
+    int best = 0;
+    for (int c = 0; c < C; ++c) {
+      if (acts[L][r * C + c] > mx) best = c;
+      mx = std::max(mx, acts[L][r * C + c]);
+    }
+    if (correct != nullptr && best == y[r]) ++*correct;
     double sum = 0;
     for (int c = 0; c < C; ++c) sum += std::exp(acts[L][r * C + c] - mx);
     loss += std::log(sum) - (acts[L][r * C + y[r]] - mx);
@@ -126,7 +135,8 @@ TEST_F(NnTest, GradientsMatchFloat64Reference) {
   std::vector<float> params = GlorotUniformInit(spec, 9);
   for (int i = 0; i < 9; ++i) params[spec.ParamOffset(0) + 12 * 9 + i] = 0.1f * (i - 4);
   std::vector<double> want;
-  const double want_loss = Reference(spec, params, x, y, rows, &want);
+  int64_t want_correct = 0;
+  const double want_loss = Reference(spec, params, x, y, rows, &want, &want_correct);
 
   for (int split : {1, 3}) {
     std::vector<std::unique_ptr<MlpStage>> stages;
@@ -149,6 +159,7 @@ TEST_F(NnTest, GradientsMatchFloat64Reference) {
     int64_t correct = 0;
     ASSERT_THAT((*chain)->back()->AccumulateSlots(1, loss, correct), IsOk());
     EXPECT_NEAR(loss / rows, want_loss, 1e-5) << "split " << split;
+    EXPECT_EQ(correct, want_correct) << "split " << split;
     for (const auto& s : (*chain)->stages()) {
       std::vector<float> g(s->param_count());
       ASSERT_THAT(s->stream()->MemcpyD2H(g.data(), s->grads(), g.size() * 4), IsOk());
@@ -190,6 +201,51 @@ TEST_F(NnTest, SgdAndAdamSteps) {
     EXPECT_THAT((*s)->UpdateRange(2, (*s)->grads(), 4, 9),
                 StatusIs(absl::StatusCode::kInvalidArgument));
   }
+}
+
+// Adam over many steps against a float64 Kingma & Ba reference (bias correction at every
+// step), on a length that leaves a tail after the vector loop.
+TEST_F(NnTest, AdamMatchesFloat64ReferenceOverSteps) {
+  constexpr int kCount = 37, kSteps = 12;
+  constexpr float kLr = 0.01f, kBeta1 = 0.9f, kBeta2 = 0.999f, kEps = 1e-7f;
+  LogicalDevice* dev = set_.gpus[0];
+  auto kernels = dev->executor()->GetKernels();
+  ASSERT_THAT(kernels.status(), IsOk());
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> u(-2.0f, 2.0f);
+  std::vector<float> p0(kCount);
+  for (float& v : p0) v = u(rng);
+  auto param = Tensor::FromHost(dev, {kCount}, p0);
+  auto m = Tensor::FromHost(dev, {kCount}, std::vector<float>(kCount, 0.0f));
+  auto v = Tensor::FromHost(dev, {kCount}, std::vector<float>(kCount, 0.0f));
+  auto grad = Tensor::FromHost(dev, {kCount}, std::vector<float>(kCount, 0.0f));
+  ASSERT_THAT(param.status(), IsOk());
+  ASSERT_THAT(m.status(), IsOk());
+  ASSERT_THAT(v.status(), IsOk());
+  ASSERT_THAT(grad.status(), IsOk());
+  std::vector<double> rp(p0.begin(), p0.end()), rm(kCount, 0.0), rv(kCount, 0.0);
+  for (int step = 1; step <= kSteps; ++step) {
+    std::vector<float> g(kCount);
+    for (float& x : g) x = u(rng);
+    ASSERT_THAT(dev->stream()->MemcpyH2D(grad->data(), g.data(), kCount * 4), IsOk());
+    ASSERT_THAT((*kernels)->AdamUpdate(dev->stream(), kCount, kLr, kBeta1, kBeta2, kEps, step,
+                                       grad->data(), m->data(), v->data(), param->data()),
+                IsOk());
+    const double c1 = 1.0 - std::pow(double{kBeta1}, step);
+    const double c2 = 1.0 - std::pow(double{kBeta2}, step);
+    for (int i = 0; i < kCount; ++i) {
+      rm[i] = kBeta1 * rm[i] + (1.0 - kBeta1) * g[i];
+      rv[i] = kBeta2 * rv[i] + (1.0 - kBeta2) * double{g[i]} * g[i];
+      rp[i] -= kLr * (rm[i] / c1) / (std::sqrt(rv[i] / c2) + kEps);
+    }
+    auto out = param->ToHost();
+    ASSERT_THAT(out.status(), IsOk());
+    for (int i = 0; i < kCount; ++i) {
+      ASSERT_NEAR((*out)[i], rp[i], 1e-5) << "step " << step << " element " << i;
+    }
+  }
+  // The parameters moved (about lr per step): the test is not vacuous.
+  EXPECT_GT(std::fabs(rp[0] - p0[0]), 0.01);
 }
 
 TEST_F(NnTest, StageAndChainErrors) {
