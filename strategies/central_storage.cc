@@ -122,13 +122,9 @@ absl::Status CentralStorageStrategy::Step(const float* x, const int32_t* y, int 
 }
 
 absl::StatusOr<StepTotals> CentralStorageStrategy::Flush() {
-  // Every stream is drained even after an error (the caller's inputs must not be read once
-  // Flush returns); the first error is returned.
+  // Every stream is drained even after an error; the first error is returned.
   absl::Status status;
-  for (auto& rep : replicas_) {
-    status.Update(accounting_.ReadSlots(*rep->back()));
-    status.Update(rep->Synchronize());
-  }
+  for (auto& rep : replicas_) status.Update(accounting_.ReadSlotsAndDrain(*rep));
   status.Update(cpu_->stream()->Synchronize());
   VGPU_RETURN_IF_ERROR(status);
   return accounting_.TakeTotals();

@@ -161,13 +161,5 @@ absl::StatusOr<DeviceSet> CreateDeviceSetAcrossPhysical(Platform* platform,
   return set;
 }
 
-uint64_t PeakBytes(const std::vector<LogicalDevice*>& devices) {
-  uint64_t sum = 0;
-  for (LogicalDevice* d : devices) {
-    if (d != nullptr && d->allocator() != nullptr) sum += d->allocator()->Stats().peak_bytes_in_use;
-  }
-  return sum;
-}
-
 }  // namespace strategies
 }  // namespace vgpu

@@ -69,9 +69,6 @@ absl::StatusOr<DeviceSet> CreateDeviceSetAcrossPhysical(Platform* platform,
                                                         const std::vector<int>& ordinals,
                                                         uint64_t bytes_each, bool with_cpu);
 
-// Sum of the devices' allocator peaks (peak_bytes_in_use).
-uint64_t PeakBytes(const std::vector<LogicalDevice*>& devices);
-
 }  // namespace strategies
 }  // namespace vgpu
 

@@ -153,13 +153,10 @@ absl::Status MirroredStrategy::ShardedUpdate() {
 }
 
 absl::StatusOr<StepTotals> MirroredStrategy::Flush() {
-  // Every replica is drained even after an error: the caller's step inputs must not be read
-  // once Flush returns. Also when no step is pending: a failed step's sticky error surfaces here.
+  // Every replica is drained even after an error. Also when no step is pending: a failed
+  // step's sticky error surfaces here.
   absl::Status status;
-  for (auto& rep : replicas_) {
-    status.Update(accounting_.ReadSlots(*rep->back()));
-    status.Update(rep->Synchronize());
-  }
+  for (auto& rep : replicas_) status.Update(accounting_.ReadSlotsAndDrain(*rep));
   VGPU_RETURN_IF_ERROR(status);
   return accounting_.TakeTotals();
 }

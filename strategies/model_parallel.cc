@@ -222,11 +222,7 @@ absl::Status ModelParallelStrategy::Step(const float* x, const int32_t* y, int r
 }
 
 absl::StatusOr<StepTotals> ModelParallelStrategy::Flush() {
-  // Every stage is drained even after an error (the caller's inputs must not be read once
-  // Flush returns); the first error is returned.
-  absl::Status status = accounting_.ReadSlots(*chain_->back());
-  status.Update(chain_->Synchronize());
-  VGPU_RETURN_IF_ERROR(status);
+  VGPU_RETURN_IF_ERROR(accounting_.ReadSlotsAndDrain(*chain_));
   return accounting_.TakeTotals();
 }
 

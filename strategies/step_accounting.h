@@ -32,6 +32,15 @@ class StepAccounting {
     return last_stage.AccumulateSlots(slot_, totals_.loss_sum, totals_.correct);
   }
 
+  // ReadSlots of `chain`'s last stage, then every stage's stream drained, even after an error:
+  // a failed step may still have copies queued that read the caller's inputs, which must not
+  // happen once Flush returns. The first error.
+  absl::Status ReadSlotsAndDrain(const MlpChain& chain) {
+    absl::Status status = ReadSlots(*chain.back());
+    status.Update(chain.Synchronize());
+    return status;
+  }
+
   // Once the slots are read and the devices synchronised: the totals since the last call,
   // the queued examples included; slots and totals start again from zero.
   StepTotals TakeTotals() {
