@@ -1,9 +1,8 @@
 # vgpu-bench smoke tests: the replay's last line is one JSON object with every key design.md
 # section 7 names. Label `bench` for the ones that replay a whole trace: the default preset runs
 # them; the sanitizer presets run only `unit` and `stress`, where they would just be slow.
-# The traces come from ../shared/traces beside the repository; without them the tests report
-# "SKIPPED".
-set(VGPU_TRACES ${PROJECT_SOURCE_DIR}/../shared/traces)
+# The traces ship with the repository (tools/traces).
+set(VGPU_TRACES ${PROJECT_SOURCE_DIR}/tools/traces)
 
 foreach(growth off on)
   set(flag "")
@@ -86,7 +85,7 @@ set_tests_properties(vgpu_bench_alloc_json PROPERTIES LABELS bench TIMEOUT 300
   PASS_REGULAR_EXPRESSION "^{\"benchmark\":\"alloc\",\"platform\":\"host\",\"allocator\":\"bfc\",\"results\":\\[{\"name\":\"bfc/1MiB/real_time/threads:1\".*\"speedup_1MiB\":[0-9.e+]+}")
 
 # --platform cuda without a GPU: the specific error (no device) and exit status 1, no JSON. A
-# tiny trace of its own, so a missing ../shared/traces cannot make it pass. Where a GPU is
+# tiny trace of its own, so a missing trace file cannot make it pass. Where a GPU is
 # present the replay would run, so the test reports SKIPPED there.
 add_test(NAME vgpu_bench_replay_cuda_without_gpu
   COMMAND sh -c "if ls /dev/nvidia[0-9]* >/dev/null 2>&1; then echo \"SKIPPED: a GPU is present\"; exit 0; fi; \

@@ -1,4 +1,4 @@
-// Stress: the shared random_mixed trace replayed at a tight limit with periodic invariant
+// Stress: the random_mixed trace replayed at a tight limit with periodic invariant
 // checks, and 8 threads hammering one allocator near its limit (runs under TSan in CI).
 #include <cstdlib>
 #include <fstream>
@@ -31,8 +31,7 @@ std::unique_ptr<BFCAllocator> Make(uint64_t limit, bool growth) {
 TEST(BfcStressTest, SharedTraceWithInvariants) {
   const char* src = std::getenv("VGPU_TEST_SRCDIR");
   if (src == nullptr) GTEST_SKIP() << "VGPU_TEST_SRCDIR is not set";
-  std::string path = std::string(src) + "/../shared/traces/random_mixed.trace";
-  if (!std::ifstream(path)) GTEST_SKIP() << path << " is absent";
+  std::string path = std::string(src) + "/tools/traces/random_mixed.trace";
   auto trace = ReadTraceFile(path);
   ASSERT_THAT(trace, IsOk());
   for (bool growth : {false, true}) {

@@ -2,6 +2,7 @@
 #include "runtime/numbers.h"
 
 #include <clocale>
+#include <cstdlib>
 #include <string>
 
 #include "gmock/gmock.h"
@@ -42,16 +43,23 @@ TEST(ParseDecimal, RefusesWhatIsNotPlainDecimal) {
 
 TEST(ParseDecimal, IgnoresTheLocale) {
   // A locale with a decimal comma must not change what "0.5" means (or make "0,5" valid).
+  // Built from glibc's sources into a private folder (LOCPATH), so no system change is needed.
+  std::string dir = ::testing::TempDir() + "/numbers_test_locale";
+  std::string cmd = "mkdir -p '" + dir + "' && localedef -i de_DE -f UTF-8 '" + dir +
+                    "/de_DE.UTF-8' >/dev/null 2>&1";
+  if (std::system(cmd.c_str()) != 0) {
+    GTEST_SKIP() << "localedef cannot build de_DE.UTF-8 (Debian package 'locales')";
+  }
+  setenv("LOCPATH", dir.c_str(), 1);
   const char* old = std::setlocale(LC_NUMERIC, nullptr);
   std::string saved = old ? old : "C";
-  if (std::setlocale(LC_NUMERIC, "de_DE.UTF-8") == nullptr &&
-      std::setlocale(LC_NUMERIC, "fr_FR.UTF-8") == nullptr) {
-    // No such locale installed: the parser uses from_chars, which never reads the locale;
-    // still check the C-locale behaviour below.
-  }
+  ASSERT_NE(std::setlocale(LC_NUMERIC, "de_DE.UTF-8"), nullptr);
+  ASSERT_STREQ(std::localeconv()->decimal_point, ",");  // the hostile setting is in force
   EXPECT_THAT(ParseDecimal("0.5"), IsOkAndHolds(DoubleEq(0.5)));
+  EXPECT_THAT(ParseDecimal("1e-3"), IsOkAndHolds(DoubleEq(1e-3)));
   EXPECT_THAT(ParseDecimal("0,5"), StatusIs(absl::StatusCode::kInvalidArgument));
   std::setlocale(LC_NUMERIC, saved.c_str());
+  unsetenv("LOCPATH");
 }
 
 TEST(ParseInt, StrictDigits) {

@@ -1,4 +1,4 @@
-// Replays the shared allocation traces on the vmm allocator (fake backend, 2 MiB granules) and
+// Replays the shipped allocation traces on the vmm allocator (fake backend, 2 MiB granules) and
 // checks the memory bars of design.md section 7: the smallest limit above which every limit
 // in 0.5 % steps replays (min_limit_ratio over peak live bytes). Timing is printed, not
 // asserted (vgpu-bench measures speed). Skips when the traces are not there.
@@ -137,14 +137,13 @@ MinLimit Scan(const Trace& t, bool growth) {
   return m;
 }
 
-// VGPU_TRACE_DIR, else ../shared/traces next to the source tree (CTest sets VGPU_TEST_SRCDIR),
-// else /work/shared/traces.
+// VGPU_TRACE_DIR, else tools/traces of the source tree (CTest sets VGPU_TEST_SRCDIR).
 std::string TracePath(const std::string& name) {
-  std::string dir = "/work/shared/traces";
+  std::string dir = "tools/traces";
   if (const char* d = std::getenv("VGPU_TRACE_DIR")) {
     dir = d;
   } else if (const char* src = std::getenv("VGPU_TEST_SRCDIR")) {
-    dir = std::string(src) + "/../shared/traces";
+    dir = std::string(src) + "/tools/traces";
   }
   return dir + "/" + name + ".trace";
 }
@@ -163,7 +162,7 @@ constexpr bool kSanitized = false;
 
 void Check(const std::string& name, double bar) {
   Trace t;
-  if (!LoadTrace(TracePath(name), &t)) GTEST_SKIP() << "no trace " << TracePath(name);
+  ASSERT_TRUE(LoadTrace(TracePath(name), &t)) << "no trace " << TracePath(name);
   if (kSanitized) {
     // Sanitizers are 10-20x slower: check only that the 20 limits from the bar up replay,
     // which bounds min_limit_ratio by the bar, growth off.
