@@ -68,10 +68,9 @@ absl::StatusOr<std::vector<std::pair<int, absl::string_view>>> SplitGroups(
     absl::string_view g = absl::StripAsciiWhitespace(group);
     size_t colon = g.find(':');
     if (colon == absl::string_view::npos) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("bad ", what, " group ", QuoteUserText(g), " in ", QuoteUserText(text),
-                       ": expected ORDINAL:LIST, e.g. \"", example,
-                       "\"; groups are separated by ';'"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "bad ", what, " group ", QuoteUserText(g), " in ", QuoteUserText(text),
+          ": expected ORDINAL:LIST, e.g. \"", example, "\"; groups are separated by ';'"));
     }
     VGPU_ASSIGN_OR_RETURN(int ordinal, ParseOrdinal(g.substr(0, colon), what));
     if (!seen.insert(ordinal).second) {
@@ -197,9 +196,9 @@ absl::StatusOr<std::vector<PhysicalDeviceConfig>> ParseLogicalDevices(absl::stri
             kMaxLogicalDevicesPerPhysicalDevice, " logical devices on physical device ", ordinal));
       }
       absl::string_view e = absl::StripAsciiWhitespace(entry);
-      const std::string where = absl::StrCat("bad logical device ", QuoteUserText(e),
-                                             " of physical device ", ordinal, " in ",
-                                             QuoteUserText(text), ": ");
+      const std::string where =
+          absl::StrCat("bad logical device ", QuoteUserText(e), " of physical device ", ordinal,
+                       " in ", QuoteUserText(text), ": ");
       LogicalDeviceConfig d;
       absl::string_view size = e;
       size_t at = e.find('@');
@@ -208,10 +207,9 @@ absl::StatusOr<std::vector<PhysicalDeviceConfig>> ParseLogicalDevices(absl::stri
         absl::string_view prio = absl::StripAsciiWhitespace(e.substr(at + 1));
         absl::StatusOr<int64_t> v = ParseInt64InRange(prio, kMinStreamPriority, kMaxStreamPriority);
         if (!v.ok()) {
-          return absl::InvalidArgumentError(
-              absl::StrCat(where, "priority ", QuoteUserText(prio), " is not an integer in ",
-                           kMinStreamPriority, "..", kMaxStreamPriority,
-                           " (SIZE@PRIORITY, e.g. 1GiB@-1)"));
+          return absl::InvalidArgumentError(absl::StrCat(
+              where, "priority ", QuoteUserText(prio), " is not an integer in ", kMinStreamPriority,
+              "..", kMaxStreamPriority, " (SIZE@PRIORITY, e.g. 1GiB@-1)"));
         }
         d.priority = static_cast<int>(*v);
       }
@@ -256,10 +254,10 @@ absl::StatusOr<std::vector<SmPartitionConfig>> ParseSmPartitions(absl::string_vi
       absl::string_view e = absl::StripAsciiWhitespace(entry);
       absl::StatusOr<int64_t> count = ParseInt64InRange(e, 1, kMaxSmCount);
       if (e.empty() || !absl::ascii_isdigit(static_cast<unsigned char>(e[0])) || !count.ok()) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "bad SM partition ", QuoteUserText(e), " of physical device ", ordinal, " in ",
-            QuoteUserText(text), ": expected a positive SM count (1..", kMaxSmCount,
-            "), e.g. 0:33,33"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("bad SM partition ", QuoteUserText(e), " of physical device ", ordinal,
+                         " in ", QuoteUserText(text), ": expected a positive SM count (1..",
+                         kMaxSmCount, "), e.g. 0:33,33"));
       }
       p.sm_counts.push_back(static_cast<int>(*count));
     }
@@ -271,8 +269,9 @@ absl::StatusOr<std::vector<SmPartitionConfig>> ParseSmPartitions(absl::string_vi
 absl::StatusOr<double> ParseMemoryFraction(absl::string_view text) {
   absl::StatusOr<double> v = ParseDecimal(StripUserValue(text));
   if (!v.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("bad memory fraction ", QuoteUserText(text),
-                                                   ": expected a decimal number in (0, 1], e.g. 0.4"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("bad memory fraction ", QuoteUserText(text),
+                     ": expected a decimal number in (0, 1], e.g. 0.4"));
   }
   return *v;
 }
@@ -281,8 +280,8 @@ absl::StatusOr<uint64_t> ParseReservedMemory(absl::string_view text) {
   absl::string_view t = StripUserValue(text);
   // One reserve applies to every card, so it is bytes: a percentage would mean a different
   // amount per card and is refused rather than guessed.
-  absl::StatusOr<uint64_t> v = absl::EndsWith(t, "%") ? absl::InvalidArgumentError("")
-                                                      : ParseBytes(t);
+  absl::StatusOr<uint64_t> v =
+      absl::EndsWith(t, "%") ? absl::InvalidArgumentError("") : ParseBytes(t);
   if (!v.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "bad reserved memory ", QuoteUserText(text),
@@ -361,9 +360,9 @@ absl::StatusOr<RuntimeConfig> RuntimeConfig::FromEnvironment(const EnvLookup& ge
     // variable that expanded to nothing. The one exception is VGPU_VISIBLE_DEVICES, where
     // empty means "no GPUs", as CUDA_VISIBLE_DEVICES="" does.
     if (StripUserValue(*value).empty() && s.name != kSettingVisibleDevices) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          env, "=", QuoteUserText(*value), ": empty value; unset ", env,
-          " for the default, or give a value, e.g. ", env, "=", s.example));
+      return absl::InvalidArgumentError(
+          absl::StrCat(env, "=", QuoteUserText(*value), ": empty value; unset ", env,
+                       " for the default, or give a value, e.g. ", env, "=", s.example));
     }
     absl::Status st;
     auto set = [&](auto parsed, auto& field) {
@@ -506,8 +505,8 @@ absl::StatusOr<std::vector<ResolvedLogicalDevice>> ResolveLogicalDevices(
     // for Allocate, a granule for physical memory), so an exact 40% + 60% would no longer
     // fit once rounded. Limits given in bytes are kept; the capacity checks below count them
     // as the platform rounds them. So whatever validates here, builds.
-    const uint64_t unit = std::max<uint64_t>(
-        {info.vmm_granularity, info.allocation_granularity, uint64_t{1}});
+    const uint64_t unit =
+        std::max<uint64_t>({info.vmm_granularity, info.allocation_granularity, uint64_t{1}});
     const uint64_t page = std::max<uint64_t>(info.allocation_granularity, 1);
     const uint64_t min_bytes = std::max(kMinLogicalDeviceBytes, info.vmm_granularity);
     auto round_down = [&](long double bytes) -> uint64_t {
@@ -543,10 +542,11 @@ absl::StatusOr<std::vector<ResolvedLogicalDevice>> ResolveLogicalDevices(
         if (r.memory_limit < min_bytes) {
           return absl::InvalidArgumentError(absl::StrCat(
               dev, ": logical device ", i, " gets ", FormatBytes(r.memory_limit),
-              d.memory_percent ? absl::StrCat(" (", DescribeLimit(d), " of ", FormatBytes(total), ")")
-                               : std::string(),
-              ", below the minimum logical device size of ",
-              FormatBytes(min_bytes), "; give it at least ", CompactBytes(min_bytes)));
+              d.memory_percent
+                  ? absl::StrCat(" (", DescribeLimit(d), " of ", FormatBytes(total), ")")
+                  : std::string(),
+              ", below the minimum logical device size of ", FormatBytes(min_bytes),
+              "; give it at least ", CompactBytes(min_bytes)));
         }
         mine.push_back(r);
       }
@@ -556,10 +556,10 @@ absl::StatusOr<std::vector<ResolvedLogicalDevice>> ResolveLogicalDevices(
       r.memory_limit = round_down(static_cast<long double>(total) *
                                   static_cast<long double>(*config.memory_fraction));
       if (r.memory_limit < min_bytes) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            dev, ": memory fraction ", *config.memory_fraction, " of ", FormatBytes(total),
-            " is ", FormatBytes(r.memory_limit), ", below the minimum logical device size of ",
-            FormatBytes(min_bytes)));
+        return absl::InvalidArgumentError(
+            absl::StrCat(dev, ": memory fraction ", *config.memory_fraction, " of ",
+                         FormatBytes(total), " is ", FormatBytes(r.memory_limit),
+                         ", below the minimum logical device size of ", FormatBytes(min_bytes)));
       }
       mine.push_back(r);
     } else {
@@ -599,10 +599,9 @@ absl::StatusOr<std::vector<ResolvedLogicalDevice>> ResolveLogicalDevices(
     std::string sum_text = absl::StrCat(
         mine.size() > 1 ? absl::StrCat(absl::StrJoin(parts, " + "), " = ") : "", FormatBytes(sum),
         reserve > 0 ? absl::StrCat(" + reserve ", FormatBytes(reserve)) : "");
-    std::string rounding =
-        taken != sum ? absl::StrCat(", ", taken, " once rounded up to whole ",
-                                    FormatBytes(page), " pages")
-                     : "";
+    std::string rounding = taken != sum ? absl::StrCat(", ", taken, " once rounded up to whole ",
+                                                       FormatBytes(page), " pages")
+                                        : "";
     if (taken > total - reserve) {
       return absl::InvalidArgumentError(absl::StrCat(
           dev, ": logical device limits ", sum_text, " exceed its capacity of ", FormatBytes(total),

@@ -14,7 +14,8 @@ namespace vgpu {
 namespace {
 
 absl::Status Bad(absl::string_view text, absl::string_view kind, absl::string_view why) {
-  return absl::InvalidArgumentError(absl::StrCat("invalid ", kind, " ", QuoteUserText(text), ": ", why));
+  return absl::InvalidArgumentError(
+      absl::StrCat("invalid ", kind, " ", QuoteUserText(text), ": ", why));
 }
 
 bool IsDigit(char c) { return c >= '0' && c <= '9'; }

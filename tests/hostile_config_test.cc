@@ -70,7 +70,9 @@ TEST(HostileConfig, NumbersAreDecimalOnly) {
     EXPECT_THAT(ParseMemoryFraction(bad), StatusIs(kInvalid, HasSubstr("decimal"))) << bad;
   }
   EXPECT_THAT(ParseMemoryFraction(" 0.5\r"), IsOkAndHolds(0.5));
-  EXPECT_THAT(ParseMemoryFraction("\xEF\xBB\xBF" "0.25"), IsOkAndHolds(0.25));
+  EXPECT_THAT(ParseMemoryFraction("\xEF\xBB\xBF"
+                                  "0.25"),
+              IsOkAndHolds(0.25));
   for (const char* bad : {"0:1GiB@0x1", "0:1GiB@1e2", "0:1GiB@1.0", "0:1GiB@99999999999"}) {
     EXPECT_THAT(ParseLogicalDevices(bad), StatusIs(kInvalid, HasSubstr("priority"))) << bad;
   }
@@ -105,13 +107,15 @@ TEST(HostileConfig, EmptyValuesAreErrorsExceptVisibleDevices) {
   // The SM example is an SM example.
   EXPECT_THAT(FromEnv({{"VGPU_SM_PARTITION", ""}}).status(),
               StatusIs(kInvalid, AllOf(HasSubstr("0:33,33"), Not(HasSubstr("GiB")))));
-  EXPECT_THAT(ParseSmPartitions("8"), StatusIs(kInvalid, AllOf(HasSubstr("0:33,33"),
-                                                                Not(HasSubstr("GiB")))));
+  EXPECT_THAT(ParseSmPartitions("8"),
+              StatusIs(kInvalid, AllOf(HasSubstr("0:33,33"), Not(HasSubstr("GiB")))));
 }
 
 TEST(HostileConfig, CrAndBomAroundValuesAreIgnored) {
   auto c = FromEnv({{"VGPU_ALLOW_GROWTH", "true\r"},
-                    {"VGPU_LOGICAL_DEVICES", "\xEF\xBB\xBF" "0:1GiB,25%@-1\r\n"},
+                    {"VGPU_LOGICAL_DEVICES",
+                     "\xEF\xBB\xBF"
+                     "0:1GiB,25%@-1\r\n"},
                     {"VGPU_RESERVED_MEMORY", " 512MiB\r"},
                     {"VGPU_ALLOCATOR", "vmm\r"}});
   ASSERT_THAT(c.status(), IsOk());
@@ -326,7 +330,8 @@ TEST(HostileConfig, WhateverValidatesBuilds) {
     std::vector<uint64_t> cards(pick(1, 2));
     for (uint64_t& c : cards) {
       // Odd sizes too: not page multiples, not granule multiples.
-      c = pick(0, 1) ? pick(2 * kMiB, 64 * kGiB) : pick(1, 64) * kGiB + pick(0, 3) * 4096 + pick(0, 1);
+      c = pick(0, 1) ? pick(2 * kMiB, 64 * kGiB)
+                     : pick(1, 64) * kGiB + pick(0, 3) * 4096 + pick(0, 1);
     }
     auto platform = HostPlatform::Create(HostPlatformOptions{cards});
     ASSERT_THAT(platform.status(), IsOk());
@@ -334,7 +339,8 @@ TEST(HostileConfig, WhateverValidatesBuilds) {
     config.allow_growth = false;
     config.allocator = std::vector<AllocatorKind>{AllocatorKind::kBfc, AllocatorKind::kVmm,
                                                   AllocatorKind::kAsync}[pick(0, 2)];
-    if (pick(0, 3) == 0) config.reserved_memory = pick(0, 1) ? pick(0, 512) * kMiB : pick(0, 1 << 30);
+    if (pick(0, 3) == 0)
+      config.reserved_memory = pick(0, 1) ? pick(0, 512) * kMiB : pick(0, 1 << 30);
     const int mode = static_cast<int>(pick(0, 2));
     if (mode == 0) {
       config.memory_fraction = std::uniform_real_distribution<double>(0.0001, 1.0)(rng);
@@ -348,14 +354,16 @@ TEST(HostileConfig, WhateverValidatesBuilds) {
         for (int i = 0; i < n; ++i) {
           if (kind == 0 || (kind == 2 && pick(0, 1))) {
             // Percentages that add up to exactly 100 (the reported failure) or less.
-            double pct = i + 1 == n ? left : std::max(0.01, std::floor(left / (n - i) * pick(50, 100)) / 100);
+            double pct = i + 1 == n
+                             ? left
+                             : std::max(0.01, std::floor(left / (n - i) * pick(50, 100)) / 100);
             pct = std::min(pct, left);
             if (pct <= 0) pct = 0.01;
             left -= pct;
             p.logical_devices.push_back(LogicalDeviceConfig::Percent(pct));
           } else {
-            p.logical_devices.push_back(
-                LogicalDeviceConfig::Bytes(pick(0, 1) ? pick(1, 4096) * kMiB : pick(1, 1) * pick(2 * kMiB, cards[o] / n)));
+            p.logical_devices.push_back(LogicalDeviceConfig::Bytes(
+                pick(0, 1) ? pick(1, 4096) * kMiB : pick(1, 1) * pick(2 * kMiB, cards[o] / n)));
           }
         }
         config.logical_devices.push_back(std::move(p));

@@ -39,9 +39,7 @@ uint64_t FloorPow2(uint64_t x) { return x == 0 ? 1 : std::bit_floor(x); }
 
 // The limit check's first step: a sixteenth of the limit, so a few dozen allocations fill any
 // device, from 2 MiB to 64 TiB.
-uint64_t ChunkFor(uint64_t limit) {
-  return std::max<uint64_t>(FloorPow2(limit / 16), 4096);
-}
+uint64_t ChunkFor(uint64_t limit) { return std::max<uint64_t>(FloorPow2(limit / 16), 4096); }
 // The copies: 1 MiB, or an eighth of a smaller device.
 uint64_t CopyBytesFor(uint64_t limit) {
   return std::clamp<uint64_t>(FloorPow2(limit / 8), 4096, kMaxCopyBytes);
@@ -92,8 +90,8 @@ absl::Status Compare(const std::vector<uint8_t>& want, const std::vector<uint8_t
   return absl::OkStatus();
 }
 
-// Allocates chunks (then halves down to a 64th of that) until the allocator refuses; the refusal must
-// be ResourceExhausted, near the limit and never past it; after freeing everything the device
+// Allocates chunks (then halves down to a 64th of that) until the allocator refuses; the refusal
+// must be ResourceExhausted, near the limit and never past it; after freeing everything the device
 // must allocate again.
 absl::Status LimitCheck(vgpu::LogicalDevice& d, std::string* detail) {
   vgpu::Allocator* a = d.allocator();
@@ -162,8 +160,7 @@ absl::Status RoundTrip(vgpu::LogicalDevice& d, uint32_t seed, std::string* detai
 
 absl::Status PeerCopy(vgpu::LogicalDevice& src, vgpu::LogicalDevice& dst, uint32_t seed,
                       std::string* detail) {
-  const uint64_t kCopyBytes =
-      CopyBytesFor(std::min(EffectiveLimit(src), EffectiveLimit(dst)));
+  const uint64_t kCopyBytes = CopyBytesFor(std::min(EffectiveLimit(src), EffectiveLimit(dst)));
   VGPU_ASSIGN_OR_RETURN(vgpu::DeviceBuffer a, src.allocator()->Allocate(kCopyBytes));
   VGPU_ASSIGN_OR_RETURN(vgpu::DeviceBuffer b, dst.allocator()->Allocate(kCopyBytes));
   std::vector<uint8_t> want = Pattern(kCopyBytes, seed), got(kCopyBytes, 0);

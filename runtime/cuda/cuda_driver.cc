@@ -169,9 +169,10 @@ absl::StatusOr<std::unique_ptr<CudaDriver>> LoadCudaDriver(const std::string& li
   absl::StatusOr<void*> handle = OpenLibrary(library);
   if (!handle.ok()) {
     const bool missing = absl::IsNotFound(handle.status());
-    return absl::Status(handle.status().code(),
-                        absl::StrCat(library, missing ? " not found: " : " exists but cannot be loaded: ",
-                                     handle.status().message()));
+    return absl::Status(
+        handle.status().code(),
+        absl::StrCat(library, missing ? " not found: " : " exists but cannot be loaded: ",
+                     handle.status().message()));
   }
   PFN_cuGetProcAddress_v12000 get_proc = nullptr;
   if (!LoadSymbol(*handle, "cuGetProcAddress_v2", get_proc)) {

@@ -1,11 +1,10 @@
 #include "runtime/host/host_platform.h"
 
+#include <cblas.h>
 #include <fcntl.h>
 #include <linux/falloc.h>
 #include <sys/mman.h>
 #include <unistd.h>
-
-#include <cblas.h>
 
 #include <algorithm>
 #include <condition_variable>
@@ -285,8 +284,8 @@ class HostMemoryPool : public MemoryPool {
     if (bytes == 0) return absl::InvalidArgumentError("host memory pool: AllocateAsync of 0 bytes");
     VGPU_RETURN_IF_ERROR(CheckStream(stream, "AllocateAsync"));
     if (bytes > UINT64_MAX - (kPage - 1)) {
-      return absl::ResourceExhaustedError(absl::StrCat(
-          "host memory pool: out of memory allocating ", bytes, " bytes"));
+      return absl::ResourceExhaustedError(
+          absl::StrCat("host memory pool: out of memory allocating ", bytes, " bytes"));
     }
     const uint64_t size = (bytes + kPage - 1) / kPage * kPage;
     {
@@ -686,8 +685,7 @@ class HostExecutor : public Executor {
   }
   // Requires mu_.
   absl::Status Reserve(uint64_t rounded, uint64_t requested) {
-    if (!faults_->ignore_capacity.load() &&
-        (rounded > capacity_ || used_ > capacity_ - rounded)) {
+    if (!faults_->ignore_capacity.load() && (rounded > capacity_ || used_ > capacity_ - rounded)) {
       return OutOfMemory(requested);
     }
     if (used_ > UINT64_MAX - rounded) return OutOfMemory(requested);
@@ -752,8 +750,8 @@ absl::Status CheckHostDeviceSizes(absl::Span<const uint64_t> device_bytes) {
   for (size_t i = 0; i < device_bytes.size(); ++i) {
     const uint64_t b = device_bytes[i];
     if (b < kHostVmmGranularity) {
-      return absl::InvalidArgumentError(absl::StrCat("host device ", i, ": ", FormatBytes(b),
-                                                     "; a device needs at least 2 MiB"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("host device ", i, ": ", FormatBytes(b), "; a device needs at least 2 MiB"));
     }
     if (b > kHostMaxDeviceBytes) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -775,9 +773,9 @@ absl::Status CheckHostDeviceSizes(absl::Span<const uint64_t> device_bytes) {
 
 absl::StatusOr<std::vector<uint64_t>> ParseHostDevices(absl::string_view spec) {
   auto bad = [&](absl::string_view part, absl::string_view why) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "VGPU_HOST_DEVICES=", QuoteUserText(spec), ": bad part ", QuoteUserText(part), ": ", why,
-        " (expected e.g. \"2x16GiB\" or \"16GiB,8GiB\")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("VGPU_HOST_DEVICES=", QuoteUserText(spec), ": bad part ", QuoteUserText(part),
+                     ": ", why, " (expected e.g. \"2x16GiB\" or \"16GiB,8GiB\")"));
   };
   std::vector<uint64_t> out;
   absl::string_view text = StripUserValue(spec);
@@ -803,10 +801,10 @@ absl::StatusOr<std::vector<uint64_t>> ParseHostDevices(absl::string_view spec) {
     if (!bytes.ok()) return bad(part, bytes.status().message());
     if (*bytes < kHostVmmGranularity) return bad(part, "a device needs at least 2 MiB");
     if (*bytes > kHostMaxDeviceBytes) {
-      return bad(part, absl::StrCat("a simulated card may have at most ",
-                                    FormatBytes(kHostMaxDeviceBytes),
-                                    " (it and the vmm allocator's address ranges must fit in the "
-                                    "process's address space, 128 TiB on x86-64)"));
+      return bad(
+          part, absl::StrCat("a simulated card may have at most ", FormatBytes(kHostMaxDeviceBytes),
+                             " (it and the vmm allocator's address ranges must fit in the "
+                             "process's address space, 128 TiB on x86-64)"));
     }
     if (out.size() + count > kHostMaxDevices) {
       return bad(part, absl::StrCat("more than ", kHostMaxDevices, " devices"));
