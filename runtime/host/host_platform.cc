@@ -468,8 +468,19 @@ class HostExecutor : public Executor {
   absl::StatusOr<void*> HostAllocate(uint64_t bytes) override {
     if (bytes == 0) return absl::InvalidArgumentError("HostAllocate: zero bytes");
     uint64_t rounded = 0;
-    void* p = RoundUpChecked(bytes, 4096, &rounded) ? std::aligned_alloc(4096, rounded) : nullptr;
-    if (p == nullptr) return absl::ResourceExhaustedError(absl::StrCat("HostAllocate of ", bytes, " bytes failed"));
+    // Pinned host memory is real RAM: a request past the machine's memory is refused here
+    // rather than handed to malloc (which may abort under sanitizers, or overcommit).
+    static const uint64_t kHostRam = static_cast<uint64_t>(sysconf(_SC_PHYS_PAGES)) *
+                                     static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+    if (!RoundUpChecked(bytes, 4096, &rounded) || rounded > kHostRam) {
+      return absl::ResourceExhaustedError(absl::StrCat("HostAllocate of ", bytes,
+                                                       " bytes: more than the machine's ",
+                                                       FormatBytes(kHostRam), " of memory"));
+    }
+    void* p = std::aligned_alloc(4096, rounded);
+    if (p == nullptr) {
+      return absl::ResourceExhaustedError(absl::StrCat("HostAllocate of ", bytes, " bytes failed"));
+    }
     std::lock_guard<std::mutex> l(mu_);
     host_allocations_.insert(p);
     return p;
