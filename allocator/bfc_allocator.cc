@@ -271,7 +271,11 @@ absl::Status BFCAllocator::GrowLocked(uint64_t need) {
     }
     size = std::max(need, RoundedBytes(size / 2));  // back off towards what is needed
   }
-  while (next_region_bytes_ <= size && next_region_bytes_ < limit_) next_region_bytes_ *= 2;
+  // Doubling stops at the limit; the halving test keeps it from wrapping to 0 near 2^64.
+  while (next_region_bytes_ <= size && next_region_bytes_ < limit_ &&
+         next_region_bytes_ <= UINT64_MAX / 2) {
+    next_region_bytes_ *= 2;
+  }
   return absl::OkStatus();
 }
 
@@ -354,8 +358,11 @@ absl::StatusOr<void*> BFCAllocator::AllocateLocked(uint64_t bytes, uint64_t alig
     return OomErrorLocked(bytes, rounded, "the request is over the limit");
   }
   const uint64_t rounded = RoundedBytes(bytes);
-  const uint64_t need =
-      rounded + (alignment > kMinAllocationSize ? alignment - kMinAllocationSize : 0);
+  const uint64_t pad = alignment > kMinAllocationSize ? alignment - kMinAllocationSize : 0;
+  if (pad > UINT64_MAX - rounded) {  // an absurd alignment: refuse before the sum wraps
+    return OomErrorLocked(bytes, rounded, "the request and its alignment are over the limit");
+  }
+  const uint64_t need = rounded + pad;
   uint32_t c = FindChunkLocked(need);
   if (c != kNone) return CarveLocked(c, rounded, alignment, bytes);
 

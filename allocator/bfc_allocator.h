@@ -117,8 +117,11 @@ class BFCAllocator final : public Allocator {
   void AddObserver(AllocatorObserver* observer) override;
   void RemoveObserver(AllocatorObserver* observer) override;
 
+  // Saturating: sizes near 2^64 round down to the largest multiple instead of wrapping to 0.
   static uint64_t RoundedBytes(uint64_t bytes) {
-    return (bytes + kMinAllocationSize - 1) & ~(kMinAllocationSize - 1);
+    return bytes > UINT64_MAX - (kMinAllocationSize - 1)
+               ? UINT64_MAX & ~(kMinAllocationSize - 1)
+               : (bytes + kMinAllocationSize - 1) & ~(kMinAllocationSize - 1);
   }
   static int BinFor(uint64_t size) {
     uint64_t units = size >> 8;

@@ -9,16 +9,17 @@
 #include "allocator/sub_allocators.h"
 #include "allocator/vmm_allocator.h"
 #include "runtime/status.h"
+#include "runtime/user_text.h"
 
 namespace vgpu {
 
 absl::StatusOr<AllocatorKind> ParseAllocatorKind(absl::string_view text) {
-  std::string t = absl::AsciiStrToLower(absl::StripAsciiWhitespace(text));
+  std::string t = absl::AsciiStrToLower(StripUserValue(text));
   if (t == "bfc") return AllocatorKind::kBfc;
   if (t == "vmm") return AllocatorKind::kVmm;
   if (t == "async") return AllocatorKind::kAsync;
   return absl::InvalidArgumentError(
-      absl::StrCat("unknown allocator \"", text, "\"; expected bfc, vmm or async"));
+      absl::StrCat("unknown allocator ", QuoteUserText(text), "; expected bfc, vmm or async"));
 }
 
 absl::string_view AllocatorKindName(AllocatorKind kind) {

@@ -451,6 +451,13 @@ absl::StatusOr<std::unique_ptr<VmmAllocator::Range>> VmmAllocator::MapRangeLocke
   // can later serve a somewhat larger request by mapping a few more granules at its end.
   range->reserved_bytes = alignment > g ? count * g + alignment : std::bit_ceil(count) * g;
   VGPU_ASSIGN_OR_RETURN(range->reserved, backend_->ReserveAddressRange(range->reserved_bytes));
+  if (alignment <= g && reinterpret_cast<uint64_t>(range->reserved) % g != 0) {
+    // Drivers return granule-aligned ranges, but nothing here may rely on it: rounding the
+    // base up would leave one granule less than reserved for. Ask again with a granule spare.
+    backend_->FreeAddressRange(range->reserved, range->reserved_bytes).IgnoreError();
+    range->reserved_bytes += g;
+    VGPU_ASSIGN_OR_RETURN(range->reserved, backend_->ReserveAddressRange(range->reserved_bytes));
+  }
   range->ptr = reinterpret_cast<void*>(
       AlignUp(reinterpret_cast<uint64_t>(range->reserved), std::max(alignment, g)));
   range->granules.reserve(count);

@@ -10,14 +10,16 @@
 #include <utility>
 
 #include "absl/strings/ascii.h"
-#include "absl/strings/numbers.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "runtime/bytes.h"
+#include "runtime/numbers.h"
 #include "runtime/status.h"
+#include "runtime/user_text.h"
 
 namespace vgpu {
 namespace {
@@ -25,37 +27,41 @@ namespace {
 struct SettingInfo {
   absl::string_view name;
   absl::string_view env;
+  absl::string_view example;  // a valid value, for the empty-value error
 };
 
 const std::vector<SettingInfo>& Settings() {
   static const auto* settings = new std::vector<SettingInfo>{
-      {kSettingVisibleDevices, "VGPU_VISIBLE_DEVICES"},
-      {kSettingLogicalDevices, "VGPU_LOGICAL_DEVICES"},
-      {kSettingMemoryFraction, "VGPU_MEMORY_FRACTION"},
-      {kSettingAllowGrowth, "VGPU_ALLOW_GROWTH"},
-      {kSettingReservedMemory, "VGPU_RESERVED_MEMORY"},
-      {kSettingAllocator, "VGPU_ALLOCATOR"},
-      {kSettingSmPartition, "VGPU_SM_PARTITION"},
-      {kSettingSoftPlacement, "VGPU_SOFT_PLACEMENT"},
-      {kSettingLogPlacement, "VGPU_LOG_PLACEMENT"},
+      {kSettingVisibleDevices, "VGPU_VISIBLE_DEVICES", "0,1"},
+      {kSettingLogicalDevices, "VGPU_LOGICAL_DEVICES", "0:1GiB,1GiB"},
+      {kSettingMemoryFraction, "VGPU_MEMORY_FRACTION", "0.4"},
+      {kSettingAllowGrowth, "VGPU_ALLOW_GROWTH", "true"},
+      {kSettingReservedMemory, "VGPU_RESERVED_MEMORY", "512MiB"},
+      {kSettingAllocator, "VGPU_ALLOCATOR", "bfc"},
+      {kSettingSmPartition, "VGPU_SM_PARTITION", "0:33,33"},
+      {kSettingSoftPlacement, "VGPU_SOFT_PLACEMENT", "true"},
+      {kSettingLogPlacement, "VGPU_LOG_PLACEMENT", "true"},
   };
   return *settings;
 }
 
 absl::StatusOr<int> ParseOrdinal(absl::string_view text, absl::string_view what) {
-  int v = 0;
   absl::string_view t = absl::StripAsciiWhitespace(text);
-  if (t.empty() || !absl::ascii_isdigit(static_cast<unsigned char>(t[0])) ||
-      !absl::SimpleAtoi(t, &v)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "bad ", what, " \"", text, "\": expected a physical device ordinal (0, 1, ...)"));
+  // Digits only (no sign), and a bound so a huge number is refused here, not wrapped.
+  absl::StatusOr<int64_t> v = ParseInt64InRange(t, 0, kMaxPhysicalOrdinal);
+  if (t.empty() || !absl::ascii_isdigit(static_cast<unsigned char>(t[0])) || !v.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("bad ", what, " ", QuoteUserText(text),
+                                                   ": expected a physical device ordinal (0, 1, "
+                                                   "..., at most ",
+                                                   kMaxPhysicalOrdinal, ")"));
   }
-  return v;
+  return static_cast<int>(*v);
 }
 
 // Splits "ORD:rest" groups separated by ';'.
-absl::StatusOr<std::vector<std::pair<int, absl::string_view>>> SplitGroups(absl::string_view text,
-                                                                           absl::string_view what) {
+// `example` is a valid value of the grammar being parsed, for the error.
+absl::StatusOr<std::vector<std::pair<int, absl::string_view>>> SplitGroups(
+    absl::string_view text, absl::string_view what, absl::string_view example) {
   std::vector<std::pair<int, absl::string_view>> groups;
   std::set<int> seen;
   for (absl::string_view group : absl::StrSplit(text, ';')) {
@@ -63,20 +69,20 @@ absl::StatusOr<std::vector<std::pair<int, absl::string_view>>> SplitGroups(absl:
     size_t colon = g.find(':');
     if (colon == absl::string_view::npos) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "bad ", what, " group \"", g, "\" in \"", text,
-          "\": expected ORDINAL:LIST, e.g. \"0:1GiB,1GiB\"; groups are separated by ';'"));
+          "bad ", what, " group ", QuoteUserText(g), " in ", QuoteUserText(text),
+          ": expected ORDINAL:LIST, e.g. \"", example, "\"; groups are separated by ';'"));
     }
     VGPU_ASSIGN_OR_RETURN(int ordinal, ParseOrdinal(g.substr(0, colon), what));
     if (!seen.insert(ordinal).second) {
-      return absl::InvalidArgumentError(absl::StrCat("bad ", what, " \"", text,
-                                                     "\": physical device ", ordinal,
+      return absl::InvalidArgumentError(absl::StrCat("bad ", what, " ", QuoteUserText(text),
+                                                     ": physical device ", ordinal,
                                                      " appears twice; list it once"));
     }
     absl::string_view rest = absl::StripAsciiWhitespace(g.substr(colon + 1));
     if (rest.empty()) {
-      return absl::InvalidArgumentError(absl::StrCat("bad ", what, " group \"", g, "\" in \"", text,
-                                                     "\": empty list for physical device ",
-                                                     ordinal));
+      return absl::InvalidArgumentError(absl::StrCat("bad ", what, " group ", QuoteUserText(g),
+                                                     " in ", QuoteUserText(text),
+                                                     ": empty list for physical device ", ordinal));
     }
     groups.emplace_back(ordinal, rest);
   }
@@ -162,13 +168,13 @@ ConfigSource RuntimeConfig::SourceOf(absl::string_view setting) const {
 
 absl::StatusOr<std::vector<int>> ParseVisibleDevices(absl::string_view text) {
   std::vector<int> out;
-  if (absl::StripAsciiWhitespace(text).empty()) return out;
+  if (StripUserValue(text).empty()) return out;
   std::set<int> seen;
-  for (absl::string_view item : absl::StrSplit(text, ',')) {
+  for (absl::string_view item : absl::StrSplit(StripUserValue(text), ',')) {
     VGPU_ASSIGN_OR_RETURN(int ordinal, ParseOrdinal(item, "visible device"));
     if (!seen.insert(ordinal).second) {
-      return absl::InvalidArgumentError(absl::StrCat("bad visible devices \"", text,
-                                                     "\": physical device ", ordinal,
+      return absl::InvalidArgumentError(absl::StrCat("bad visible devices ", QuoteUserText(text),
+                                                     ": physical device ", ordinal,
                                                      " appears twice; list it once"));
     }
     out.push_back(ordinal);
@@ -177,41 +183,52 @@ absl::StatusOr<std::vector<int>> ParseVisibleDevices(absl::string_view text) {
 }
 
 absl::StatusOr<std::vector<PhysicalDeviceConfig>> ParseLogicalDevices(absl::string_view text) {
-  VGPU_ASSIGN_OR_RETURN(auto groups, SplitGroups(text, "logical devices"));
+  VGPU_ASSIGN_OR_RETURN(auto groups,
+                        SplitGroups(StripUserValue(text), "logical devices", "0:1GiB,1GiB"));
   std::vector<PhysicalDeviceConfig> out;
   for (const auto& [ordinal, list] : groups) {
     PhysicalDeviceConfig p;
     p.ordinal = ordinal;
     for (absl::string_view entry : absl::StrSplit(list, ',')) {
+      if (p.logical_devices.size() == kMaxLogicalDevicesPerPhysicalDevice) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "bad logical devices ", QuoteUserText(text), ": more than ",
+            kMaxLogicalDevicesPerPhysicalDevice, " logical devices on physical device ", ordinal));
+      }
       absl::string_view e = absl::StripAsciiWhitespace(entry);
+      const std::string where =
+          absl::StrCat("bad logical device ", QuoteUserText(e), " of physical device ", ordinal,
+                       " in ", QuoteUserText(text), ": ");
       LogicalDeviceConfig d;
       absl::string_view size = e;
       size_t at = e.find('@');
       if (at != absl::string_view::npos) {
         size = absl::StripAsciiWhitespace(e.substr(0, at));
         absl::string_view prio = absl::StripAsciiWhitespace(e.substr(at + 1));
-        if (!absl::SimpleAtoi(prio, &d.priority)) {
+        absl::StatusOr<int64_t> v = ParseInt64InRange(prio, kMinStreamPriority, kMaxStreamPriority);
+        if (!v.ok()) {
           return absl::InvalidArgumentError(absl::StrCat(
-              "bad logical device \"", e, "\" of physical device ", ordinal, " in \"", text,
-              "\": priority \"", prio, "\" is not an integer (SIZE@PRIORITY, e.g. 1GiB@-1)"));
+              where, "priority ", QuoteUserText(prio), " is not an integer in ", kMinStreamPriority,
+              "..", kMaxStreamPriority, " (SIZE@PRIORITY, e.g. 1GiB@-1)"));
         }
+        d.priority = static_cast<int>(*v);
       }
       if (absl::ConsumeSuffix(&size, "%")) {
-        double pct = 0;
         absl::string_view num = absl::StripAsciiWhitespace(size);
-        if (num.empty() || !absl::SimpleAtod(num, &pct) || !std::isfinite(pct) ||
+        // Decimal only: "0x10%" is not 16 %, and a sign is not a percentage.
+        absl::StatusOr<double> pct = ParseDecimal(num);
+        if (num.empty() || !pct.ok() ||
             !(absl::ascii_isdigit(static_cast<unsigned char>(num[0])) || num[0] == '.')) {
-          return absl::InvalidArgumentError(
-              absl::StrCat("bad logical device \"", e, "\" of physical device ", ordinal, " in \"",
-                           text, "\": \"", size, "%\" is not a percentage"));
+          return absl::InvalidArgumentError(absl::StrCat(
+              where, QuoteUserText(absl::StrCat(size, "%")),
+              " is not a percentage (a decimal number in (0, 100] followed by %, e.g. 40%)"));
         }
-        d.memory_percent = pct;
+        d.memory_percent = *pct;
       } else {
         absl::StatusOr<uint64_t> bytes = ParseBytes(size);
         if (!bytes.ok()) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              "bad logical device \"", e, "\" of physical device ", ordinal, " in \"", text,
-              "\": ", bytes.status().message(), " (sizes: 1GiB, 512MiB, 4GB, 40%)"));
+          return absl::InvalidArgumentError(
+              absl::StrCat(where, bytes.status().message(), " (sizes: 1GiB, 512MiB, 4GB, 40%)"));
         }
         d.memory_bytes = *bytes;
       }
@@ -223,20 +240,26 @@ absl::StatusOr<std::vector<PhysicalDeviceConfig>> ParseLogicalDevices(absl::stri
 }
 
 absl::StatusOr<std::vector<SmPartitionConfig>> ParseSmPartitions(absl::string_view text) {
-  VGPU_ASSIGN_OR_RETURN(auto groups, SplitGroups(text, "SM partition"));
+  VGPU_ASSIGN_OR_RETURN(auto groups, SplitGroups(StripUserValue(text), "SM partition", "0:33,33"));
   std::vector<SmPartitionConfig> out;
   for (const auto& [ordinal, list] : groups) {
     SmPartitionConfig p;
     p.ordinal = ordinal;
     for (absl::string_view entry : absl::StrSplit(list, ',')) {
-      absl::string_view e = absl::StripAsciiWhitespace(entry);
-      int count = 0;
-      if (!absl::SimpleAtoi(e, &count) || count <= 0) {
-        return absl::InvalidArgumentError(absl::StrCat("bad SM partition \"", e,
-                                                       "\" of physical device ", ordinal, " in \"",
-                                                       text, "\": expected a positive SM count"));
+      if (p.sm_counts.size() == kMaxLogicalDevicesPerPhysicalDevice) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "bad SM partition ", QuoteUserText(text), ": more than ",
+            kMaxLogicalDevicesPerPhysicalDevice, " SM counts for physical device ", ordinal));
       }
-      p.sm_counts.push_back(count);
+      absl::string_view e = absl::StripAsciiWhitespace(entry);
+      absl::StatusOr<int64_t> count = ParseInt64InRange(e, 1, kMaxSmCount);
+      if (e.empty() || !absl::ascii_isdigit(static_cast<unsigned char>(e[0])) || !count.ok()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("bad SM partition ", QuoteUserText(e), " of physical device ", ordinal,
+                         " in ", QuoteUserText(text), ": expected a positive SM count (1..",
+                         kMaxSmCount, "), e.g. 0:33,33"));
+      }
+      p.sm_counts.push_back(static_cast<int>(*count));
     }
     out.push_back(std::move(p));
   }
@@ -244,21 +267,36 @@ absl::StatusOr<std::vector<SmPartitionConfig>> ParseSmPartitions(absl::string_vi
 }
 
 absl::StatusOr<double> ParseMemoryFraction(absl::string_view text) {
-  double v = 0;
-  absl::string_view t = absl::StripAsciiWhitespace(text);
-  if (t.empty() || !absl::SimpleAtod(t, &v) || !std::isfinite(v)) {
+  absl::StatusOr<double> v = ParseDecimal(StripUserValue(text));
+  if (!v.ok()) {
     return absl::InvalidArgumentError(
-        absl::StrCat("bad memory fraction \"", text, "\": expected a number in (0, 1], e.g. 0.4"));
+        absl::StrCat("bad memory fraction ", QuoteUserText(text),
+                     ": expected a decimal number in (0, 1], e.g. 0.4"));
   }
-  return v;
+  return *v;
+}
+
+absl::StatusOr<uint64_t> ParseReservedMemory(absl::string_view text) {
+  absl::string_view t = StripUserValue(text);
+  // One reserve applies to every card, so it is bytes: a percentage would mean a different
+  // amount per card and is refused rather than guessed.
+  absl::StatusOr<uint64_t> v =
+      absl::EndsWith(t, "%") ? absl::InvalidArgumentError("") : ParseBytes(t);
+  if (!v.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "bad reserved memory ", QuoteUserText(text),
+        ": expected a size in bytes such as 512MiB, 1GiB or 1073741824 (a percentage is not "
+        "accepted: the same reserve is left free on every card)"));
+  }
+  return *v;
 }
 
 absl::StatusOr<bool> ParseBool(absl::string_view text) {
-  std::string t = absl::AsciiStrToLower(absl::StripAsciiWhitespace(text));
+  std::string t = absl::AsciiStrToLower(StripUserValue(text));
   if (t == "1" || t == "true" || t == "yes" || t == "on") return true;
   if (t == "0" || t == "false" || t == "no" || t == "off") return false;
-  return absl::InvalidArgumentError(
-      absl::StrCat("bad boolean \"", text, "\": expected true/false, 1/0, yes/no or on/off"));
+  return absl::InvalidArgumentError(absl::StrCat("bad boolean ", QuoteUserText(text),
+                                                 ": expected true/false, 1/0, yes/no or on/off"));
 }
 
 std::string FormatLogicalDevices(absl::Span<const PhysicalDeviceConfig> devices) {
@@ -318,6 +356,14 @@ absl::StatusOr<RuntimeConfig> RuntimeConfig::FromEnvironment(const EnvLookup& ge
     std::string env(s.env);
     std::optional<std::string> value = getenv(env.c_str());
     if (!value) continue;
+    // An empty value is an error, never a silent default: "VGPU_X=" in a script is usually a
+    // variable that expanded to nothing. The one exception is VGPU_VISIBLE_DEVICES, where
+    // empty means "no GPUs", as CUDA_VISIBLE_DEVICES="" does.
+    if (StripUserValue(*value).empty() && s.name != kSettingVisibleDevices) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(env, "=", QuoteUserText(*value), ": empty value; unset ", env,
+                       " for the default, or give a value, e.g. ", env, "=", s.example));
+    }
     absl::Status st;
     auto set = [&](auto parsed, auto& field) {
       if (!parsed.ok()) {
@@ -335,7 +381,7 @@ absl::StatusOr<RuntimeConfig> RuntimeConfig::FromEnvironment(const EnvLookup& ge
     } else if (s.name == kSettingAllowGrowth) {
       set(ParseBool(*value), c.allow_growth);
     } else if (s.name == kSettingReservedMemory) {
-      set(ParseBytes(*value), c.reserved_memory);
+      set(ParseReservedMemory(*value), c.reserved_memory);
     } else if (s.name == kSettingAllocator) {
       set(ParseAllocatorKind(*value), c.allocator);
     } else if (s.name == kSettingSmPartition) {
@@ -346,7 +392,8 @@ absl::StatusOr<RuntimeConfig> RuntimeConfig::FromEnvironment(const EnvLookup& ge
       set(ParseBool(*value), c.log_placement);
     }
     if (!st.ok()) {
-      return absl::Status(st.code(), absl::StrCat(env, "=\"", *value, "\": ", st.message()));
+      return absl::Status(st.code(),
+                          absl::StrCat(env, "=", QuoteUserText(*value), ": ", st.message()));
     }
     c.sources[std::string(s.name)] = ConfigSource::kEnvironment;
   }
@@ -453,6 +500,20 @@ absl::StatusOr<std::vector<ResolvedLogicalDevice>> ResolveLogicalDevices(
           absl::StrCat(dev, ": reserved memory ", FormatBytes(reserve), " leaves nothing of its ",
                        FormatBytes(total), "; lower VGPU_RESERVED_MEMORY"));
     }
+    // Limits the runtime derives (percentages, fractions, all of the free memory) are
+    // rounded DOWN to a whole granule: the platform rounds every region it gives UP (a page
+    // for Allocate, a granule for physical memory), so an exact 40% + 60% would no longer
+    // fit once rounded. Limits given in bytes are kept; the capacity checks below count them
+    // as the platform rounds them. So whatever validates here, builds.
+    const uint64_t unit =
+        std::max<uint64_t>({info.vmm_granularity, info.allocation_granularity, uint64_t{1}});
+    const uint64_t page = std::max<uint64_t>(info.allocation_granularity, 1);
+    const uint64_t min_bytes = std::max(kMinLogicalDeviceBytes, info.vmm_granularity);
+    auto round_down = [&](long double bytes) -> uint64_t {
+      if (!(bytes > 0)) return 0;
+      if (bytes >= static_cast<long double>(total)) return total / unit * unit;
+      return static_cast<uint64_t>(bytes) / unit * unit;
+    };
     std::vector<ResolvedLogicalDevice> mine;
     auto it = explicit_devices.find(o);
     if (it != explicit_devices.end()) {
@@ -469,26 +530,36 @@ absl::StatusOr<std::vector<ResolvedLogicalDevice>> ResolveLogicalDevices(
                 absl::StrCat(dev, ": logical device ", i, " asks for ", FormatPercent(pct),
                              "% of the card; a percentage must be in (0, 100]"));
           }
-          r.memory_limit = static_cast<uint64_t>(static_cast<long double>(total) * pct / 100.0L);
+          r.memory_limit = round_down(static_cast<long double>(total) * pct / 100.0L);
         } else {
           r.memory_limit = d.memory_bytes;
         }
-        if (r.memory_limit == 0) {
+        if (r.memory_limit == 0 && !d.memory_percent) {
           return absl::InvalidArgumentError(
               absl::StrCat(dev, ": logical device ", i, " has a zero memory limit (",
                            DescribeLimit(d), "); give every logical device a positive size"));
+        }
+        if (r.memory_limit < min_bytes) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              dev, ": logical device ", i, " gets ", FormatBytes(r.memory_limit),
+              d.memory_percent
+                  ? absl::StrCat(" (", DescribeLimit(d), " of ", FormatBytes(total), ")")
+                  : std::string(),
+              ", below the minimum logical device size of ", FormatBytes(min_bytes),
+              "; give it at least ", CompactBytes(min_bytes)));
         }
         mine.push_back(r);
       }
     } else if (config.memory_fraction) {
       ResolvedLogicalDevice r;
       r.physical_ordinal = o;
-      r.memory_limit = static_cast<uint64_t>(static_cast<long double>(total) *
-                                             static_cast<long double>(*config.memory_fraction));
-      if (r.memory_limit == 0) {
-        return absl::InvalidArgumentError(absl::StrCat(dev, ": memory fraction ",
-                                                       *config.memory_fraction, " of ",
-                                                       FormatBytes(total), " is zero bytes"));
+      r.memory_limit = round_down(static_cast<long double>(total) *
+                                  static_cast<long double>(*config.memory_fraction));
+      if (r.memory_limit < min_bytes) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(dev, ": memory fraction ", *config.memory_fraction, " of ",
+                         FormatBytes(total), " is ", FormatBytes(r.memory_limit),
+                         ", below the minimum logical device size of ", FormatBytes(min_bytes)));
       }
       mine.push_back(r);
     } else {
@@ -500,34 +571,50 @@ absl::StatusOr<std::vector<ResolvedLogicalDevice>> ResolveLogicalDevices(
       }
       ResolvedLogicalDevice r;
       r.physical_ordinal = o;
-      r.memory_limit = info.free_bytes - reserve;
+      r.memory_limit = (info.free_bytes - reserve) / unit * unit;
+      if (r.memory_limit < min_bytes) {
+        return absl::ResourceExhaustedError(absl::StrCat(
+            dev, ": only ", FormatBytes(info.free_bytes - reserve),
+            " free after the reserve, below the minimum logical device size of ",
+            FormatBytes(min_bytes), "; lower VGPU_RESERVED_MEMORY or free memory on the card"));
+      }
       mine.push_back(r);
     }
 
-    uint64_t sum = 0;
+    uint64_t sum = 0, taken = 0;  // as configured; as the platform rounds it
     std::vector<std::string> parts;
+    auto saturating_add = [](uint64_t a, uint64_t b) {
+      return b > std::numeric_limits<uint64_t>::max() - a ? std::numeric_limits<uint64_t>::max()
+                                                          : a + b;
+    };
     for (const ResolvedLogicalDevice& r : mine) {
       // Saturating: absurd sizes must still fail the capacity check, not wrap around.
-      sum = r.memory_limit > std::numeric_limits<uint64_t>::max() - sum
-                ? std::numeric_limits<uint64_t>::max()
-                : sum + r.memory_limit;
+      sum = saturating_add(sum, r.memory_limit);
+      const uint64_t rounded = r.memory_limit % page == 0
+                                   ? r.memory_limit
+                                   : saturating_add(r.memory_limit / page * page, page);
+      taken = saturating_add(taken, rounded);
       parts.push_back(FormatBytes(r.memory_limit));
     }
     std::string sum_text = absl::StrCat(
         mine.size() > 1 ? absl::StrCat(absl::StrJoin(parts, " + "), " = ") : "", FormatBytes(sum),
         reserve > 0 ? absl::StrCat(" + reserve ", FormatBytes(reserve)) : "");
-    if (sum > total - reserve) {
+    std::string rounding = taken != sum ? absl::StrCat(", ", taken, " once rounded up to whole ",
+                                                       FormatBytes(page), " pages")
+                                        : "";
+    if (taken > total - reserve) {
       return absl::InvalidArgumentError(absl::StrCat(
           dev, ": logical device limits ", sum_text, " exceed its capacity of ", FormatBytes(total),
-          " (", sum, reserve > 0 ? absl::StrCat(" + ", reserve) : "", " > ", total,
-          " bytes); shrink the limits in VGPU_LOGICAL_DEVICES or the reserve"));
+          " (", sum, reserve > 0 ? absl::StrCat(" + ", reserve) : "", " > ", total, " bytes",
+          rounding, "); shrink the limits in VGPU_LOGICAL_DEVICES or the reserve"));
     }
-    if (!config.allow_growth && sum > (info.free_bytes > reserve ? info.free_bytes - reserve : 0)) {
+    if (!config.allow_growth &&
+        taken > (info.free_bytes > reserve ? info.free_bytes - reserve : 0)) {
       return absl::ResourceExhaustedError(absl::StrCat(
           dev, ": logical device limits ", sum_text, " exceed its free memory of ",
           FormatBytes(info.free_bytes), " (", sum, reserve > 0 ? absl::StrCat(" + ", reserve) : "",
-          " > ", info.free_bytes,
-          " bytes), and without growth the whole limit is taken at start; free memory on the "
+          " > ", info.free_bytes, " bytes", rounding,
+          "), and without growth the whole limit is taken at start; free memory on the "
           "card, shrink the limits or set VGPU_ALLOW_GROWTH=true"));
     }
 

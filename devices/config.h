@@ -18,6 +18,7 @@
 #ifndef VGPU_DEVICES_CONFIG_H_
 #define VGPU_DEVICES_CONFIG_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -32,6 +33,18 @@
 #include "runtime/platform.h"
 
 namespace vgpu {
+
+// Bounds of the grammars, so a hostile value is refused when parsed instead of building
+// millions of devices or wrapping an int.
+inline constexpr int kMaxPhysicalOrdinal = 1023;
+inline constexpr size_t kMaxLogicalDevicesPerPhysicalDevice = 64;
+inline constexpr int kMaxSmCount = 1 << 16;
+inline constexpr int kMinStreamPriority = -1000;  // platforms clamp to their own range
+inline constexpr int kMaxStreamPriority = 1000;
+// The smallest logical device: one VMM granule of current NVIDIA GPUs and of the host
+// platform (the platform's own granularity when larger), so every allocator kind can hold at
+// least one block. Checked by ResolveLogicalDevices.
+inline constexpr uint64_t kMinLogicalDeviceBytes = uint64_t{2} << 20;
 
 // Where a setting came from, shown by vgpu-info.
 enum class ConfigSource { kDefault, kEnvironment, kApi };
@@ -113,6 +126,8 @@ absl::StatusOr<std::vector<PhysicalDeviceConfig>> ParseLogicalDevices(absl::stri
 absl::StatusOr<std::vector<SmPartitionConfig>> ParseSmPartitions(absl::string_view text);
 // A decimal number ("0.4"); the (0, 1] range is checked by ResolveLogicalDevices.
 absl::StatusOr<double> ParseMemoryFraction(absl::string_view text);
+// VGPU_RESERVED_MEMORY: bytes ("512MiB"); a percentage is refused (one reserve for all cards).
+absl::StatusOr<uint64_t> ParseReservedMemory(absl::string_view text);
 // true/false, 1/0, yes/no, on/off (case-insensitive).
 absl::StatusOr<bool> ParseBool(absl::string_view text);
 // Inverse of ParseLogicalDevices (for messages and vgpu-info).

@@ -7,6 +7,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "runtime/user_text.h"
 
 namespace vgpu {
 
@@ -29,7 +30,7 @@ namespace {
 
 absl::Status Bad(absl::string_view text, absl::string_view why) {
   return absl::InvalidArgumentError(
-      absl::StrCat("invalid byte size \"", text, "\": ", why,
+      absl::StrCat("invalid byte size ", QuoteUserText(text), ": ", why,
                    " (examples: 1024, 512MiB, 1.5GiB, 4GB, 40%)"));
 }
 

@@ -8,12 +8,14 @@
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "runtime/user_text.h"
 
 namespace vgpu {
 namespace {
 
 absl::Status Bad(absl::string_view text, absl::string_view kind, absl::string_view why) {
-  return absl::InvalidArgumentError(absl::StrCat("invalid ", kind, " \"", text, "\": ", why));
+  return absl::InvalidArgumentError(
+      absl::StrCat("invalid ", kind, " ", QuoteUserText(text), ": ", why));
 }
 
 bool IsDigit(char c) { return c >= '0' && c <= '9'; }

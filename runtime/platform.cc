@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "runtime/cuda/cuda_platform.h"
 #include "runtime/host/host_platform.h"
+#include "runtime/user_text.h"
 
 namespace vgpu {
 namespace {
@@ -63,24 +64,31 @@ absl::StatusOr<std::unique_ptr<MemoryPool>> Executor::CreateMemoryPool(
 }
 
 absl::StatusOr<Platform*> GetPlatform(absl::string_view name) {
-  std::string lower = absl::AsciiStrToLower(name);
+  std::string lower = absl::AsciiStrToLower(StripUserValue(name));
   if (lower == "host") return HostPlatformSingleton();
   if (lower == "cuda") return CudaPlatformSingleton();
   return absl::InvalidArgumentError(
-      absl::StrCat("unknown platform \"", name, "\" (expected host, cuda or auto)"));
+      absl::StrCat("unknown platform ", QuoteUserText(name), " (expected host, cuda or auto)"));
 }
 
 absl::StatusOr<Platform*> DefaultPlatform() {
   const char* env = std::getenv("VGPU_PLATFORM");
-  std::string choice = env == nullptr ? "auto" : absl::AsciiStrToLower(env);
-  if (choice == "auto" || choice.empty()) {
+  std::string choice = env == nullptr ? "auto" : absl::AsciiStrToLower(StripUserValue(env));
+  if (env != nullptr && choice.empty()) {
+    // Empty is an error for every VGPU_* variable (docs/devices.md), not a silent default.
+    return absl::InvalidArgumentError(absl::StrCat(
+        "VGPU_PLATFORM=", QuoteUserText(env),
+        ": empty value; unset VGPU_PLATFORM for the default (auto), or give a value, e.g. "
+        "VGPU_PLATFORM=host"));
+  }
+  if (choice == "auto") {
     Platform* cuda = CudaPlatformSingleton();
     if (cuda->DeviceCount() > 0) return cuda;
     return HostPlatformSingleton();
   }
   if (choice != "host" && choice != "cuda") {
     return absl::InvalidArgumentError(
-        absl::StrCat("VGPU_PLATFORM=\"", env, "\": expected auto, cuda or host"));
+        absl::StrCat("VGPU_PLATFORM=", QuoteUserText(env), ": expected auto, cuda or host"));
   }
   return GetPlatform(choice);
 }

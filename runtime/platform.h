@@ -41,6 +41,9 @@ struct PhysicalDeviceInfo {
   uint64_t free_bytes = 0;
   // Granularity of the virtual-memory calls; 0 when the device has none.
   uint64_t vmm_granularity = 0;
+  // Executor::Allocate takes sizes rounded up to a multiple of this from the card (a page on
+  // the host platform), so configuration checks count what the platform really takes.
+  uint64_t allocation_granularity = 4096;
 };
 
 class Event {

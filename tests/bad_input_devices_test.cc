@@ -90,6 +90,35 @@ std::vector<CatalogueCase> DeviceCases() {
                  (void)e->Free(hog);
                  return s;
                }});
+  // Issue 12: configuration, platform and allocators.
+  c.push_back({"G01", "logical devices: hex percentage", "`VGPU_LOGICAL_DEVICES=0:0x10%`", Code::kInvalidArgument, "\"0x10%\" is not a percentage",
+               env("VGPU_LOGICAL_DEVICES", "0:0x10%")});
+  c.push_back({"G02", "memory fraction: hex float", "`VGPU_MEMORY_FRACTION=0x1p-1`", Code::kInvalidArgument, "bad memory fraction \"0x1p-1\": expected a decimal number",
+               env("VGPU_MEMORY_FRACTION", "0x1p-1")});
+  c.push_back({"G03", "empty value (any VGPU_* but VGPU_VISIBLE_DEVICES)", "`VGPU_SM_PARTITION=`", Code::kInvalidArgument, "VGPU_SM_PARTITION=\"\": empty value; unset VGPU_SM_PARTITION for the default, or give a value, e.g. VGPU_SM_PARTITION=0:33,33",
+               env("VGPU_SM_PARTITION", "")});
+  c.push_back({"G04", "SM partition: not ORDINAL:LIST", "`VGPU_SM_PARTITION=8`", Code::kInvalidArgument, "expected ORDINAL:LIST, e.g. \"0:33,33\"",
+               env("VGPU_SM_PARTITION", "8")});
+  c.push_back({"G05", "reserved memory as a percentage", "`VGPU_RESERVED_MEMORY=50%`", Code::kInvalidArgument, "a percentage is not accepted: the same reserve is left free on every card",
+               env("VGPU_RESERVED_MEMORY", "50%")});
+  c.push_back({"G06", "logical device below the minimum", "`VGPU_LOGICAL_DEVICES=0:1MiB`", Code::kInvalidArgument, "below the minimum logical device size of 2 MiB",
+               env("VGPU_LOGICAL_DEVICES", "0:1MiB")});
+  c.push_back({"G07", "huge value: the message quotes 80 characters", "`VGPU_ALLOCATOR=` 1 MiB of `a`", Code::kInvalidArgument, "aaaa\"... (1048576 bytes)",
+               env("VGPU_ALLOCATOR", std::string(1 << 20, 'a'))});
+  c.push_back({"G08", "more than 64 logical devices on a card", "`VGPU_LOGICAL_DEVICES=0:2MiB,...` (65 items)", Code::kInvalidArgument, "more than 64 logical devices on physical device 0",
+               [] {
+                 std::string list = "0:2MiB";
+                 for (int i = 0; i < 64; ++i) list += ",2MiB";
+                 return CreateWith({{"VGPU_LOGICAL_DEVICES", list}});
+               }});
+  c.push_back({"G09", "priority not a decimal integer", "`VGPU_LOGICAL_DEVICES=0:1GiB@0x1`", Code::kInvalidArgument, "priority \"0x1\" is not an integer in -1000..1000",
+               env("VGPU_LOGICAL_DEVICES", "0:1GiB@0x1")});
+  c.push_back({"G10", "visible device ordinal out of range", "`VGPU_VISIBLE_DEVICES=99999999999`", Code::kInvalidArgument, "expected a physical device ordinal (0, 1, ..., at most 1023)",
+               env("VGPU_VISIBLE_DEVICES", "99999999999")});
+  c.push_back({"G11", "simulated card past the address space", "`VGPU_HOST_DEVICES=1x200TiB`", Code::kInvalidArgument, "a simulated card may have at most 64 TiB",
+               [] { return ParseHostDevices("1x200TiB").status(); }});
+  c.push_back({"G12", "simulated cards past the address space together", "`VGPU_HOST_DEVICES=2x40TiB`", Code::kInvalidArgument, "the cards add up to 80 TiB, more than the 64 TiB all simulated cards may have together",
+               [] { return ParseHostDevices("2x40TiB").status(); }});
   c.push_back({"R01", "unknown device, no soft placement", "`Find(\"GPU:7\")` with 4 GPUs", Code::kNotFound, "no device matches \"GPU:7\"",
                [] { return Four().Find("GPU:7").status(); }});
   c.push_back({"R02", "malformed device spec", "`Find(\"/gpu:zero\")`", Code::kInvalidArgument, "zero",

@@ -107,3 +107,84 @@ add_test(NAME vgpu_info_selftest_without_gpus_fails
           sh -c "$<TARGET_FILE:vgpu-info> --platform host --selftest; echo \"exit=$?\"")
 set_tests_properties(vgpu_info_selftest_without_gpus_fails PROPERTIES LABELS unit
   PASS_REGULAR_EXPRESSION "FAIL  logical GPUs +no logical GPUs on platform host.*exit=1")
+
+# ---- Issue 12 (configuration, platform and allocators): hostile configurations ----------
+# Percent splits that add up to 100 % build (limits derived from percentages are rounded down
+# to a granule), on every allocator; the README's own example below.
+set(_vgpu_i12_n 0)
+foreach(_vgpu_i12_case
+    "1x8GiB|0:40%,60%|bfc" "1x8GiB|0:33%,33%,34%|bfc"
+    "1x8GiB|0:40%,60%|vmm" "1x8GiB|0:33%,33%,34%|vmm"
+    # Small logical devices: every selftest step scales to the limit, down to the 2 MiB minimum.
+    "1x8GiB|0:8MiB,8MiB|bfc" "1x8GiB|0:3MiB|bfc" "1x8GiB|0:2MiB,2MiB|bfc"
+    "1x8GiB|0:8MiB,8MiB|vmm" "1x8GiB|0:3MiB|vmm" "1x8GiB|0:2MiB,2MiB|vmm"
+    "1x8GiB|0:2MiB,2MiB|async")
+  string(REPLACE "|" ";" _vgpu_i12_parts "${_vgpu_i12_case}")
+  list(GET _vgpu_i12_parts 0 _vgpu_i12_host)
+  list(GET _vgpu_i12_parts 1 _vgpu_i12_logical)
+  list(GET _vgpu_i12_parts 2 _vgpu_i12_alloc)
+  math(EXPR _vgpu_i12_n "${_vgpu_i12_n} + 1")
+  add_test(NAME vgpu_info_i12_selftest_${_vgpu_i12_n}
+    COMMAND ${CMAKE_COMMAND} -E env VGPU_PLATFORM=host VGPU_HOST_DEVICES=${_vgpu_i12_host}
+            "VGPU_LOGICAL_DEVICES=${_vgpu_i12_logical}" VGPU_ALLOCATOR=${_vgpu_i12_alloc}
+            $<TARGET_FILE:vgpu-info> --selftest)
+  set_tests_properties(vgpu_info_i12_selftest_${_vgpu_i12_n} PROPERTIES LABELS unit TIMEOUT 60
+    PASS_REGULAR_EXPRESSION "check\\(s\\), 0 failed: PASS" FAIL_REGULAR_EXPRESSION "FAIL  ")
+endforeach()
+
+foreach(_vgpu_i12_alloc bfc vmm)
+  add_test(NAME vgpu_info_i12_selftest_readme_${_vgpu_i12_alloc}
+    COMMAND ${CMAKE_COMMAND} -E env VGPU_PLATFORM=host VGPU_HOST_DEVICES=2x16GiB
+            VGPU_ALLOCATOR=${_vgpu_i12_alloc} $<TARGET_FILE:vgpu-info>
+            --logical-devices "0:1GiB,1GiB@-1;1:40%,60%" --selftest)
+  set_tests_properties(vgpu_info_i12_selftest_readme_${_vgpu_i12_alloc} PROPERTIES LABELS unit
+    TIMEOUT 60 PASS_REGULAR_EXPRESSION "21 check\\(s\\), 0 failed: PASS" FAIL_REGULAR_EXPRESSION "FAIL  ")
+endforeach()
+
+# Below the minimum logical device size: exit 2, the minimum named.
+add_test(NAME vgpu_info_i12_below_minimum
+  COMMAND ${CMAKE_COMMAND} -E env VGPU_PLATFORM=host VGPU_HOST_DEVICES=1x8GiB
+          VGPU_LOGICAL_DEVICES=0:1MiB sh -c "$<TARGET_FILE:vgpu-info> --selftest 2>&1; echo \"exit=$?\"")
+set_tests_properties(vgpu_info_i12_below_minimum PROPERTIES LABELS unit TIMEOUT 60
+  PASS_REGULAR_EXPRESSION "below the minimum logical device size of 2 MiB.*exit=2")
+
+# Cards past the address space: refused when VGPU_HOST_DEVICES is parsed (no abort, no
+# "mmap of 0 B"), with or without growth.
+foreach(_vgpu_i12_size 200TiB 18446744073709551615)
+  add_test(NAME vgpu_info_i12_host_card_${_vgpu_i12_size}
+    COMMAND ${CMAKE_COMMAND} -E env VGPU_PLATFORM=host VGPU_HOST_DEVICES=1x${_vgpu_i12_size}
+            VGPU_ALLOW_GROWTH=1 sh -c "$<TARGET_FILE:vgpu-info> --selftest 2>&1; echo \"exit=$?\"")
+  set_tests_properties(vgpu_info_i12_host_card_${_vgpu_i12_size} PROPERTIES LABELS unit TIMEOUT 60
+    PASS_REGULAR_EXPRESSION "VGPU_HOST_DEVICES=.*at most 64 TiB.*exit=2"
+    FAIL_REGULAR_EXPRESSION "bad_alloc;mmap of 0 B")
+endforeach()
+
+# Decimal only; empty values are errors naming the variable (VGPU_VISIBLE_DEVICES aside).
+add_test(NAME vgpu_info_i12_hex_percent
+  COMMAND ${CMAKE_COMMAND} -E env VGPU_PLATFORM=host VGPU_LOGICAL_DEVICES=0:0x10%
+          sh -c "$<TARGET_FILE:vgpu-info> 2>&1; echo \"exit=$?\"")
+set_tests_properties(vgpu_info_i12_hex_percent PROPERTIES LABELS unit
+  PASS_REGULAR_EXPRESSION "\"0x10%\" is not a percentage.*exit=2")
+add_test(NAME vgpu_info_i12_hex_fraction
+  COMMAND ${CMAKE_COMMAND} -E env VGPU_PLATFORM=host VGPU_MEMORY_FRACTION=0x1p-1
+          sh -c "$<TARGET_FILE:vgpu-info> 2>&1; echo \"exit=$?\"")
+set_tests_properties(vgpu_info_i12_hex_fraction PROPERTIES LABELS unit
+  PASS_REGULAR_EXPRESSION "bad memory fraction \"0x1p-1\".*exit=2")
+add_test(NAME vgpu_info_i12_empty_sm_partition
+  COMMAND ${CMAKE_COMMAND} -E env VGPU_PLATFORM=host VGPU_SM_PARTITION=
+          sh -c "$<TARGET_FILE:vgpu-info> 2>&1; echo \"exit=$?\"")
+set_tests_properties(vgpu_info_i12_empty_sm_partition PROPERTIES LABELS unit
+  PASS_REGULAR_EXPRESSION "VGPU_SM_PARTITION=\"\": empty value.*VGPU_SM_PARTITION=0:33,33.*exit=2"
+  FAIL_REGULAR_EXPRESSION "GiB")
+
+# A driver library that exists but is not a library: "cannot be loaded" with dlerror's text.
+get_property(_vgpu_i12_cuda GLOBAL PROPERTY VGPU_CUDA_BACKEND_BUILT)
+if(_vgpu_i12_cuda)
+  add_test(NAME vgpu_info_i12_driver_library_not_elf
+    COMMAND ${CMAKE_COMMAND} -E env VGPU_PLATFORM=cuda VGPU_CUDA_DRIVER_LIBRARY=/dev/zero
+            sh -c "$<TARGET_FILE:vgpu-info> 2>&1; echo \"exit=$?\"")
+  set_tests_properties(vgpu_info_i12_driver_library_not_elf PROPERTIES LABELS unit
+    PASS_REGULAR_EXPRESSION "/dev/zero exists but cannot be loaded: /dev/zero: "
+    FAIL_REGULAR_EXPRESSION "not found")
+endif()
+# ---- end of issue 12 (configuration, platform and allocators) ---------------------------

@@ -1,6 +1,9 @@
 // vgpu-info --selftest: does every logical GPU work? Limits, memcpy, peer copies, all-reduce.
 // Quick by design: the limit check allocates in big chunks and never touches that memory
-// (the host platform commits pages only when touched), the copies move 1 MiB.
+// (the host platform commits pages only when touched), the copies move up to 1 MiB. Every
+// size scales with the device's limit, so the smallest logical device (2 MiB) passes too.
+#include <algorithm>
+#include <bit>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -22,8 +25,25 @@
 namespace vgpu_info {
 namespace {
 
-constexpr uint64_t kChunk = uint64_t{64} << 20;  // limit check step
-constexpr uint64_t kCopyBytes = uint64_t{1} << 20;
+constexpr uint64_t kMaxCopyBytes = uint64_t{1} << 20;
+
+// The limit the device's allocator enforces: the configured one, or less where the allocator
+// rounds it down (the vmm allocator keeps whole granules).
+uint64_t EffectiveLimit(vgpu::LogicalDevice& d) {
+  const uint64_t own = d.allocator()->Stats().bytes_limit;
+  return own > 0 ? std::min(own, d.memory_limit()) : d.memory_limit();
+}
+
+// The largest power of two <= x (x >= 1).
+uint64_t FloorPow2(uint64_t x) { return x == 0 ? 1 : std::bit_floor(x); }
+
+// The limit check's first step: a sixteenth of the limit, so a few dozen allocations fill any
+// device, from 2 MiB to 64 TiB.
+uint64_t ChunkFor(uint64_t limit) { return std::max<uint64_t>(FloorPow2(limit / 16), 4096); }
+// The copies: 1 MiB, or an eighth of a smaller device.
+uint64_t CopyBytesFor(uint64_t limit) {
+  return std::clamp<uint64_t>(FloorPow2(limit / 8), 4096, kMaxCopyBytes);
+}
 
 std::string Short(const vgpu::LogicalDevice& d) {
   const std::string& n = d.name();
@@ -70,16 +90,18 @@ absl::Status Compare(const std::vector<uint8_t>& want, const std::vector<uint8_t
   return absl::OkStatus();
 }
 
-// Allocates `kChunk`s (then halves down to 1 MiB) until the allocator refuses; the refusal must
-// be ResourceExhausted, near the limit and never past it; after freeing everything the device
+// Allocates chunks (then halves down to a 64th of that) until the allocator refuses; the refusal
+// must be ResourceExhausted, near the limit and never past it; after freeing everything the device
 // must allocate again.
 absl::Status LimitCheck(vgpu::LogicalDevice& d, std::string* detail) {
   vgpu::Allocator* a = d.allocator();
-  const uint64_t limit = d.memory_limit();
+  const uint64_t limit = EffectiveLimit(d);
+  const uint64_t chunk = ChunkFor(limit);
+  const uint64_t min_step = std::max<uint64_t>(chunk / 64, 256);
   std::vector<vgpu::DeviceBuffer> held;
   uint64_t total = 0;
   absl::Status refusal;
-  for (uint64_t step = kChunk; step >= (uint64_t{1} << 20); step /= 2) {
+  for (uint64_t step = chunk; step >= min_step; step /= 2) {
     while (true) {
       if (total > limit) break;  // a broken limit: stop before taking the machine
       absl::StatusOr<vgpu::DeviceBuffer> b = a->Allocate(step);
@@ -102,7 +124,7 @@ absl::Status LimitCheck(vgpu::LogicalDevice& d, std::string* detail) {
                                             ", not RESOURCE_EXHAUSTED"));
   }
   // Alignment and rounding may leave a little under the limit unusable, never a whole chunk.
-  if (total + kChunk < limit) {
+  if (total + chunk < limit) {
     return absl::InternalError(absl::StrCat("RESOURCE_EXHAUSTED after only ",
                                             vgpu::FormatBytes(total), " of the limit of ",
                                             vgpu::FormatBytes(limit), ": ", refusal.message()));
@@ -114,7 +136,7 @@ absl::Status LimitCheck(vgpu::LogicalDevice& d, std::string* detail) {
     return absl::InternalError(absl::StrCat("after freeing everything ",
                                             vgpu::FormatBytes(st.bytes_in_use), " still in use"));
   }
-  absl::StatusOr<vgpu::DeviceBuffer> again = a->Allocate(kChunk);
+  absl::StatusOr<vgpu::DeviceBuffer> again = a->Allocate(chunk);
   if (!again.ok()) {
     return absl::InternalError(
         absl::StrCat("not usable after freeing: ", again.status().ToString()));
@@ -125,6 +147,7 @@ absl::Status LimitCheck(vgpu::LogicalDevice& d, std::string* detail) {
 }
 
 absl::Status RoundTrip(vgpu::LogicalDevice& d, uint32_t seed, std::string* detail) {
+  const uint64_t kCopyBytes = CopyBytesFor(EffectiveLimit(d));
   VGPU_ASSIGN_OR_RETURN(vgpu::DeviceBuffer buf, d.allocator()->Allocate(kCopyBytes));
   std::vector<uint8_t> want = Pattern(kCopyBytes, seed), got(kCopyBytes, 0);
   VGPU_RETURN_IF_ERROR(d.stream()->MemcpyH2D(buf.data(), want.data(), kCopyBytes));
@@ -137,6 +160,7 @@ absl::Status RoundTrip(vgpu::LogicalDevice& d, uint32_t seed, std::string* detai
 
 absl::Status PeerCopy(vgpu::LogicalDevice& src, vgpu::LogicalDevice& dst, uint32_t seed,
                       std::string* detail) {
+  const uint64_t kCopyBytes = CopyBytesFor(std::min(EffectiveLimit(src), EffectiveLimit(dst)));
   VGPU_ASSIGN_OR_RETURN(vgpu::DeviceBuffer a, src.allocator()->Allocate(kCopyBytes));
   VGPU_ASSIGN_OR_RETURN(vgpu::DeviceBuffer b, dst.allocator()->Allocate(kCopyBytes));
   std::vector<uint8_t> want = Pattern(kCopyBytes, seed), got(kCopyBytes, 0);
@@ -151,7 +175,9 @@ absl::Status PeerCopy(vgpu::LogicalDevice& src, vgpu::LogicalDevice& dst, uint32
 }
 
 absl::Status AllReduceCheck(const std::vector<vgpu::LogicalDevice*>& gpus, std::string* detail) {
-  const uint64_t count = kCopyBytes / sizeof(float);
+  uint64_t smallest = UINT64_MAX;
+  for (vgpu::LogicalDevice* d : gpus) smallest = std::min(smallest, EffectiveLimit(*d));
+  const uint64_t count = CopyBytesFor(smallest) / sizeof(float);
   VGPU_ASSIGN_OR_RETURN(std::unique_ptr<vgpu::strategies::AllReducer> reducer,
                         vgpu::strategies::AllReducer::Create(gpus));
   std::vector<vgpu::DeviceBuffer> bufs;

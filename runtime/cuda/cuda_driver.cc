@@ -168,7 +168,11 @@ const char* NcclName(ncclResult_t r) {
 absl::StatusOr<std::unique_ptr<CudaDriver>> LoadCudaDriver(const std::string& library) {
   absl::StatusOr<void*> handle = OpenLibrary(library);
   if (!handle.ok()) {
-    return absl::NotFoundError(absl::StrCat(library, " not found: ", handle.status().message()));
+    const bool missing = absl::IsNotFound(handle.status());
+    return absl::Status(
+        handle.status().code(),
+        absl::StrCat(library, missing ? " not found: " : " exists but cannot be loaded: ",
+                     handle.status().message()));
   }
   PFN_cuGetProcAddress_v12000 get_proc = nullptr;
   if (!LoadSymbol(*handle, "cuGetProcAddress_v2", get_proc)) {

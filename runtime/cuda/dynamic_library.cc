@@ -1,10 +1,12 @@
 #include "runtime/cuda/dynamic_library.h"
 
 #include <dlfcn.h>
+#include <sys/stat.h>
 
 #include <cstdlib>
 
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 
 namespace vgpu::cuda {
@@ -17,8 +19,17 @@ std::vector<std::string> LibraryNames(const char* env_var, absl::Span<const char
 absl::StatusOr<void*> OpenLibrary(const std::string& name) {
   void* handle = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (handle == nullptr) {
-    const char* why = dlerror();
-    return absl::NotFoundError(why != nullptr ? why : absl::StrCat(name, ": dlopen failed"));
+    const char* err = dlerror();
+    const std::string why = err != nullptr ? err : absl::StrCat(name, ": dlopen failed");
+    // A path is missing when stat says so; a bare name (searched on the library path) when
+    // dlerror does. Anything else exists but is not loadable ("invalid ELF header", "file
+    // too short", a wrong architecture): a different fix, so a different code.
+    struct stat st;
+    const bool missing = name.find('/') != std::string::npos
+                             ? stat(name.c_str(), &st) != 0
+                             : absl::StrContains(why, "No such file or directory");
+    if (missing) return absl::NotFoundError(why);
+    return absl::FailedPreconditionError(why);
   }
   return handle;
 }

@@ -22,7 +22,8 @@ std::vector<std::string> LibraryNames(const char* env_var, absl::Span<const char
 
 // dlopen(name, RTLD_NOW | RTLD_LOCAL); RTLD_LOCAL so that a vendor library's symbols never
 // satisfy anyone else's lookups. Callers never dlclose: other threads of the library may
-// outlive any one object. NotFound with dlerror()'s text (it names the file) as the message.
+// outlive any one object. Errors carry dlerror()'s text (it names the file): NotFound when
+// the file does not exist, FailedPrecondition when it exists but cannot be loaded.
 absl::StatusOr<void*> OpenLibrary(const std::string& name);
 
 // dlsym(library, symbol), or null.

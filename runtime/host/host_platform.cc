@@ -1,11 +1,10 @@
 #include "runtime/host/host_platform.h"
 
+#include <cblas.h>
 #include <fcntl.h>
 #include <linux/falloc.h>
 #include <sys/mman.h>
 #include <unistd.h>
-
-#include <cblas.h>
 
 #include <algorithm>
 #include <condition_variable>
@@ -18,14 +17,16 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
-#include "absl/strings/numbers.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "runtime/bytes.h"
 #include "runtime/host/host_kernels.h"
+#include "runtime/numbers.h"
 #include "runtime/status.h"
+#include "runtime/user_text.h"
 
 namespace vgpu {
 namespace {
@@ -282,6 +283,10 @@ class HostMemoryPool : public MemoryPool {
   absl::StatusOr<void*> AllocateAsync(uint64_t bytes, Stream* stream) override {
     if (bytes == 0) return absl::InvalidArgumentError("host memory pool: AllocateAsync of 0 bytes");
     VGPU_RETURN_IF_ERROR(CheckStream(stream, "AllocateAsync"));
+    if (bytes > UINT64_MAX - (kPage - 1)) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("host memory pool: out of memory allocating ", bytes, " bytes"));
+    }
     const uint64_t size = (bytes + kPage - 1) / kPage * kPage;
     {
       std::lock_guard<std::mutex> l(state_->mu);
@@ -410,6 +415,7 @@ class HostExecutor : public Executor {
     std::lock_guard<std::mutex> l(mu_);
     info.free_bytes = capacity_ - std::min(capacity_, used_);
     info.vmm_granularity = kHostVmmGranularity;
+    info.allocation_granularity = kPage;
     return info;
   }
 
@@ -420,9 +426,11 @@ class HostExecutor : public Executor {
       return absl::ResourceExhaustedError(absl::StrCat(
           "host GPU ", ordinal_, ": injected failure of raw allocation #", call));
     }
-    uint64_t rounded = RoundUp(bytes, kPage);
+    uint64_t rounded = 0;
     {
       std::lock_guard<std::mutex> l(mu_);
+      // Near 2^64 rounding would wrap to a tiny size: refuse as out of memory instead.
+      if (!RoundUpChecked(bytes, kPage, &rounded)) return OutOfMemory(bytes);
       VGPU_RETURN_IF_ERROR(Reserve(rounded, bytes));
     }
     // mmap: pages are only committed when touched, and return to the OS on munmap.
@@ -459,8 +467,20 @@ class HostExecutor : public Executor {
 
   absl::StatusOr<void*> HostAllocate(uint64_t bytes) override {
     if (bytes == 0) return absl::InvalidArgumentError("HostAllocate: zero bytes");
-    void* p = std::aligned_alloc(4096, RoundUp(bytes, 4096));
-    if (p == nullptr) return absl::ResourceExhaustedError(absl::StrCat("HostAllocate of ", bytes, " bytes failed"));
+    uint64_t rounded = 0;
+    // Pinned host memory is real RAM: a request past the machine's memory is refused here
+    // rather than handed to malloc (which may abort under sanitizers, or overcommit).
+    static const uint64_t kHostRam = static_cast<uint64_t>(sysconf(_SC_PHYS_PAGES)) *
+                                     static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+    if (!RoundUpChecked(bytes, 4096, &rounded) || rounded > kHostRam) {
+      return absl::ResourceExhaustedError(absl::StrCat("HostAllocate of ", bytes,
+                                                       " bytes: more than the machine's ",
+                                                       FormatBytes(kHostRam), " of memory"));
+    }
+    void* p = std::aligned_alloc(4096, rounded);
+    if (p == nullptr) {
+      return absl::ResourceExhaustedError(absl::StrCat("HostAllocate of ", bytes, " bytes failed"));
+    }
     std::lock_guard<std::mutex> l(mu_);
     host_allocations_.insert(p);
     return p;
@@ -481,13 +501,27 @@ class HostExecutor : public Executor {
   // physical granule can really appear at any virtual address (stitching works for real).
   absl::StatusOr<uint64_t> VirtualMemoryGranularity() override { return kHostVmmGranularity; }
 
+  // Reservations start on a granule boundary whatever address the kernel picks (a driver
+  // guarantees this, and the vmm allocator maps whole granules from the start): reserve one
+  // granule more than asked, then trim the unaligned head and the spare tail.
   absl::StatusOr<void*> ReserveAddressRange(uint64_t bytes) override {
     VGPU_RETURN_IF_ERROR(CheckGranular("ReserveAddressRange", bytes));
-    void* p = mmap(nullptr, bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (p == MAP_FAILED) {
-      return absl::ResourceExhaustedError(absl::StrCat("ReserveAddressRange of ", FormatBytes(bytes),
-                                                       " failed: ", std::strerror(errno)));
+    const uint64_t g = kHostVmmGranularity;
+    auto failed = [&](int err) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "ReserveAddressRange of ", FormatBytes(bytes), " failed: ", std::strerror(err)));
+    };
+    if (bytes > UINT64_MAX - g) return failed(ENOMEM);
+    const uint64_t padded = bytes + g;
+    void* raw = KernelReserve(padded);
+    if (raw == MAP_FAILED) return failed(errno);
+    const uintptr_t base = reinterpret_cast<uintptr_t>(raw);
+    const uintptr_t aligned = (base + g - 1) / g * g;
+    if (aligned > base) munmap(raw, aligned - base);
+    if (base + padded > aligned + bytes) {
+      munmap(reinterpret_cast<void*>(aligned + bytes), base + padded - (aligned + bytes));
     }
+    void* p = reinterpret_cast<void*>(aligned);
     std::lock_guard<std::mutex> l(mu_);
     reservations_[p] = bytes;
     return p;
@@ -561,7 +595,7 @@ class HostExecutor : public Executor {
     VGPU_RETURN_IF_ERROR(CheckGranular("Map", bytes));
     std::lock_guard<std::mutex> l(mu_);
     auto it = physical_.find(handle.value);
-    if (it == physical_.end() || offset + bytes > it->second) {
+    if (it == physical_.end() || offset > it->second || bytes > it->second - offset) {
       return absl::InvalidArgumentError("Map: unknown handle or range past its end");
     }
     if (!InReservation(va, bytes)) {
@@ -615,6 +649,42 @@ class HostExecutor : public Executor {
  private:
   static constexpr uint64_t kPage = 4096;
   static uint64_t RoundUp(uint64_t x, uint64_t m) { return (x + m - 1) / m * m; }
+  // `x` rounded up to a multiple of `m` in *out; false when that does not fit in 64 bits.
+  static bool RoundUpChecked(uint64_t x, uint64_t m, uint64_t* out) {
+    const uint64_t down = x / m * m;
+    if (down == x) {
+      *out = x;
+      return true;
+    }
+    if (down > UINT64_MAX - m) return false;
+    *out = down + m;
+    return true;
+  }
+  absl::Status OutOfMemory(uint64_t requested) const {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "host GPU ", ordinal_, ": out of memory allocating ", FormatBytes(requested), " (",
+        requested, " bytes): ", FormatBytes(used_), " of ", FormatBytes(capacity_), " in use"));
+  }
+  // A PROT_NONE range from the kernel. With faults_->misalign_reservations_by set, the
+  // address is deliberately that far past a granule boundary, as a kernel that does not align
+  // large mappings would return (tests of the alignment above).
+  void* KernelReserve(uint64_t bytes) {
+    constexpr int kFlags = MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE;
+    const uint64_t g = kHostVmmGranularity;
+    const uint64_t off = faults_->misalign_reservations_by.load() % g / kPage * kPage;
+    if (off == 0) return mmap(nullptr, bytes, PROT_NONE, kFlags, -1, 0);
+    if (bytes > UINT64_MAX - 2 * g) {
+      errno = ENOMEM;
+      return MAP_FAILED;
+    }
+    void* raw = mmap(nullptr, bytes + 2 * g, PROT_NONE, kFlags, -1, 0);
+    if (raw == MAP_FAILED) return raw;
+    const uintptr_t base = reinterpret_cast<uintptr_t>(raw);
+    const uintptr_t p = (base + g - 1) / g * g + off;
+    if (p > base) munmap(raw, p - base);
+    munmap(reinterpret_cast<void*>(p + bytes), base + bytes + 2 * g - (p + bytes));
+    return reinterpret_cast<void*>(p);
+  }
 
   absl::Status CheckGranular(const char* what, uint64_t bytes) const {
     if (bytes == 0 || bytes % kHostVmmGranularity != 0) {
@@ -626,11 +696,10 @@ class HostExecutor : public Executor {
   }
   // Requires mu_.
   absl::Status Reserve(uint64_t rounded, uint64_t requested) {
-    if (!faults_->ignore_capacity.load() && used_ + rounded > capacity_) {
-      return absl::ResourceExhaustedError(absl::StrCat(
-          "host GPU ", ordinal_, ": out of memory allocating ", FormatBytes(requested), " (",
-          requested, " bytes): ", FormatBytes(used_), " of ", FormatBytes(capacity_), " in use"));
+    if (!faults_->ignore_capacity.load() && (rounded > capacity_ || used_ > capacity_ - rounded)) {
+      return OutOfMemory(requested);
     }
+    if (used_ > UINT64_MAX - rounded) return OutOfMemory(requested);
     used_ += rounded;
     return absl::OkStatus();
   }
@@ -650,7 +719,7 @@ class HostExecutor : public Executor {
     if (it == reservations_.begin()) return false;
     --it;
     auto base = reinterpret_cast<uintptr_t>(it->first), p = reinterpret_cast<uintptr_t>(va);
-    return p >= base && p + bytes <= base + it->second;
+    return p >= base && p - base <= it->second && bytes <= it->second - (p - base);
   }
 
   Platform* platform_;
@@ -682,38 +751,88 @@ absl::Status EnqueueHostTask(Stream* stream, std::function<absl::Status()> task)
   return host->Enqueue(std::move(task));
 }
 
+absl::Status CheckHostDeviceSizes(absl::Span<const uint64_t> device_bytes) {
+  if (device_bytes.empty()) return absl::InvalidArgumentError("host platform: no devices");
+  if (device_bytes.size() > kHostMaxDevices) {
+    return absl::InvalidArgumentError(absl::StrCat("host platform: ", device_bytes.size(),
+                                                   " devices; at most ", kHostMaxDevices));
+  }
+  uint64_t total = 0;
+  for (size_t i = 0; i < device_bytes.size(); ++i) {
+    const uint64_t b = device_bytes[i];
+    if (b < kHostVmmGranularity) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("host device ", i, ": ", FormatBytes(b), "; a device needs at least 2 MiB"));
+    }
+    if (b > kHostMaxDeviceBytes) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "host device ", i, ": ", FormatBytes(b), " (", b, " bytes) is larger than ",
+          FormatBytes(kHostMaxDeviceBytes),
+          ", the most a simulated card may have: its memory and the vmm allocator's address "
+          "ranges must fit in the process's address space (128 TiB on x86-64)"));
+    }
+    total += b;  // no overflow: at most 64 devices of at most 64 TiB
+    if (total > kHostMaxTotalBytes) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "host devices 0..", i, " add up to ", FormatBytes(total), ", more than the ",
+          FormatBytes(kHostMaxTotalBytes),
+          " all simulated cards may have together (they share the process's address space)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::vector<uint64_t>> ParseHostDevices(absl::string_view spec) {
   auto bad = [&](absl::string_view part, absl::string_view why) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "VGPU_HOST_DEVICES=\"", spec, "\": bad part \"", part, "\": ", why,
-        " (expected e.g. \"2x16GiB\" or \"16GiB,8GiB\")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("VGPU_HOST_DEVICES=", QuoteUserText(spec), ": bad part ", QuoteUserText(part),
+                     ": ", why, " (expected e.g. \"2x16GiB\" or \"16GiB,8GiB\")"));
   };
   std::vector<uint64_t> out;
-  if (absl::StripAsciiWhitespace(spec).empty()) return bad(spec, "empty");
-  for (absl::string_view part : absl::StrSplit(spec, ',')) {
+  absl::string_view text = StripUserValue(spec);
+  if (text.empty()) return bad(spec, "empty");
+  uint64_t total = 0;
+  for (absl::string_view part : absl::StrSplit(text, ',')) {
     part = absl::StripAsciiWhitespace(part);
     if (part.empty()) return bad(part, "empty entry");
     uint64_t count = 1;
     absl::string_view size = part;
     size_t x = part.find_first_of("xX");
     if (x != absl::string_view::npos) {
-      absl::string_view n = part.substr(0, x);
-      if (!absl::SimpleAtoi(n, &count) || count == 0 || count > 64) {
-        return bad(part, "count before 'x' must be 1..64");
+      absl::string_view n = absl::StripAsciiWhitespace(part.substr(0, x));
+      absl::StatusOr<uint64_t> c = ParseUint64(n);
+      if (n.empty() || !absl::ascii_isdigit(static_cast<unsigned char>(n[0])) || !c.ok() ||
+          *c == 0 || *c > kHostMaxDevices) {
+        return bad(part, absl::StrCat("count before 'x' must be 1..", kHostMaxDevices));
       }
+      count = *c;
       size = part.substr(x + 1);
     }
     absl::StatusOr<uint64_t> bytes = ParseBytes(size);
     if (!bytes.ok()) return bad(part, bytes.status().message());
     if (*bytes < kHostVmmGranularity) return bad(part, "a device needs at least 2 MiB");
+    if (*bytes > kHostMaxDeviceBytes) {
+      return bad(
+          part, absl::StrCat("a simulated card may have at most ", FormatBytes(kHostMaxDeviceBytes),
+                             " (it and the vmm allocator's address ranges must fit in the "
+                             "process's address space, 128 TiB on x86-64)"));
+    }
+    if (out.size() + count > kHostMaxDevices) {
+      return bad(part, absl::StrCat("more than ", kHostMaxDevices, " devices"));
+    }
     for (uint64_t i = 0; i < count; ++i) out.push_back(*bytes);
-    if (out.size() > 64) return bad(part, "more than 64 devices");
+    total += count * *bytes;  // no overflow: at most 64 x 64 TiB
+    if (total > kHostMaxTotalBytes) {
+      return bad(part, absl::StrCat("the cards add up to ", FormatBytes(total), ", more than the ",
+                                    FormatBytes(kHostMaxTotalBytes),
+                                    " all simulated cards may have together"));
+    }
   }
   return out;
 }
 
 absl::StatusOr<std::unique_ptr<HostPlatform>> HostPlatform::Create(const HostPlatformOptions& options) {
-  if (options.device_bytes.empty()) return absl::InvalidArgumentError("host platform: no devices");
+  VGPU_RETURN_IF_ERROR(CheckHostDeviceSizes(options.device_bytes));
   std::unique_ptr<HostPlatform> p(new HostPlatform());
   for (size_t i = 0; i < options.device_bytes.size(); ++i) {
     p->executors_.push_back(
