@@ -70,9 +70,8 @@ absl::StatusOr<Trace> ParseTrace(absl::string_view text, absl::string_view sourc
       // Checked before adding, so the running total never wraps and replay's limit
       // arithmetic (up to 11x the peak) stays far from 2^64.
       if (e.bytes > kMaxTraceLiveBytes - live_bytes) {
-        return err("allocating ", e.bytes, " bytes with ", live_bytes,
-                   " bytes live passes the ", FormatBytes(kMaxTraceLiveBytes),
-                   " a trace may hold live");
+        return err("allocating ", e.bytes, " bytes with ", live_bytes, " bytes live passes the ",
+                   FormatBytes(kMaxTraceLiveBytes), " a trace may hold live");
       }
       uint32_t slot;
       if (!free_slots.empty()) {

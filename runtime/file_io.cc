@@ -57,10 +57,10 @@ absl::Status OpenError(const std::string& path, int err, absl::string_view what)
 
 absl::Status TooLarge(const std::string& path, uint64_t size, uint64_t max_bytes,
                       absl::string_view what, bool grew) {
-  return absl::ResourceExhaustedError(absl::StrCat(
-      what, " ", path, grew ? " grew past " : " is ", FormatBytes(size), " (", size,
-      " bytes)", grew ? " while being read" : "", ", above the cap of ", FormatBytes(max_bytes),
-      " for ", Article(what)));
+  return absl::ResourceExhaustedError(
+      absl::StrCat(what, " ", path, grew ? " grew past " : " is ", FormatBytes(size), " (", size,
+                   " bytes)", grew ? " while being read" : "", ", above the cap of ",
+                   FormatBytes(max_bytes), " for ", Article(what)));
 }
 
 }  // namespace
@@ -86,8 +86,11 @@ absl::StatusOr<InputFile> InputFile::Open(const std::string& path, uint64_t max_
 }
 
 InputFile::InputFile(InputFile&& other) noexcept
-    : fd_(std::exchange(other.fd_, -1)), size_(other.size_), max_bytes_(other.max_bytes_),
-      path_(std::move(other.path_)), what_(std::move(other.what_)) {}
+    : fd_(std::exchange(other.fd_, -1)),
+      size_(other.size_),
+      max_bytes_(other.max_bytes_),
+      path_(std::move(other.path_)),
+      what_(std::move(other.what_)) {}
 
 InputFile& InputFile::operator=(InputFile&& other) noexcept {
   if (this != &other) {

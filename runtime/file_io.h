@@ -39,7 +39,10 @@ class InputFile {
 
  private:
   InputFile(int fd, uint64_t size, uint64_t max_bytes, std::string path, std::string what)
-      : fd_(fd), size_(size), max_bytes_(max_bytes), path_(std::move(path)),
+      : fd_(fd),
+        size_(size),
+        max_bytes_(max_bytes),
+        path_(std::move(path)),
         what_(std::move(what)) {}
   int fd_ = -1;
   uint64_t size_ = 0;

@@ -52,9 +52,9 @@ absl::Status CheckIdxShape(absl::string_view path, const std::vector<uint32_t>& 
           absl::StrCat(path, ": IDX dimension ", i, " has size 0 (header ", shape, ")"));
     }
     if (i == 0 && d > kMaxIdxItems) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          path, ": IDX header promises ", d, " items, too large (at most ", kMaxIdxItems,
-          "; MNIST-style data sets have 60000 or 10000)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ": IDX header promises ", d, " items, too large (at most ",
+                       kMaxIdxItems, "; MNIST-style data sets have 60000 or 10000)"));
     }
     if (i > 0 && d > kMaxIdxDimension) {
       return absl::InvalidArgumentError(absl::StrCat(path, ": IDX dimension ", i, " of size ", d,
@@ -71,10 +71,10 @@ absl::Status CheckIdxShape(absl::string_view path, const std::vector<uint32_t>& 
   // Loading keeps the bytes and a float per byte (Dataset::x): 5 bytes per element.
   const uint64_t need = total * 5;
   if (machine_bytes != 0 && need > machine_bytes / 2) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        path, ": IDX header promises ", shape, " = ", total, " bytes; loading takes ",
-        FormatBytes(need), ", more than half of this machine's memory (",
-        FormatBytes(machine_bytes), ")"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat(path, ": IDX header promises ", shape, " = ", total, " bytes; loading takes ",
+                     FormatBytes(need), ", more than half of this machine's memory (",
+                     FormatBytes(machine_bytes), ")"));
   }
   return absl::OkStatus();
 }
@@ -115,8 +115,7 @@ absl::StatusOr<IdxArray> ReadIdx(const std::string& path) {
       return absl::InvalidArgumentError(
           absl::StrCat(path, ": truncated header (dimension ", i, " of ", ndims, ")"));
     }
-    dims.push_back((uint32_t{b[0]} << 24) | (uint32_t{b[1]} << 16) | (uint32_t{b[2]} << 8) |
-                   b[3]);
+    dims.push_back((uint32_t{b[0]} << 24) | (uint32_t{b[1]} << 16) | (uint32_t{b[2]} << 8) | b[3]);
   }
   // What the header promises is checked against what the data set can be and what this
   // machine has before anything is allocated (a decompression bomb promises gigabytes).

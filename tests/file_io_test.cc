@@ -74,9 +74,10 @@ TEST(FileIoTest, MissingAndUnreadable) {
     // Root reads mode-0 files; the permission case is then checked only where it can fail.
     EXPECT_THAT(s, IsOk());
   } else {
-    EXPECT_THAT(s, StatusIs(absl::StatusCode::kPermissionDenied,
-                            HasSubstr("cannot open trace file " + dir + "/secret: permission "
-                                      "denied")));
+    EXPECT_THAT(
+        s, StatusIs(absl::StatusCode::kPermissionDenied, HasSubstr("cannot open trace file " + dir +
+                                                                   "/secret: permission "
+                                                                   "denied")));
   }
 }
 

@@ -78,9 +78,9 @@ TEST(HistoryReaderTest, CountsAndIndexesAreIntegers) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("not a number")));
   for (const char* index : {"1e999", "-1", "1.5", "1e2", "\"0\"", "18446744073709551616"}) {
     SCOPED_TRACE(index);
-    EXPECT_THAT(ParseMemoryHistory(History("1", "", "\"a\"", index)),
-                StatusIs(absl::StatusCode::kInvalidArgument,
-                         HasSubstr("event 0: \"allocator\" is")));
+    EXPECT_THAT(
+        ParseMemoryHistory(History("1", "", "\"a\"", index)),
+        StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("event 0: \"allocator\" is")));
   }
   EXPECT_THAT(ParseMemoryHistory(History("1", "", "\"a\"", "1")),
               StatusIs(absl::StatusCode::kInvalidArgument,
@@ -91,22 +91,22 @@ TEST(HistoryReaderTest, CountsAndIndexesAreIntegers) {
 
 TEST(HistoryReaderTest, StrictJson) {
   for (const char* bad : {
-           "{\"x\":[+-.e],\"allocators\":[],\"events\":[]}",        // not a number
-           "{\"x\":[1.],\"allocators\":[],\"events\":[]}",           // no fraction digits
-           "{\"x\":[01],\"allocators\":[],\"events\":[]}",           // leading zero
-           "{\"allocators\":[\"a\tb\"],\"events\":[]}",     // raw control character
-           "{\"allocators\":[\"\\x\"],\"events\":[]}",      // bad escape
-           "{\"allocators\":[\"\\u12\"],\"events\":[]}",    // short \u
-           "{\"allocators\":[\"\\ud800\"],\"events\":[]}",  // lone surrogate
-           "{\"allocators\":[],\"events\":[]} x",           // trailing text
-           "{\"allocators\":[],\"events\":[],}",            // trailing comma
-           "{\"x\":[tru],\"allocators\":[],\"events\":[]}",          // bad literal
-           "{\"allocators\":[],\"events\":[",               // truncated
-           "\v{\"allocators\":[],\"events\":[]}",           // not JSON whitespace
+           "{\"x\":[+-.e],\"allocators\":[],\"events\":[]}",  // not a number
+           "{\"x\":[1.],\"allocators\":[],\"events\":[]}",    // no fraction digits
+           "{\"x\":[01],\"allocators\":[],\"events\":[]}",    // leading zero
+           "{\"allocators\":[\"a\tb\"],\"events\":[]}",       // raw control character
+           "{\"allocators\":[\"\\x\"],\"events\":[]}",        // bad escape
+           "{\"allocators\":[\"\\u12\"],\"events\":[]}",      // short \u
+           "{\"allocators\":[\"\\ud800\"],\"events\":[]}",    // lone surrogate
+           "{\"allocators\":[],\"events\":[]} x",             // trailing text
+           "{\"allocators\":[],\"events\":[],}",              // trailing comma
+           "{\"x\":[tru],\"allocators\":[],\"events\":[]}",   // bad literal
+           "{\"allocators\":[],\"events\":[",                 // truncated
+           "\v{\"allocators\":[],\"events\":[]}",             // not JSON whitespace
        }) {
     SCOPED_TRACE(bad);
-    EXPECT_THAT(ParseMemoryHistory(bad),
-                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("malformed JSON at offset")));
+    EXPECT_THAT(ParseMemoryHistory(bad), StatusIs(absl::StatusCode::kInvalidArgument,
+                                                  HasSubstr("malformed JSON at offset")));
   }
   std::string deep = "{\"x\":" + std::string(100, '[') + std::string(100, ']') +
                      ",\"allocators\":[],\"events\":[]}";
@@ -130,7 +130,8 @@ TEST(HistoryReaderTest, NamesBecomeValidXml) {
   TimelineSvg svg = RenderTimelineSvg(*h);
   EXPECT_EQ(svg.svg.find('\0'), std::string::npos);
   EXPECT_EQ(svg.svg.find('\x1b'), std::string::npos);
-  EXPECT_THAT(svg.svg, HasSubstr("a\xEF\xBF\xBD" "b\xEF\xBF\xBD&lt;&amp;&gt;&quot;&apos;"));
+  EXPECT_THAT(svg.svg, HasSubstr("a\xEF\xBF\xBD"
+                                 "b\xEF\xBF\xBD&lt;&amp;&gt;&quot;&apos;"));
   EXPECT_EQ(XmlEscape("\xC3\xA9\xFF\xC0\xAF\xED\xA0\x80x"),
             "\xC3\xA9\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBDx");
   EXPECT_EQ(XmlEscape("abcdef", 3), "abc...");
@@ -141,8 +142,8 @@ TEST(HistoryReaderTest, ManyAllocatorsStayBounded) {
   std::string names, events;
   for (int i = 0; i < 20000; ++i) {
     absl::StrAppend(&names, i ? "," : "", "\"n", i, "\"");
-    absl::StrAppend(&events, i ? "," : "", "{\"t_ns\":", i * 1000,
-                    ",\"allocator\":", i, ",\"in_use\":", i, ",\"reserved\":", i, "}");
+    absl::StrAppend(&events, i ? "," : "", "{\"t_ns\":", i * 1000, ",\"allocator\":", i,
+                    ",\"in_use\":", i, ",\"reserved\":", i, "}");
   }
   absl::StatusOr<MemoryHistoryData> h =
       ParseMemoryHistory(absl::StrCat("{\"allocators\":[", names, "],\"events\":[", events, "]}"));

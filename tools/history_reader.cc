@@ -98,16 +98,34 @@ class Parser {
       const char e = s_[pos_++];
       char plain = 0;
       switch (e) {
-        case '"': plain = '"'; break;
-        case '\\': plain = '\\'; break;
-        case '/': plain = '/'; break;
-        case 'b': plain = '\b'; break;
-        case 'f': plain = '\f'; break;
-        case 'n': plain = '\n'; break;
-        case 'r': plain = '\r'; break;
-        case 't': plain = '\t'; break;
-        case 'u': break;
-        default: return Error("bad escape in a string");
+        case '"':
+          plain = '"';
+          break;
+        case '\\':
+          plain = '\\';
+          break;
+        case '/':
+          plain = '/';
+          break;
+        case 'b':
+          plain = '\b';
+          break;
+        case 'f':
+          plain = '\f';
+          break;
+        case 'n':
+          plain = '\n';
+          break;
+        case 'r':
+          plain = '\r';
+          break;
+        case 't':
+          plain = '\t';
+          break;
+        case 'u':
+          break;
+        default:
+          return Error("bad escape in a string");
       }
       if (e != 'u') {
         if (out) out->push_back(plain);
@@ -280,7 +298,7 @@ absl::StatusOr<double> Magnitude(const Json* v, absl::string_view field, uint64_
 absl::StatusOr<uint64_t> Count(const Json* v, absl::string_view what) {
   uint64_t n;
   if (v == nullptr || v->kind != Json::kNumber || !absl::SimpleAtoi(v->text, &n)) {
-    const std::string shown = v == nullptr                 ? std::string("missing")
+    const std::string shown = v == nullptr               ? std::string("missing")
                               : v->kind == Json::kNumber ? v->text
                                                          : std::string("not a number");
     return Bad(absl::StrCat(what, " is ", shown, "; expected a non-negative integer below 2^64"));
@@ -407,11 +425,21 @@ std::string XmlEscape(absl::string_view s, size_t max_bytes) {
     if (c < 0x80) {
       ++i;
       switch (c) {
-        case '<': out += "&lt;"; break;
-        case '>': out += "&gt;"; break;
-        case '&': out += "&amp;"; break;
-        case '"': out += "&quot;"; break;
-        case '\'': out += "&apos;"; break;
+        case '<':
+          out += "&lt;";
+          break;
+        case '>':
+          out += "&gt;";
+          break;
+        case '&':
+          out += "&amp;";
+          break;
+        case '"':
+          out += "&quot;";
+          break;
+        case '\'':
+          out += "&apos;";
+          break;
         default:
           // XML 1.0 allows no control characters but tab, newline and carriage return; in a
           // one-line label those read better as a space.
@@ -424,7 +452,10 @@ std::string XmlEscape(absl::string_view s, size_t max_bytes) {
       continue;
     }
     // A well-formed UTF-8 sequence (no overlongs, surrogates, or U+FFFE/U+FFFF) is kept.
-    int len = c >= 0xF0 && c <= 0xF4 ? 4 : c >= 0xE0 && c <= 0xEF ? 3 : c >= 0xC2 && c <= 0xDF ? 2 : 0;
+    int len = c >= 0xF0 && c <= 0xF4   ? 4
+              : c >= 0xE0 && c <= 0xEF ? 3
+              : c >= 0xC2 && c <= 0xDF ? 2
+                                       : 0;
     uint32_t cp = len == 4 ? c & 0x07 : len == 3 ? c & 0x0F : c & 0x1F;
     bool ok = len > 0 && i + len <= s.size();
     for (int k = 1; ok && k < len; ++k) {
@@ -433,8 +464,9 @@ std::string XmlEscape(absl::string_view s, size_t max_bytes) {
       cp = (cp << 6) | (cc & 0x3F);
     }
     if (ok) {
-      ok = (len == 2 && cp >= 0x80) || (len == 3 && cp >= 0x800 && !(cp >= 0xD800 && cp <= 0xDFFF) &&
-                                         cp != 0xFFFE && cp != 0xFFFF) ||
+      ok = (len == 2 && cp >= 0x80) ||
+           (len == 3 && cp >= 0x800 && !(cp >= 0xD800 && cp <= 0xDFFF) && cp != 0xFFFE &&
+            cp != 0xFFFF) ||
            (len == 4 && cp >= 0x10000 && cp <= 0x10FFFF);
     }
     if (ok) {
@@ -502,7 +534,8 @@ TimelineSvg RenderTimelineSvg(const MemoryHistoryData& history) {
   std::vector<std::string> notes;
   if (history.dropped > 0) notes.push_back(absl::StrCat(history.dropped, " oldest events dropped"));
   if (result.left_out > 0) {
-    notes.push_back(absl::StrCat(result.left_out, " more allocator(s) with events not drawn (at most ",
+    notes.push_back(absl::StrCat(result.left_out,
+                                 " more allocator(s) with events not drawn (at most ",
                                  kMaxTimelinePanels, " panels)"));
   }
   if (result.without_events > 0) {

@@ -20,7 +20,7 @@ namespace vgpu_info {
 // Bounds on what a history may hold (InvalidArgument past them) and on what is drawn.
 inline constexpr size_t kMaxHistoryAllocators = 65536;  // names in "allocators"
 inline constexpr int kMaxJsonDepth = 64;
-inline constexpr size_t kMaxTimelinePanels = 64;   // panels drawn; the rest are counted
+inline constexpr size_t kMaxTimelinePanels = 64;      // panels drawn; the rest are counted
 inline constexpr size_t kMaxTimelineNameBytes = 200;  // a longer name is shortened with "..."
 inline constexpr uint64_t kMaxHistoryFileBytes = uint64_t{256} << 20;
 
@@ -52,9 +52,9 @@ absl::StatusOr<MemoryHistoryData> ParseMemoryHistory(absl::string_view json,
 
 struct TimelineSvg {
   std::string svg;
-  size_t panels = 0;             // panels drawn
-  size_t without_events = 0;     // allocators with no events (not drawn)
-  size_t left_out = 0;           // allocators with events past kMaxTimelinePanels
+  size_t panels = 0;          // panels drawn
+  size_t without_events = 0;  // allocators with no events (not drawn)
+  size_t left_out = 0;        // allocators with events past kMaxTimelinePanels
 };
 
 // Draws the history. Panels for allocators with events, at most kMaxTimelinePanels (a note

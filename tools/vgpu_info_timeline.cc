@@ -87,12 +87,11 @@ int TimelineMain(int argc, char** argv) {
   o << svg.svg;
   o.close();
   if (!o) return Fail(absl::StrCat("cannot write ", out), 1);
-  std::printf("%s: %zu allocator(s), %llu event(s), %.1f ms", out.c_str(),
-              history->series.size(), static_cast<unsigned long long>(history->events),
-              history->t_max_ms);
+  std::printf("%s: %zu allocator(s), %llu event(s), %.1f ms", out.c_str(), history->series.size(),
+              static_cast<unsigned long long>(history->events), history->t_max_ms);
   if (svg.left_out > 0 || svg.without_events > 0) {
-    std::printf("; %zu panel(s) drawn (%zu without events, %zu past the %zu-panel cap)",
-                svg.panels, svg.without_events, svg.left_out, kMaxTimelinePanels);
+    std::printf("; %zu panel(s) drawn (%zu without events, %zu past the %zu-panel cap)", svg.panels,
+                svg.without_events, svg.left_out, kMaxTimelinePanels);
   }
   std::printf("\n");
   return 0;
