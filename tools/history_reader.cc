@@ -29,11 +29,14 @@ struct Json {
   enum Kind { kNull, kBool, kNumber, kString, kArray, kObject } kind = kNull;
   std::string text;  // number text or string value
   std::vector<Json> items;
-  std::vector<std::pair<std::string, Json>> fields;
+  // Object members as two lists: a vector of pairs holding the incomplete Json does not compile
+  // with every standard library.
+  std::vector<std::string> keys;
+  std::vector<Json> values;
 
   const Json* Get(absl::string_view key) const {
-    for (const auto& [k, v] : fields)
-      if (k == key) return &v;
+    for (size_t i = 0; i < keys.size(); ++i)
+      if (keys[i] == key) return &values[i];
     return nullptr;
   }
 };
@@ -171,7 +174,10 @@ class Parser {
         Json v;
         s = Value(out ? &v : nullptr, depth + 1);
         if (!s.ok()) return s;
-        if (out) out->fields.emplace_back(std::move(key), std::move(v));
+        if (out) {
+          out->keys.push_back(std::move(key));
+          out->values.push_back(std::move(v));
+        }
       } while (Eat(','));
       return Expect('}');
     }
@@ -344,8 +350,9 @@ absl::StatusOr<MemoryHistoryData> ParseMemoryHistory(absl::string_view json,
         limits = Json();
         if (s = p.Value(&limits, 1); !s.ok()) return s;
         if (limits.kind != Json::kObject) return Bad("\"limits\" is not an object");
-        for (const auto& [name, v] : limits.fields) {
-          absl::StatusOr<uint64_t> n = Count(&v, absl::StrCat("the limit of \"", name, "\""));
+        for (size_t i = 0; i < limits.keys.size(); ++i) {
+          absl::StatusOr<uint64_t> n =
+              Count(&limits.values[i], absl::StrCat("the limit of \"", limits.keys[i], "\""));
           if (!n.ok()) return n.status();
         }
       } else if (key == "dropped") {
