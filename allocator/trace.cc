@@ -2,15 +2,18 @@
 
 #include <time.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
-#include <sstream>
+#include <limits>
 #include <utility>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "runtime/bytes.h"
+#include "runtime/file_io.h"
 #include "runtime/status.h"
 
 namespace vgpu {
@@ -40,6 +43,8 @@ absl::StatusOr<Trace> ParseTrace(absl::string_view text, absl::string_view sourc
   auto err = [&](auto&&... args) {
     return absl::InvalidArgumentError(absl::StrCat(source, ":", line_no, ": ", args...));
   };
+  // A UTF-8 byte order mark (some editors write one) is not part of the first line.
+  absl::ConsumePrefix(&text, "\xEF\xBB\xBF");
   for (absl::string_view line : absl::StrSplit(text, '\n')) {
     ++line_no;
     line = absl::StripAsciiWhitespace(line);
@@ -62,11 +67,20 @@ absl::StatusOr<Trace> ParseTrace(absl::string_view text, absl::string_view sourc
       if (f.size() != 3) return err("expected \"a <id> <bytes>\", got \"", line, "\"");
       if (!absl::SimpleAtoi(f[1], &e.id)) return err("bad block id \"", f[1], "\"");
       if (!absl::SimpleAtoi(f[2], &e.bytes)) return err("bad byte count \"", f[2], "\"");
+      // Checked before adding, so the running total never wraps and replay's limit
+      // arithmetic (up to 11x the peak) stays far from 2^64.
+      if (e.bytes > kMaxTraceLiveBytes - live_bytes) {
+        return err("allocating ", e.bytes, " bytes with ", live_bytes, " bytes live passes the ",
+                   FormatBytes(kMaxTraceLiveBytes), " a trace may hold live");
+      }
       uint32_t slot;
       if (!free_slots.empty()) {
         slot = free_slots.back();
         free_slots.pop_back();
       } else {
+        if (t.max_live_blocks >= std::numeric_limits<uint32_t>::max()) {
+          return err("more than ", std::numeric_limits<uint32_t>::max(), " blocks live at once");
+        }
         slot = static_cast<uint32_t>(t.max_live_blocks++);
       }
       auto [it, inserted] = live.try_emplace(e.id, Live{slot, line_no, e.bytes});
@@ -100,16 +114,21 @@ absl::StatusOr<Trace> ParseTrace(absl::string_view text, absl::string_view sourc
   return t;
 }
 
+uint64_t MaxTraceFileBytes() {
+  // Parsing holds ~24 bytes per event of ~6+ bytes of text, plus the live-block map: an
+  // eighth of the machine's memory keeps a maximal trace well inside it.
+  constexpr uint64_t kCap = uint64_t{1} << 30;
+  const uint64_t phys = PhysicalMemoryBytes();
+  return phys == 0 ? kCap : std::min(kCap, phys / 8);
+}
+
 absl::StatusOr<Trace> ReadTraceFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot open trace file ", path));
-  std::stringstream ss;
-  ss << in.rdbuf();
+  VGPU_ASSIGN_OR_RETURN(std::string text, ReadInputFile(path, MaxTraceFileBytes(), "trace file"));
   absl::string_view base = path;
   if (size_t slash = base.rfind('/'); slash != absl::string_view::npos) {
     base = base.substr(slash + 1);
   }
-  VGPU_ASSIGN_OR_RETURN(Trace t, ParseTrace(ss.str(), base));
+  VGPU_ASSIGN_OR_RETURN(Trace t, ParseTrace(text, base));
   if (t.name.empty()) t.name = std::string(absl::StripSuffix(base, ".trace"));
   return t;
 }

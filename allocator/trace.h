@@ -44,8 +44,17 @@ struct Trace {
   std::vector<TraceEvent> events;
 };
 
+// The most bytes a trace may have live at once (64 PiB, far above any device): byte counts
+// and the running live total are checked against it, so no sum over a trace overflows.
+inline constexpr uint64_t kMaxTraceLiveBytes = uint64_t{1} << 56;
+
 // `source` names the input in errors ("transformer_train.trace:12: ...").
 absl::StatusOr<Trace> ParseTrace(absl::string_view text, absl::string_view source = "trace");
+// The largest trace file ReadTraceFile reads: 1 GiB, or an eighth of physical memory when that
+// is less (parsing holds several times the text).
+uint64_t MaxTraceFileBytes();
+// Reads a trace through runtime/file_io.h: a missing file is NotFound, a directory, FIFO or
+// device is InvalidArgument, a file over MaxTraceFileBytes() is ResourceExhausted.
 absl::StatusOr<Trace> ReadTraceFile(const std::string& path);
 
 // Records the successful allocations (requested bytes) and frees of the allocators it observes

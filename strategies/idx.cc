@@ -9,6 +9,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "runtime/bytes.h"
+#include "runtime/file_io.h"
 #include "runtime/status.h"
 
 namespace vgpu {
@@ -39,10 +41,51 @@ bool ReadExact(gzFile f, void* dst, uint64_t n) {
 
 }  // namespace
 
+absl::Status CheckIdxShape(absl::string_view path, const std::vector<uint32_t>& dims,
+                           uint64_t machine_bytes) {
+  const std::string shape = absl::StrJoin(dims, " x ");
+  uint64_t total = 1;
+  for (size_t i = 0; i < dims.size(); ++i) {
+    const uint32_t d = dims[i];
+    if (d == 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ": IDX dimension ", i, " has size 0 (header ", shape, ")"));
+    }
+    if (i == 0 && d > kMaxIdxItems) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ": IDX header promises ", d, " items, too large (at most ",
+                       kMaxIdxItems, "; MNIST-style data sets have 60000 or 10000)"));
+    }
+    if (i > 0 && d > kMaxIdxDimension) {
+      return absl::InvalidArgumentError(absl::StrCat(path, ": IDX dimension ", i, " of size ", d,
+                                                     " is too large (at most ", kMaxIdxDimension,
+                                                     " per image dimension)"));
+    }
+    total *= d;  // <= 10^6 * 4096^3 < 2^62: cannot overflow
+  }
+  if (total > kMaxIdxBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": IDX header promises ", shape, " = ",
+                                                   total, " bytes, too large (at most ",
+                                                   FormatBytes(kMaxIdxBytes), ")"));
+  }
+  // Loading keeps the bytes and a float per byte (Dataset::x): 5 bytes per element.
+  const uint64_t need = total * 5;
+  if (machine_bytes != 0 && need > machine_bytes / 2) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat(path, ": IDX header promises ", shape, " = ", total, " bytes; loading takes ",
+                     FormatBytes(need), ", more than half of this machine's memory (",
+                     FormatBytes(machine_bytes), ")"));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<IdxArray> ReadIdx(const std::string& path) {
-  if (!Exists(path)) return absl::NotFoundError(absl::StrCat(path, ": no such file"));
-  std::unique_ptr<gzFile_s, GzCloser> f(gzopen(path.c_str(), "rb"));
+  // Only a regular file (not a FIFO or device) is opened; a compressed file is never larger
+  // than the largest payload it may hold.
+  VGPU_ASSIGN_OR_RETURN(InputFile file, InputFile::Open(path, kMaxIdxBytes + 4096, "IDX file"));
+  std::unique_ptr<gzFile_s, GzCloser> f(gzdopen(file.fd(), "rb"));
   if (f == nullptr) return absl::NotFoundError(absl::StrCat(path, ": cannot open"));
+  file.Release();  // gzclose closes it now
   uint8_t magic[4];
   if (!ReadExact(f.get(), magic, 4)) {
     return absl::InvalidArgumentError(absl::StrCat(path,
@@ -65,29 +108,26 @@ absl::StatusOr<IdxArray> ReadIdx(const std::string& path) {
     return absl::InvalidArgumentError(
         absl::StrCat(path, ": IDX file with ", ndims, " dimensions (expected 1..4)"));
   }
-  IdxArray a;
-  uint64_t total = 1;
+  std::vector<uint32_t> dims;
   for (int i = 0; i < ndims; ++i) {
     uint8_t b[4];
     if (!ReadExact(f.get(), b, 4)) {
       return absl::InvalidArgumentError(
           absl::StrCat(path, ": truncated header (dimension ", i, " of ", ndims, ")"));
     }
-    uint32_t d = (uint32_t{b[0]} << 24) | (uint32_t{b[1]} << 16) | (uint32_t{b[2]} << 8) | b[3];
-    if (d == 0 || d > (1u << 28)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(path, ": implausible dimension ", i, " of size ", d));
-    }
+    dims.push_back((uint32_t{b[0]} << 24) | (uint32_t{b[1]} << 16) | (uint32_t{b[2]} << 8) | b[3]);
+  }
+  // What the header promises is checked against what the data set can be and what this
+  // machine has before anything is allocated (a decompression bomb promises gigabytes).
+  VGPU_RETURN_IF_ERROR(CheckIdxShape(path, dims, PhysicalMemoryBytes()));
+  IdxArray a;
+  uint64_t total = 1;
+  for (uint32_t d : dims) {
     a.dims.push_back(static_cast<int>(d));
     total *= d;
-    // Checked per dimension so the product cannot overflow (each d <= 2^28).
-    if (total > (uint64_t{1} << 33)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(path, ": ", absl::StrJoin(a.dims, " x "), " elements is too large"));
-    }
   }
-  // Grow with the data actually read, never with what the header promises: a short or hostile
-  // file must not make us take gigabytes (found by tests/fuzz/idx_fuzz.cc).
+  // Grow with the data actually read, never with what the header promises: a short file
+  // must not make us take the whole promise (found by tests/fuzz/idx_fuzz.cc).
   constexpr uint64_t kChunk = uint64_t{1} << 20;
   for (uint64_t done = 0; done < total;) {
     const uint64_t n = std::min(kChunk, total - done);
@@ -98,6 +138,13 @@ absl::StatusOr<IdxArray> ReadIdx(const std::string& path) {
                                                      " bytes)"));
     }
     done += n;
+  }
+  // Bytes past the promise mean the header does not describe the file.
+  uint8_t extra;
+  if (gzread(f.get(), &extra, 1) != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, ": data is longer than the header promises ([", absl::StrJoin(a.dims, ","),
+        "] = ", total, " bytes), or the gzip stream is corrupt"));
   }
   return a;
 }

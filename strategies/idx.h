@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 
@@ -22,7 +23,22 @@ struct IdxArray {
   std::vector<uint8_t> data;  // unsigned bytes (type 0x08), row-major
 };
 
-// Reads an IDX file of unsigned bytes.
+// What an IDX header may promise, from what MNIST-style data can be (60000 or 10000 images of
+// 28 x 28), generously: at most kMaxIdxItems items, kMaxIdxDimension per other dimension and
+// kMaxIdxBytes in all.
+inline constexpr uint32_t kMaxIdxItems = 1'000'000;
+inline constexpr uint32_t kMaxIdxDimension = 4096;
+inline constexpr uint64_t kMaxIdxBytes = uint64_t{1} << 30;
+
+// Checks a header's dimensions against the caps above (InvalidArgument) and against
+// `machine_bytes` of memory (ResourceExhausted when loading, 5 bytes per element with the
+// floats, takes more than half of it; 0 = unknown, not checked).
+absl::Status CheckIdxShape(absl::string_view path, const std::vector<uint32_t>& dims,
+                           uint64_t machine_bytes);
+
+// Reads an IDX file of unsigned bytes (a regular file, runtime/file_io.h). The header is
+// checked with CheckIdxShape against this machine's memory before anything is allocated; data
+// shorter or longer than the header promises is InvalidArgument.
 absl::StatusOr<IdxArray> ReadIdx(const std::string& path);
 
 struct Dataset {

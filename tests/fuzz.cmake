@@ -19,3 +19,9 @@ if(VGPU_BUILD_FUZZERS)
     set_tests_properties(${name} PROPERTIES LABELS fuzz TIMEOUT 900)
   endforeach()
 endif()
+
+# ---- issue 12: the timeline's history reader ---------------------------------------------------
+# history_fuzz calls tools/history_reader.h, which lives in vgpu_tools_timeline, not vgpu::vgpu.
+if(TARGET history_fuzz AND TARGET vgpu_tools_timeline)
+  target_link_libraries(history_fuzz PRIVATE vgpu_tools_timeline)
+endif()

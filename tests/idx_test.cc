@@ -2,6 +2,7 @@
 // training smoke test on a slice of Fashion-MNIST when it is installed.
 #include "strategies/idx.h"
 
+#include <sys/stat.h>
 #include <zlib.h>
 
 #include <cstdio>
@@ -127,8 +128,8 @@ TEST(IdxTest, ClearErrors) {
 TEST(IdxTest, HostileHeadersTakeNoMemory) {
   const std::string dir = TempDir();
   const std::string path = dir + "/huge";
-  // 0x08, 2 dims of 2^16 x 2^16 = 4 GiB promised, 3 bytes present.
-  WritePlain(path, {0, 0, 8, 2, 0, 1, 0, 0, 0, 1, 0, 0, 1, 2, 3});
+  // 0x08, 2 dims of 1000000 x 1024 = ~1 GB promised (within the caps), 3 bytes present.
+  WritePlain(path, {0, 0, 8, 2, 0, 0x0F, 0x42, 0x40, 0, 0, 4, 0, 1, 2, 3});
   EXPECT_THAT(strategies::ReadIdx(path),
               vgpu::testing::StatusIs(absl::StatusCode::kInvalidArgument,
                                       ::testing::HasSubstr("truncated data")));
@@ -137,6 +138,60 @@ TEST(IdxTest, HostileHeadersTakeNoMemory) {
   EXPECT_THAT(strategies::ReadIdx(path),
               vgpu::testing::StatusIs(absl::StatusCode::kInvalidArgument,
                                       ::testing::HasSubstr("too large")));
+}
+
+// Issue 12 item 4: a small .gz whose header promises 2^33 bytes (524288 images of 128 x 128)
+// is refused from its header, before anything is allocated or decompressed.
+TEST(IdxTest, DecompressionBombIsRefusedFromItsHeader) {
+  const std::string dir = TempDir();
+  std::vector<uint8_t> bomb = {0, 0, 8, 3, 0, 8, 0, 0, 0, 0, 0, 128, 0, 0, 0, 128};
+  bomb.resize(bomb.size() + (8 << 20), 0);  // 8 MiB of zeros: a few KiB compressed
+  WriteGz(dir + "/bomb.gz", bomb);
+  EXPECT_THAT(ReadIdx(dir + "/bomb.gz"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       ::testing::AllOf(HasSubstr(dir + "/bomb.gz"),
+                                        HasSubstr("524288 x 128 x 128 = 8589934592 bytes, too "
+                                                  "large (at most 1 GiB)"))));
+  // Per-dimension caps: more items than any MNIST-style set, an image side past 4096.
+  EXPECT_THAT(CheckIdxShape("f", {1'000'001}, 0),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("promises 1000001 items, too large (at most 1000000")));
+  EXPECT_THAT(CheckIdxShape("f", {10, 4097, 2}, 0),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("dimension 1 of size 4097 is too large (at most 4096")));
+  EXPECT_THAT(CheckIdxShape("f", {60000, 28, 28}, 0), IsOk());
+  // What the machine has: Fashion-MNIST's 47 MB take 235 MB loaded, too much for 256 MiB.
+  EXPECT_THAT(CheckIdxShape("f", {60000, 28, 28}, uint64_t{256} << 20),
+              StatusIs(absl::StatusCode::kResourceExhausted,
+                       ::testing::AllOf(HasSubstr("more than half of this machine's memory"),
+                                        HasSubstr("256 MiB"))));
+  EXPECT_THAT(CheckIdxShape("f", {60000, 28, 28}, uint64_t{1} << 30), IsOk());
+}
+
+// A payload longer than the header promises is an error, not silently cut.
+TEST(IdxTest, PayloadLongerThanHeaderIsAnError) {
+  const std::string dir = TempDir();
+  std::vector<uint8_t> longer = Idx({4});
+  longer.push_back(7);
+  WriteGz(dir + "/long.gz", longer);
+  EXPECT_THAT(ReadIdx(dir + "/long.gz"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("data is longer than the header promises ([4] = 4 bytes)")));
+  WritePlain(dir + "/long", longer);
+  EXPECT_THAT(ReadIdx(dir + "/long"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("longer than the header")));
+}
+
+// Only regular files are read: a FIFO without a writer or a directory fails at once.
+TEST(IdxTest, NonRegularFilesAreRefused) {
+  const std::string dir = TempDir();
+  ASSERT_EQ(::mkfifo((dir + "/fifo").c_str(), 0600), 0);
+  EXPECT_THAT(ReadIdx(dir + "/fifo"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("not a regular file")));
+  EXPECT_THAT(ReadIdx(dir), StatusIs(absl::StatusCode::kInvalidArgument,
+                                     HasSubstr("is a directory, not an IDX file")));
+  EXPECT_THAT(ReadIdx("/dev/zero"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("a character device")));
 }
 
 TEST(IdxTest, FashionMnistSmoke) {

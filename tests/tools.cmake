@@ -48,3 +48,18 @@ add_test(NAME vgpu_bench_replay_async_needs_platform
   COMMAND sh -c "$<TARGET_FILE:vgpu-bench> replay x.trace --allocator async 2>&1; echo \"exit=$?\"")
 set_tests_properties(vgpu_bench_replay_async_needs_platform PROPERTIES LABELS unit
   PASS_REGULAR_EXPRESSION "--allocator async needs --platform host\\|cuda.*exit=2")
+
+# ---- issue 12: input files and the timeline ---------------------------------------------------
+# The timeline's reader/renderer lives in tools/ (vgpu_tools_timeline); its test links it.
+if(TARGET history_reader_test AND TARGET vgpu_tools_timeline)
+  target_link_libraries(history_reader_test PRIVATE vgpu_tools_timeline)
+endif()
+# Hostile files fed to the real binaries under a timeout: exit 1 or 2 with a message, never a
+# signal, an abort or a hang (tests/cli_files_test.sh).
+if(TARGET vgpu-info AND TARGET vgpu-bench)
+  add_test(NAME cli_files_hostile_inputs
+    COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/cli_files_test.sh $<TARGET_FILE:vgpu-info>
+            $<TARGET_FILE:vgpu-bench> ${CMAKE_CURRENT_BINARY_DIR}/cli_files_work)
+  set_tests_properties(cli_files_hostile_inputs PROPERTIES LABELS unit TIMEOUT 300
+    PASS_REGULAR_EXPRESSION "cli_files: all [0-9]+ checks passed")
+endif()

@@ -122,5 +122,42 @@ TEST(TraceTest, ShippedTracesParse) {
   EXPECT_EQ(t->unfreed_blocks, 0u);
 }
 
+// Issue 12: byte counts whose running total reaches 2^63 or wraps 2^64 are refused at read
+// time with the line, so no later sum (peak, replay limits) overflows.
+TEST(TraceTest, LiveTotalNeverOverflows) {
+  EXPECT_THAT(ParseTrace("a 1 9223372036854775808\n", "t.trace").status(),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr("t.trace:1: allocating 9223372036854775808 bytes"),
+                             HasSubstr("passes the 64 PiB a trace may hold live"))));
+  EXPECT_THAT(ParseTrace("a 1 72057594037927936\na 2 18446744073709551615\n", "t.trace").status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("t.trace:2: allocating")));
+  EXPECT_THAT(ParseTrace("a 1 -5\n", "t.trace").status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("bad byte count \"-5\"")));
+  auto at_cap = ParseTrace("a 1 72057594037927936\nf 1\na 2 72057594037927936\n");
+  ASSERT_THAT(at_cap, IsOk());
+  EXPECT_EQ(at_cap->peak_live_bytes, kMaxTraceLiveBytes);
+}
+
+// A UTF-8 byte order mark and CRLF line ends are not part of the events.
+TEST(TraceTest, BomAndCrlf) {
+  auto t = ParseTrace("\xEF\xBB\xBF# bom\r\na 1 8\r\nf 1\r\n");
+  ASSERT_THAT(t, IsOk());
+  EXPECT_EQ(t->name, "bom");
+  EXPECT_EQ(t->events.size(), 2u);
+}
+
+// A directory or device as a trace says so (it said "the trace has no events" or read forever).
+TEST(TraceTest, OnlyRegularFilesAreTraces) {
+  const std::string dir = ::testing::TempDir();
+  EXPECT_THAT(ReadTraceFile(dir).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("is a directory, not a "
+                                                                     "trace file")));
+  EXPECT_THAT(ReadTraceFile("/dev/zero").status(),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("/dev/zero is not a regular file (it is a character device)")));
+  EXPECT_LE(MaxTraceFileBytes(), uint64_t{1} << 30);
+  EXPECT_GT(MaxTraceFileBytes(), uint64_t{1} << 20);
+}
+
 }  // namespace
 }  // namespace vgpu

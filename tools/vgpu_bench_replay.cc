@@ -122,6 +122,23 @@ int RunReplay(const BenchArgs& args) {
     spec.executor = *e;
   }
   const uint64_t peak = trace->peak_live_bytes;
+  // The default limit and the scan are multiples of the peak: a zero peak has nothing to
+  // measure, and ParseTrace bounds the peak so that 11x it cannot overflow.
+  if (peak == 0) {
+    std::fprintf(stderr,
+                 "vgpu-bench replay: %s: the trace allocates 0 bytes at its peak; nothing to "
+                 "replay\n",
+                 trace->name.c_str());
+    return 1;
+  }
+  if (peak > kMaxTraceLiveBytes) {
+    std::fprintf(stderr,
+                 "vgpu-bench replay: %s: the trace's peak of %s live is above the %s a trace "
+                 "may hold\n",
+                 trace->name.c_str(), FormatBytes(peak).c_str(),
+                 FormatBytes(kMaxTraceLiveBytes).c_str());
+    return 1;
+  }
   std::fprintf(stderr, "trace %s: %zu events, %llu allocations, peak live %s\n",
                trace->name.c_str(), trace->events.size(),
                static_cast<unsigned long long>(trace->allocations), FormatBytes(peak).c_str());

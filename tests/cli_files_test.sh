@@ -1,0 +1,108 @@
+#!/bin/sh
+# Issue 12: hostile input FILES fed to the real binaries under a timeout. Every run must end
+# with exit 1 or 2 (a clear error) or 0 where the input is valid, never a signal (>128), an
+# abort or the timeout (124), and must say what is wrong on stderr.
+# usage: cli_files_test.sh VGPU_INFO VGPU_BENCH WORKDIR
+set -u
+INFO=$1
+BENCH=$2
+W=$3
+rm -rf "$W" && mkdir -p "$W" || exit 1
+cd "$W" || exit 1
+fails=0
+checks=0
+
+# run NAME EXPECTED_EXITS STDERR_REGEX CMD...: EXPECTED_EXITS like "1|2".
+run() {
+  name=$1 codes=$2 pattern=$3
+  shift 3
+  checks=$((checks + 1))
+  timeout 20 "$@" >"$name.out" 2>"$name.err" </dev/null
+  rc=$?
+  if ! echo "$rc" | grep -Eqx "$codes"; then
+    echo "FAIL $name: exit $rc (expected $codes)"; sed 's/^/  /' "$name.err" | head -5
+    fails=$((fails + 1)); return
+  fi
+  if [ -n "$pattern" ] && ! grep -Eq -- "$pattern" "$name.err"; then
+    echo "FAIL $name: stderr lacks /$pattern/"; sed 's/^/  /' "$name.err" | head -5
+    fails=$((fails + 1)); return
+  fi
+  echo "ok   $name (exit $rc)"
+}
+
+mkdir adir
+mkfifo fifo
+printf 'a 1 8\nf 1\n' > good.trace
+
+# Traces.
+run trace_dir 1 "adir is a directory, not a trace file" "$BENCH" replay adir
+run trace_dev_zero 1 "/dev/zero is not a regular file" "$BENCH" replay /dev/zero
+run trace_fifo 1 "fifo is not a regular file \\(it is a FIFO\\)" "$BENCH" replay fifo
+run trace_missing 1 "cannot open trace file missing.trace: no such file" "$BENCH" replay missing.trace
+printf 'a 1 0\na 2 0\nf 1\n' > zero.trace
+run trace_zero_peak 1 "allocates 0 bytes at its peak; nothing to replay" "$BENCH" replay zero.trace
+printf 'a 1 9223372036854775808\n' > huge.trace
+run trace_huge 1 "huge.trace:1: allocating 9223372036854775808 bytes" "$BENCH" replay huge.trace
+printf 'a 1 18446744073709551615\na 2 18446744073709551615\n' > wrap.trace
+run trace_wrap 1 "a trace may hold live" "$BENCH" replay wrap.trace
+printf '\357\273\277# bom\r\na 1 4096\r\nf 1\r\n' > bom.trace
+run trace_bom_crlf 0 "" "$BENCH" replay bom.trace --no-baseline
+
+# Memory histories for the timeline.
+H() { printf '{%s"allocators":[%s],"events":[{"t_ns":%s,"allocator":%s,"in_use":1,"reserved":1}]}' "$1" "$2" "$3" "$4"; }
+H '' '"a"' 1e999 0 > inf.json
+H '' '"a"' 5e-318 0 > denormal.json
+H '"dropped":-1,' '"a"' 5 0 > dropped.json
+H '' '"a\u0000b"' 5 0 > nul.json
+H '' '"a"' 5 1e999 > index_inf.json
+H '' '"a"' 5 -1 > index_neg.json
+H '' '"a"' 5 1.5 > index_frac.json
+printf '{"allocators":[],"events":[+-.e]}' > badnum.json
+run tl_inf 1 "\"t_ns\" is 1e999" "$INFO" timeline inf.json --svg inf.svg
+run tl_denormal 0 "" "$INFO" timeline denormal.json --svg=denormal.svg
+run tl_dropped 1 "\"dropped\" is -1" "$INFO" timeline dropped.json --svg dropped.svg
+run tl_nul 0 "" "$INFO" timeline nul.json --svg nul.svg
+run tl_index_inf 1 "\"allocator\" is 1e999" "$INFO" timeline index_inf.json --svg x.svg
+run tl_index_neg 1 "\"allocator\" is -1" "$INFO" timeline index_neg.json --svg x.svg
+run tl_index_frac 1 "\"allocator\" is 1.5" "$INFO" timeline index_frac.json --svg x.svg
+run tl_bad_number 1 "malformed JSON at offset" "$INFO" timeline badnum.json --svg x.svg
+run tl_dir 1 "adir is a directory, not a memory history" "$INFO" timeline adir --svg x.svg
+run tl_dev_zero 1 "/dev/zero is not a regular file" "$INFO" timeline /dev/zero --svg x.svg
+run tl_fifo 1 "not a regular file" "$INFO" timeline fifo --svg x.svg
+run tl_help 0 "" "$INFO" timeline --help
+run tl_svg_needs_value 2 "--svg needs a value" "$INFO" timeline inf.json --svg --limit 1GiB
+run tl_unwritable 1 "cannot write" "$INFO" timeline denormal.json --svg adir/no/such.svg
+
+# 20 000 names (an 80 KB file made a 44 MB SVG): at most 64 panels, a bounded file.
+i=0 names="" 
+names=$(awk 'BEGIN { for (i = 0; i < 20000; ++i) printf "%s\"n%d\"", (i ? "," : ""), i }')
+events=$(awk 'BEGIN { for (i = 0; i < 20000; ++i) printf "%s{\"t_ns\":%d,\"allocator\":%d,\"in_use\":1,\"reserved\":2}", (i ? "," : ""), i, i }')
+printf '{"allocators":[%s],"events":[%s]}' "$names" "$events" > many.json
+run tl_many 0 "" "$INFO" timeline many.json --svg many.svg
+checks=$((checks + 1))
+size=$(wc -c < many.svg 2>/dev/null || echo 0)
+if [ "$size" -gt 0 ] && [ "$size" -lt 2000000 ] && grep -q "past the 64-panel cap" tl_many.out; then
+  echo "ok   tl_many_size ($size bytes)"
+else
+  echo "FAIL tl_many_size: $size bytes"; fails=$((fails + 1))
+fi
+
+# The SVGs drawn from hostile histories are well-formed XML (where xmllint is installed).
+if command -v xmllint >/dev/null 2>&1; then
+  for f in denormal.svg nul.svg many.svg; do
+    checks=$((checks + 1))
+    if xmllint --noout "$f" 2>"$f.xmlerr"; then
+      echo "ok   xml $f"
+    else
+      echo "FAIL xml $f"; head -3 "$f.xmlerr"; fails=$((fails + 1))
+    fi
+  done
+else
+  echo "note: xmllint not installed; the XML well-formedness checks did not run"
+fi
+
+if [ "$fails" -ne 0 ]; then
+  echo "cli_files: $fails of $checks checks failed"
+  exit 1
+fi
+echo "cli_files: all $checks checks passed"

@@ -1,0 +1,139 @@
+// runtime/file_io.h: only regular files under their cap are read; everything else fails
+// promptly with a message naming the file (issue 12: /dev/zero read forever, a FIFO blocked).
+#include "runtime/file_io.h"
+
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <string>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "runtime/status_matchers.h"
+
+namespace vgpu {
+namespace {
+
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+using ::vgpu::testing::IsOk;
+using ::vgpu::testing::StatusIs;
+
+std::string TempDir() {
+  const char* t = std::getenv("TEST_TMPDIR");
+  std::string dir = std::string(t ? t : "/tmp") + "/vgpu_file_io_test_XXXXXX";
+  EXPECT_NE(mkdtemp(dir.data()), nullptr);
+  return dir;
+}
+
+void Write(const std::string& path, const std::string& text) {
+  std::ofstream f(path, std::ios::binary);
+  f << text;
+}
+
+TEST(FileIoTest, ReadsRegularAndEmptyFiles) {
+  const std::string dir = TempDir();
+  Write(dir + "/a", "a 1 8\nf 1\n");
+  absl::StatusOr<std::string> a = ReadInputFile(dir + "/a", 1024, "trace file");
+  ASSERT_THAT(a.status(), IsOk());
+  EXPECT_EQ(*a, "a 1 8\nf 1\n");
+  Write(dir + "/empty", "");
+  absl::StatusOr<std::string> e = ReadInputFile(dir + "/empty", 1024, "trace file");
+  ASSERT_THAT(e.status(), IsOk());
+  EXPECT_EQ(*e, "");
+  // Exactly at the cap is fine; one byte over is not.
+  Write(dir + "/ten", "0123456789");
+  EXPECT_THAT(ReadInputFile(dir + "/ten", 10, "trace file").status(), IsOk());
+  EXPECT_THAT(ReadInputFile(dir + "/ten", 9, "trace file").status(),
+              StatusIs(absl::StatusCode::kResourceExhausted,
+                       AllOf(HasSubstr(dir + "/ten"), HasSubstr("10 bytes"),
+                             HasSubstr("above the cap of 9 B"))));
+  // A huge cap does not wrap around.
+  EXPECT_THAT(ReadInputFile(dir + "/ten", UINT64_MAX, "trace file").status(), IsOk());
+}
+
+TEST(FileIoTest, MissingAndUnreadable) {
+  const std::string dir = TempDir();
+  EXPECT_THAT(ReadInputFile(dir + "/missing", 1024, "trace file").status(),
+              StatusIs(absl::StatusCode::kNotFound,
+                       HasSubstr("cannot open trace file " + dir + "/missing: no such file")));
+  // Through a regular file used as a directory (works as root too).
+  Write(dir + "/file", "x");
+  EXPECT_THAT(ReadInputFile(dir + "/file/child", 1024, "trace file").status(),
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr(dir + "/file/child")));
+  Write(dir + "/secret", "x");
+  ASSERT_EQ(::chmod((dir + "/secret").c_str(), 0), 0);
+  absl::Status s = ReadInputFile(dir + "/secret", 1024, "trace file").status();
+  if (::geteuid() == 0) {
+    // Root reads mode-0 files; the permission case is then checked only where it can fail.
+    EXPECT_THAT(s, IsOk());
+  } else {
+    EXPECT_THAT(
+        s, StatusIs(absl::StatusCode::kPermissionDenied, HasSubstr("cannot open trace file " + dir +
+                                                                   "/secret: permission "
+                                                                   "denied")));
+  }
+}
+
+TEST(FileIoTest, DirectoryIsNotATraceFile) {
+  const std::string dir = TempDir();
+  EXPECT_THAT(ReadInputFile(dir, 1024, "trace file").status(),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr(dir + " is a directory, not a trace file")));
+}
+
+TEST(FileIoTest, DevZeroIsRefusedNotReadForever) {
+  EXPECT_THAT(ReadInputFile("/dev/zero", uint64_t{1} << 40, "memory history").status(),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr("/dev/zero is not a regular file"),
+                             HasSubstr("a character device"))));
+}
+
+TEST(FileIoTest, FifoWithoutWriterReturnsPromptly) {
+  const std::string dir = TempDir();
+  const std::string fifo = dir + "/fifo";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_THAT(ReadInputFile(fifo, 1024, "trace file").status(),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr(fifo + " is not a regular file"), HasSubstr("FIFO"))));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+}
+
+TEST(FileIoTest, SocketIsRefused) {
+  const std::string dir = TempDir();
+  const std::string path = dir + "/sock";
+  int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  ASSERT_LT(path.size(), sizeof(addr.sun_path));
+  std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  EXPECT_THAT(ReadInputFile(path, 1024, "trace file").status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("a socket")));
+  ::close(fd);
+}
+
+TEST(FileIoTest, OpenReportsSizeAndReleases) {
+  const std::string dir = TempDir();
+  Write(dir + "/f", "hello");
+  absl::StatusOr<InputFile> f = InputFile::Open(dir + "/f", 100, "data file");
+  ASSERT_THAT(f.status(), IsOk());
+  EXPECT_EQ(f->size(), 5u);
+  int fd = f->Release();
+  EXPECT_GE(fd, 0);
+  EXPECT_EQ(f->fd(), -1);
+  ::close(fd);
+}
+
+TEST(FileIoTest, PhysicalMemoryIsKnown) { EXPECT_GT(PhysicalMemoryBytes(), uint64_t{1} << 20); }
+
+}  // namespace
+}  // namespace vgpu
