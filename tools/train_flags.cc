@@ -1,9 +1,11 @@
 #include "tools/train_flags.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "devices/device_name.h"
 #include "runtime/numbers.h"
@@ -72,6 +74,15 @@ absl::Status ParseDevices(absl::string_view v, TrainFlags& f) {
 }  // namespace
 
 const char* TrainUsage() { return kUsage; }
+
+absl::Status CheckTrainingLoss(double loss_sum, const std::string& run, int epoch, int first,
+                               int last, int steps, double lr) {
+  if (std::isfinite(loss_sum)) return absl::OkStatus();
+  return absl::OutOfRangeError(absl::StrFormat(
+      "%s: epoch %d, steps %d-%d of %d: the training loss is not finite (%g): the run "
+      "diverged; lower --lr (now %g)",
+      run, epoch, first, last, steps, loss_sum, lr));
+}
 
 absl::StatusOr<TrainFlags> ParseTrainFlags(const std::vector<std::string>& args,
                                            const std::string& default_data) {

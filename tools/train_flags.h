@@ -54,6 +54,11 @@ absl::StatusOr<TrainFlags> ParseTrainFlags(const std::vector<std::string>& args,
                                            const std::string& default_data);
 const char* TrainUsage();
 
+// OutOfRange naming the run, the epoch and the steps (1-based, first..last of `steps`) when
+// `loss_sum` (the loss summed over those steps) is not finite: the run diverged.
+absl::Status CheckTrainingLoss(double loss_sum, const std::string& run, int epoch, int first,
+                               int last, int steps, double lr);
+
 }  // namespace vgpu
 
 #endif  // VGPU_TOOLS_TRAIN_FLAGS_H_

@@ -19,6 +19,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "devices/config.h"
 #include "devices/runtime.h"
@@ -72,6 +73,24 @@ absl::Status ApplyHostFaults(vgpu::Platform* p) {
     }
   }
   return absl::OkStatus();
+}
+
+// Runtime::Create failed on a configuration that validated: a device that failed at run time
+// (a stream, a driver call, an injected fault) is a device error, exit 1; what the
+// configuration asks and cannot have is a bad configuration, exit 2.
+int CreateFailed(const absl::Status& s) {
+  switch (s.code()) {
+    case absl::StatusCode::kInternal:
+    case absl::StatusCode::kUnavailable:
+    case absl::StatusCode::kUnknown:
+    case absl::StatusCode::kDataLoss:
+    case absl::StatusCode::kAborted:
+      std::fprintf(stderr, "vgpu-info: device error: %s\n", std::string(s.message()).c_str());
+      return 1;
+    default:
+      std::fprintf(stderr, "vgpu-info: bad configuration: %s\n", std::string(s.message()).c_str());
+      return vgpu::flags::kExitUsage;
+  }
 }
 
 // "same_physical", "peer" or "none" for two logical GPUs.
@@ -150,11 +169,7 @@ int main(int argc, char** argv) {
   if (selftest) {
     // The real configuration (growth as configured): the check is of what applications get.
     absl::StatusOr<std::unique_ptr<vgpu::Runtime>> real = vgpu::Runtime::Create(*config, p);
-    if (!real.ok()) {
-      std::fprintf(stderr, "vgpu-info: bad configuration: %s\n",
-                   std::string(real.status().message()).c_str());
-      return 2;
-    }
+    if (!real.ok()) return CreateFailed(real.status());
     return vgpu_info::RunSelftest(**real, history_path) == 0 ? 0 : 1;
   }
   vgpu::RuntimeConfig probe = *config;
@@ -163,11 +178,7 @@ int main(int argc, char** argv) {
     probe.sources[std::string(setting)] = config->SourceOf(setting);
   }
   absl::StatusOr<std::unique_ptr<vgpu::Runtime>> runtime = vgpu::Runtime::Create(probe, p);
-  if (!runtime.ok()) {
-    std::fprintf(stderr, "vgpu-info: bad configuration: %s\n",
-                 std::string(runtime.status().message()).c_str());
-    return 2;
-  }
+  if (!runtime.ok()) return CreateFailed(runtime.status());
   const vgpu::Runtime& rt = **runtime;
   // A setting given by a flag went through the environment; say "flag".
   auto setting_src = [&](absl::string_view setting) -> absl::string_view {
@@ -183,6 +194,13 @@ int main(int argc, char** argv) {
   auto dsrc = [&](vgpu::ConfigSource s, bool by_flag) -> absl::string_view {
     if (s == vgpu::ConfigSource::kEnvironment && by_flag) return "flag";
     return vgpu::ConfigSourceName(s);
+  };
+  // A priority nobody wrote is the default (0), whatever set the device's memory: the config
+  // keeps no trace of an "@0" written by hand, and 0 is the default's value anyway.
+  auto priority_src = [&](const vgpu::LogicalDevice& d,
+                          const vgpu::DeviceSettingSources& so) -> absl::string_view {
+    if (d.info().priority == 0) return vgpu::ConfigSourceName(vgpu::ConfigSource::kDefault);
+    return dsrc(so.priority, priority_flagged);
   };
   const std::vector<vgpu::LogicalDevice*>& gpus = rt.gpus();
   if (json) {
@@ -225,7 +243,7 @@ int main(int argc, char** argv) {
       w.Key("sources")
           .BeginObject()
           .Field("memory_limit", dsrc(so.memory_limit, limit_flagged))
-          .Field("priority", dsrc(so.priority, priority_flagged))
+          .Field("priority", priority_src(*d, so))
           .Field("allocator", src(so.allocator))
           .Field("allow_growth", dsrc(so.allow_growth, growth_flagged))
           .Field("sm_partition", src(so.sm_partition))
@@ -265,7 +283,13 @@ int main(int argc, char** argv) {
                 d.compute_capability_major, d.compute_capability_minor, d.sm_count,
                 vgpu::FormatBytes(d.total_bytes).c_str(), vgpu::FormatBytes(d.free_bytes).c_str());
   }
-  std::printf("Logical devices: %zu\n", rt.devices().size());
+  // GPUs and the CPU counted apart: "4 GPU(s) + CPU:0", never a total that reads as 5 GPUs.
+  std::vector<std::string> cpus;
+  for (const vgpu::LogicalDevice* d : rt.devices()) {
+    if (!d->is_gpu()) cpus.push_back(ShortName(*d));
+  }
+  std::printf("Logical devices: %zu GPU(s)%s%s\n", gpus.size(), cpus.empty() ? "" : " + ",
+              absl::StrJoin(cpus, " + ").c_str());
   for (const vgpu::LogicalDevice* d : rt.devices()) {
     const vgpu::LogicalDeviceInfo& i = d->info();
     vgpu::DeviceSettingSources so = rt.SourcesOf(*d);
@@ -280,7 +304,7 @@ int main(int argc, char** argv) {
         "growth %s (%s)  in use %s  reserved %s  peak %s\n",
         i.name.c_str(), i.physical_ordinal, vgpu::FormatBytes(i.memory_limit).c_str(),
         std::string(dsrc(so.memory_limit, limit_flagged)).c_str(), i.priority,
-        std::string(dsrc(so.priority, priority_flagged)).c_str(), sms.c_str(),
+        std::string(priority_src(*d, so)).c_str(), sms.c_str(),
         std::string(src(so.sm_partition)).c_str(), i.allocator_kind.c_str(),
         std::string(src(so.allocator)).c_str(), config->allow_growth ? "on" : "off",
         std::string(dsrc(so.allow_growth, growth_flagged)).c_str(),

@@ -87,6 +87,10 @@ absl::StatusOr<Devices> MakeDevices(const Flags& f) {
   int count = f.device_count;
   if (count == 0 && specs.empty()) count = f.strategy == "single" ? 1 : 4;
   const int gpus = std::max(count, f.gpus_needed);  // logical GPUs the flags need
+  // What asked for them, for the messages.
+  const std::string asked =
+      f.devices.empty() ? absl::StrCat("--strategy ", f.strategy, " (default --devices ", count, ")")
+                        : absl::StrCat("--devices ", flags::Bounded(f.devices));
   VGPU_ASSIGN_OR_RETURN(RuntimeConfig config, RuntimeConfig::FromEnvironment());
   if (config.visible_devices.has_value() && config.visible_devices->empty()) {
     return absl::InvalidArgumentError(
@@ -103,8 +107,7 @@ absl::StatusOr<Devices> MakeDevices(const Flags& f) {
     const int most = static_cast<int>(std::min<uint64_t>(fit, kMaxLogicalGpusPerPhysical));
     if (gpus > most) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "--devices ", flags::Bounded(f.devices.empty() ? absl::StrCat(gpus) : f.devices),
-          " needs ", gpus, " logical GPUs; physical GPU ", ordinal, " (",
+          asked, " needs ", gpus, " logical GPUs; physical GPU ", ordinal, " (",
           FormatBytes(info.total_bytes), ") holds at most ", most,
           " of 1 GiB (vgpu-train carves 1 GiB each, at most ", kMaxLogicalGpusPerPhysical,
           " per physical device; set VGPU_LOGICAL_DEVICES for other sizes)"));
@@ -121,7 +124,7 @@ absl::StatusOr<Devices> MakeDevices(const Flags& f) {
   const int have = static_cast<int>(d.runtime->gpus().size());
   if (gpus > have) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "--devices ", flags::Bounded(f.devices), " needs ", gpus,
+        asked, " needs ", gpus,
         " logical GPUs; the configuration has ", have, " (", GpuCountSource(config), ")"));
   }
   if (specs.empty()) {
@@ -270,13 +273,9 @@ absl::StatusOr<RunResult> Train(const Flags& f, const std::string& which, Device
       if ((step + 1) % kFlushEvery == 0 || step + 1 == steps) {
         VGPU_ASSIGN_OR_RETURN(StepTotals t, s->Flush());
         // A diverged run stops here, naming where: its accuracy would mean nothing.
-        if (!std::isfinite(t.loss_sum)) {
-          const int first = (step / kFlushEvery) * kFlushEvery + 1;
-          return absl::OutOfRangeError(absl::StrFormat(
-              "%s: epoch %d, steps %d-%d of %d: the training loss is not finite (%g); the "
-              "run diverged (lower --lr, now %g)",
-              which, epoch, first, step + 1, steps, t.loss_sum, f.lr));
-        }
+        VGPU_RETURN_IF_ERROR(CheckTrainingLoss(t.loss_sum, which, epoch,
+                                               (step / kFlushEvery) * kFlushEvery + 1, step + 1,
+                                               steps, f.lr));
         epoch_totals.loss_sum += t.loss_sum;
         epoch_totals.correct += t.correct;
         epoch_totals.examples += t.examples;
@@ -371,7 +370,7 @@ int Main(int argc, char** argv) {
   // The devices first: a count that cannot exist is refused before the data is read.
   absl::StatusOr<Devices> devices = MakeDevices(f);
   if (!devices.ok()) {
-    std::fprintf(stderr, "vgpu-train: %s\n", devices.status().ToString().c_str());
+    std::fprintf(stderr, "vgpu-train: %s\n", std::string(devices.status().message()).c_str());
     return SetupExit(devices.status());
   }
   {
