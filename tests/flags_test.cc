@@ -13,6 +13,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "runtime/status_matchers.h"
+#include "tests/bad_input_catalogue.h"
 #include "tools/info_flags.h"
 #include "tools/train_flags.h"
 #include "tools/vgpu_bench.h"
@@ -421,6 +422,80 @@ TEST(InfoFlagsTest, FlagsFollowTheRules) {
   ASSERT_THAT(vgpu_info::ParseInfoFlags({"-h"}), IsOk());
   EXPECT_TRUE(vgpu_info::ParseInfoFlags({"-h"})->help);
 }
+
+// ---- docs/bad-input.md, section "Command lines (issue 12)" ------------------------------------
+
+std::vector<testing::CatalogueCase> CommandLineCases() {
+  using absl::StatusCode;
+  auto bench = [](std::vector<std::string> args) {
+    return [args] { return bench::ParseBenchArgs(args).status(); };
+  };
+  auto knob = [](std::string name, std::string value) {
+    return [name, value] { return Tuning({{name, value}}).status(); };
+  };
+  auto train = [](std::vector<std::string> args) {
+    return [args] { return Train(args).status(); };
+  };
+  auto info = [](std::vector<std::string> args) {
+    return [args] { return vgpu_info::ParseInfoFlags(args).status(); };
+  };
+  const StatusCode kInvalid = StatusCode::kInvalidArgument;
+  return {
+      {"L01", "boolean flag: not a boolean", "`vgpu-bench replay T --allow-growth=maybe`", kInvalid,
+       "--allow-growth=maybe: expected true, false, 1, 0, yes, no, on or off",
+       bench({"replay", "T", "--allow-growth=maybe"})},
+      {"L02", "value flag followed by a flag", "`vgpu-bench replay T --memory-history --no-baseline`",
+       kInvalid, "--memory-history needs a value (FILE)",
+       bench({"replay", "T", "--memory-history", "--no-baseline"})},
+      {"L03", "empty file name", "`vgpu-bench replay T --memory-history \"\"`", kInvalid,
+       "--memory-history needs a non-empty value (FILE)",
+       bench({"replay", "T", "--memory-history", ""})},
+      {"L04", "a second positional argument", "`vgpu-bench replay A B`", kInvalid,
+       "unexpected argument \"B\": TRACE already given", bench({"replay", "A", "B"})},
+      {"L05", "unknown flag", "`vgpu-bench replay T --bogus=1`", kInvalid,
+       "unknown flag \"--bogus\" (see --help)", bench({"replay", "T", "--bogus=1"})},
+      {"L06", "tuning knob: not a size", "`VGPU_BFC_MIN_SPLIT_BYTES=1MiBx`", kInvalid,
+       "VGPU_BFC_MIN_SPLIT_BYTES=\"1MiBx\": invalid byte size \"1MiBx\"",
+       knob("VGPU_BFC_MIN_SPLIT_BYTES", "1MiBx")},
+      {"L07", "tuning knob: negative", "`VGPU_BFC_MIN_SPLIT_BYTES=-1`", kInvalid,
+       "VGPU_BFC_MIN_SPLIT_BYTES=\"-1\": invalid byte size \"-1\": negative",
+       knob("VGPU_BFC_MIN_SPLIT_BYTES", "-1")},
+      {"L08", "tuning knob: not a finite fraction", "`VGPU_BFC_MIN_SPLIT_FRACTION=nan`", kInvalid,
+       "VGPU_BFC_MIN_SPLIT_FRACTION=\"nan\":", knob("VGPU_BFC_MIN_SPLIT_FRACTION", "nan")},
+      {"L09", "tuning knob: slab not a whole number of granules", "`VGPU_VMM_SLAB_BYTES=3MiB`",
+       kInvalid, "VGPU_VMM_SLAB_BYTES=\"3MiB\": must be a whole number of 2 MiB granules",
+       knob("VGPU_VMM_SLAB_BYTES", "3MiB")},
+      {"L10", "tuning knob: small blocks above the slab", "`VGPU_VMM_SMALL_BLOCK_MAX=4MiB`",
+       kInvalid, "VGPU_VMM_SMALL_BLOCK_MAX=4 MiB exceeds the slab size 2 MiB",
+       knob("VGPU_VMM_SMALL_BLOCK_MAX", "4MiB")},
+      {"L11", "device count past any machine", "`vgpu-train --devices 2147483647`", kInvalid,
+       "--devices=2147483647: expected a count in [1, 1024]", train({"--devices", "2147483647"})},
+      {"L12", "device id past any machine", "`vgpu-train --devices GPU:99999`", kInvalid,
+       "--devices=GPU:99999: \"GPU:99999\": device ids go up to 1023",
+       train({"--devices", "GPU:99999"})},
+      {"L13", "learning rate not finite", "`vgpu-train --lr inf`", kInvalid,
+       "--lr=inf: expected a decimal number in [1e-09, 10]", train({"--lr", "inf"})},
+      {"L14", "learning rate absurd", "`vgpu-train --lr 1e30`", kInvalid,
+       "--lr=1e30: expected a decimal number in [1e-09, 10]", train({"--lr", "1e30"})},
+      {"L15", "diverged training", "the loss of steps 65-100 is nan (`CheckTrainingLoss`)",
+       StatusCode::kOutOfRange,
+       "single: epoch 2, steps 65-100 of 100: the training loss is not finite (nan)",
+       [] { return CheckTrainingLoss(std::nan(""), "single", 2, 65, 100, 100, 10); }},
+      {"L16", "memory fraction out of range", "`vgpu-info --memory-fraction=1.5`", kInvalid,
+       "--memory-fraction=1.5: must be in (0, 1]", info({"--memory-fraction=1.5"})},
+      {"L17", "a flag that needs another", "`vgpu-info --memory-history h.json`", kInvalid,
+       "--memory-history needs --selftest", info({"--memory-history", "h.json"})},
+      {"L18", "a 100000-character value", "`vgpu-info --platform=zzz...`", kInvalid,
+       "zzzzzzzz...: expected host, cuda or auto",
+       info({"--platform=" + std::string(100000, 'z')})},
+  };
+}
+
+TEST(CommandLineCatalogue, EveryCaseFailsAsListed) { testing::RunCatalogue(CommandLineCases()); }
+TEST(CommandLineCatalogue, EveryCaseIsDocumented) {
+  testing::CheckDocumented(CommandLineCases());
+}
+TEST(CommandLineCatalogue, DISABLED_Print) { testing::PrintCatalogue(CommandLineCases()); }
 
 }  // namespace
 }  // namespace vgpu::flags

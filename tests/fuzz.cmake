@@ -19,3 +19,12 @@ if(VGPU_BUILD_FUZZERS)
     set_tests_properties(${name} PROPERTIES LABELS fuzz TIMEOUT 900)
   endforeach()
 endif()
+
+# ---- issue 12: the tools' flag-parsing fuzzers link the tools' flag library ------------------
+if(VGPU_BUILD_FUZZERS AND TARGET vgpu_tools_flags)
+  foreach(name bench_flags_fuzz info_flags_fuzz train_flags_fuzz)
+    if(TARGET ${name})
+      target_link_libraries(${name} PRIVATE vgpu_tools_flags)
+    endif()
+  endforeach()
+endif()
