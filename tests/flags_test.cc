@@ -121,8 +121,8 @@ TEST(FlagsTest, UnknownFlagsAndExtraPositionalsRefused) {
   EXPECT_THAT(x.Parse({"p", "q", "r"}),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        HasSubstr("unexpected argument \"r\": SECOND already given")));
-  EXPECT_THAT(x.Parse({}), StatusIs(absl::StatusCode::kInvalidArgument,
-                                    HasSubstr("tool needs FIRST")));
+  EXPECT_THAT(x.Parse({}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("tool needs FIRST")));
 }
 
 TEST(FlagsTest, DoubleDashEndsFlags) {
@@ -165,26 +165,29 @@ TEST(FlagsTest, NumbersAreStrictAndRanged) {
   EXPECT_EQ(x.d, 0.25);
   ASSERT_THAT(x.Parse({"p", "--bytes=1MiB"}), IsOk());
   EXPECT_EQ(x.bytes, uint64_t{1} << 20);
-  for (const char* bad : {"--bytes=-1", "--bytes=nan", "--bytes=0", "--bytes=1MiBx",
-                          "--bytes=2TiB", "--bytes=18446744073709551616"}) {
-    EXPECT_THAT(x.Parse({"p", bad}), StatusIs(absl::StatusCode::kInvalidArgument,
-                                              HasSubstr("--bytes=")))
+  for (const char* bad : {"--bytes=-1", "--bytes=nan", "--bytes=0", "--bytes=1MiBx", "--bytes=2TiB",
+                          "--bytes=18446744073709551616"}) {
+    EXPECT_THAT(x.Parse({"p", bad}),
+                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--bytes=")))
         << bad;
   }
 }
 
 TEST(FlagsTest, EnumNamesItsChoices) {
   Sample x;
-  EXPECT_THAT(x.Parse({"p", "--e=d"}), StatusIs(absl::StatusCode::kInvalidArgument,
-                                                 HasSubstr("--e=d: expected a, b or c")));
+  EXPECT_THAT(x.Parse({"p", "--e=d"}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--e=d: expected a, b or c")));
 }
 
 TEST(FlagsTest, MessagesAreBounded) {
   Sample x;
   const std::string huge(100000, 'z');
-  for (std::vector<std::string> args :
-       {std::vector<std::string>{"p", "--e=" + huge}, {"p", "--i", huge}, {"p", "--" + huge},
-        {"p", "q", huge}, {"p", "--bytes=" + huge}, {"p", "--b=" + huge}}) {
+  for (std::vector<std::string> args : {std::vector<std::string>{"p", "--e=" + huge},
+                                        {"p", "--i", huge},
+                                        {"p", "--" + huge},
+                                        {"p", "q", huge},
+                                        {"p", "--bytes=" + huge},
+                                        {"p", "--b=" + huge}}) {
     absl::StatusOr<ParseResult> r = x.Parse(args);
     ASSERT_FALSE(r.ok());
     EXPECT_LT(r.status().message().size(), 800u) << r.status().message().substr(0, 200);
@@ -216,8 +219,8 @@ TEST(BenchFlagsTest, BooleansTakeTheirValue) {
   ASSERT_THAT(a, IsOk());
   EXPECT_FALSE(a->allow_growth);
   EXPECT_FALSE(a->min_limit);
-  a = bench::ParseBenchArgs({"replay", "--allow-growth", "t.trace", "--min-limit=on",
-                             "--no-baseline"});
+  a = bench::ParseBenchArgs(
+      {"replay", "--allow-growth", "t.trace", "--min-limit=on", "--no-baseline"});
   ASSERT_THAT(a, IsOk());
   EXPECT_TRUE(a->allow_growth);
   EXPECT_TRUE(a->min_limit);
@@ -226,9 +229,9 @@ TEST(BenchFlagsTest, BooleansTakeTheirValue) {
 }
 
 TEST(BenchFlagsTest, MemoryHistoryNeedsARealValue) {
-  EXPECT_THAT(bench::ParseBenchArgs({"replay", "t", "--memory-history", "--no-baseline"}),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       HasSubstr("--memory-history needs a value")));
+  EXPECT_THAT(
+      bench::ParseBenchArgs({"replay", "t", "--memory-history", "--no-baseline"}),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--memory-history needs a value")));
   EXPECT_THAT(bench::ParseBenchArgs({"replay", "t", "--memory-history", ""}),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--memory-history")));
   EXPECT_THAT(bench::ParseBenchArgs({"replay", "t", "--memory-history="}),
@@ -273,10 +276,10 @@ absl::StatusOr<bench::BenchTuning> Tuning(std::map<std::string, std::string> env
 
 TEST(BenchFlagsTest, TuningKnobsAreStrict) {
   absl::StatusOr<bench::BenchTuning> t = Tuning({{"VGPU_BFC_MIN_SPLIT_BYTES", "1MiB"},
-                                                  {"VGPU_BFC_SMALL_REQUEST_BYTES", "65536"},
-                                                  {"VGPU_BFC_MIN_SPLIT_FRACTION", "0.5"},
-                                                  {"VGPU_VMM_SLAB_BYTES", "4MiB"},
-                                                  {"VGPU_VMM_SMALL_BLOCK_MAX", "1MiB"}});
+                                                 {"VGPU_BFC_SMALL_REQUEST_BYTES", "65536"},
+                                                 {"VGPU_BFC_MIN_SPLIT_FRACTION", "0.5"},
+                                                 {"VGPU_VMM_SLAB_BYTES", "4MiB"},
+                                                 {"VGPU_VMM_SMALL_BLOCK_MAX", "1MiB"}});
   ASSERT_THAT(t, IsOk());
   EXPECT_EQ(t->bfc_min_split_bytes, uint64_t{1} << 20);  // 1MiB is 1 MiB, not 1
   EXPECT_EQ(t->bfc_small_request_bytes, 65536u);
@@ -323,12 +326,12 @@ TEST(BenchFlagsTest, TuningFlagsAreCheckedAsTheirVariables) {
   ASSERT_THAT(a, IsOk());
   ASSERT_EQ(a->tuning.size(), 1u);
   EXPECT_EQ(a->tuning[0].first, "VGPU_BFC_MIN_SPLIT_BYTES");
-  EXPECT_THAT(bench::ParseBenchArgs({"replay", "t", "--bfc-min-split-fraction=nan"}),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       HasSubstr("--bfc-min-split-fraction=nan")));
-  EXPECT_THAT(bench::ParseBenchArgs({"replay", "t", "--vmm-slab-bytes=2MiB",
-                                     "--vmm-small-block-max=3MiB"}),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("exceeds the slab")));
+  EXPECT_THAT(
+      bench::ParseBenchArgs({"replay", "t", "--bfc-min-split-fraction=nan"}),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--bfc-min-split-fraction=nan")));
+  EXPECT_THAT(
+      bench::ParseBenchArgs({"replay", "t", "--vmm-slab-bytes=2MiB", "--vmm-small-block-max=3MiB"}),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("exceeds the slab")));
 }
 
 // ---- vgpu-train ------------------------------------------------------------------------------
@@ -338,11 +341,10 @@ absl::StatusOr<TrainFlags> Train(std::vector<std::string> args) {
 }
 
 TEST(TrainFlagsTest, DeviceCountsAreBoundedBeforeAnythingIsBuilt) {
-  for (const char* bad : {"2147483647", "100000000", "0", "-1", "1025", "GPU:99999", "GPU:-1",
-                          "4x", "GPU:0,,GPU:zz"}) {
+  for (const char* bad : {"2147483647", "100000000", "0", "-1", "1025", "GPU:99999", "GPU:-1", "4x",
+                          "GPU:0,,GPU:zz"}) {
     absl::StatusOr<TrainFlags> f = Train({"--devices", bad});
-    EXPECT_THAT(f, StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--devices")))
-        << bad;
+    EXPECT_THAT(f, StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--devices"))) << bad;
     if (!f.ok()) EXPECT_LT(f.status().message().size(), 600u);
   }
   absl::StatusOr<TrainFlags> f = Train({"--devices", "3"});
@@ -360,12 +362,12 @@ TEST(TrainFlagsTest, DeviceCountsAreBoundedBeforeAnythingIsBuilt) {
 
 TEST(TrainFlagsTest, HyperParametersAreFiniteAndSane) {
   for (const char* bad : {"inf", "1e30", "nan", "0", "-1", "11", "0x1p-3", "1e-12", ""}) {
-    EXPECT_THAT(Train({"--lr", bad}), StatusIs(absl::StatusCode::kInvalidArgument,
-                                               HasSubstr("--lr")))
+    EXPECT_THAT(Train({"--lr", bad}),
+                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--lr")))
         << bad;
   }
-  absl::StatusOr<TrainFlags> f = Train({"--lr=0.5", "--epochs", "3", "--quiet=off",
-                                        "--compare=yes", "--layers", "GPU:0,GPU:1,GPU:0"});
+  absl::StatusOr<TrainFlags> f = Train({"--lr=0.5", "--epochs", "3", "--quiet=off", "--compare=yes",
+                                        "--layers", "GPU:0,GPU:1,GPU:0"});
   ASSERT_THAT(f, IsOk());
   EXPECT_FLOAT_EQ(f->lr, 0.5f);
   EXPECT_EQ(f->epochs, 3);
@@ -391,9 +393,9 @@ TEST(TrainFlagsTest, ANonFiniteLossStopsTheRunNamingWhere) {
               StatusIs(absl::StatusCode::kOutOfRange,
                        HasSubstr("mirrored: epoch 2, steps 65-100 of 100: the training loss is "
                                  "not finite (nan)")));
-  EXPECT_THAT(CheckTrainingLoss(std::numeric_limits<double>::infinity(), "single", 1, 1, 64, 64,
-                                10),
-              StatusIs(absl::StatusCode::kOutOfRange, HasSubstr("lower --lr")));
+  EXPECT_THAT(
+      CheckTrainingLoss(std::numeric_limits<double>::infinity(), "single", 1, 1, 64, 64, 10),
+      StatusIs(absl::StatusCode::kOutOfRange, HasSubstr("lower --lr")));
 }
 
 // ---- vgpu-info -------------------------------------------------------------------------------
@@ -444,8 +446,9 @@ std::vector<testing::CatalogueCase> CommandLineCases() {
       {"L01", "boolean flag: not a boolean", "`vgpu-bench replay T --allow-growth=maybe`", kInvalid,
        "--allow-growth=maybe: expected true, false, 1, 0, yes, no, on or off",
        bench({"replay", "T", "--allow-growth=maybe"})},
-      {"L02", "value flag followed by a flag", "`vgpu-bench replay T --memory-history --no-baseline`",
-       kInvalid, "--memory-history needs a value (FILE)",
+      {"L02", "value flag followed by a flag",
+       "`vgpu-bench replay T --memory-history --no-baseline`", kInvalid,
+       "--memory-history needs a value (FILE)",
        bench({"replay", "T", "--memory-history", "--no-baseline"})},
       {"L03", "empty file name", "`vgpu-bench replay T --memory-history \"\"`", kInvalid,
        "--memory-history needs a non-empty value (FILE)",
@@ -492,9 +495,7 @@ std::vector<testing::CatalogueCase> CommandLineCases() {
 }
 
 TEST(CommandLineCatalogue, EveryCaseFailsAsListed) { testing::RunCatalogue(CommandLineCases()); }
-TEST(CommandLineCatalogue, EveryCaseIsDocumented) {
-  testing::CheckDocumented(CommandLineCases());
-}
+TEST(CommandLineCatalogue, EveryCaseIsDocumented) { testing::CheckDocumented(CommandLineCases()); }
 TEST(CommandLineCatalogue, DISABLED_Print) { testing::PrintCatalogue(CommandLineCases()); }
 
 }  // namespace

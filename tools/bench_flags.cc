@@ -69,9 +69,9 @@ const Knob kKnobs[] = {
      [](absl::string_view v, BenchTuning& t) -> absl::Status {
        VGPU_ASSIGN_OR_RETURN(uint64_t b, SizeIn(v, kBenchVmmGranule, kTiB));
        if (b % kBenchVmmGranule != 0) {
-         return absl::InvalidArgumentError(
-             absl::StrCat("must be a whole number of ", FormatBytes(kBenchVmmGranule),
-                          " granules, not ", FormatBytes(b)));
+         return absl::InvalidArgumentError(absl::StrCat("must be a whole number of ",
+                                                        FormatBytes(kBenchVmmGranule),
+                                                        " granules, not ", FormatBytes(b)));
        }
        t.vmm_slab_bytes = b;
        return absl::OkStatus();
@@ -86,8 +86,8 @@ const Knob kKnobs[] = {
 
 absl::Status ReadKnob(const Knob& k, absl::string_view value, BenchTuning& t) {
   if (absl::Status s = k.read(value, t); !s.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat(k.env, "=", flags::Quote(value), ": ",
-                                                   flags::BoundedMessage(s.message())));
+    return absl::InvalidArgumentError(
+        absl::StrCat(k.env, "=", flags::Quote(value), ": ", flags::BoundedMessage(s.message())));
   }
   return absl::OkStatus();
 }
@@ -96,9 +96,9 @@ absl::Status ReadKnob(const Knob& k, absl::string_view value, BenchTuning& t) {
 absl::Status CheckTuning(const BenchTuning& t) {
   const uint64_t slab = t.vmm_slab_bytes.value_or(kBenchVmmGranule);
   if (t.vmm_small_block_max && *t.vmm_small_block_max > slab) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "VGPU_VMM_SMALL_BLOCK_MAX=", FormatBytes(*t.vmm_small_block_max),
-        " exceeds the slab size ", FormatBytes(slab), " (VGPU_VMM_SLAB_BYTES)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("VGPU_VMM_SMALL_BLOCK_MAX=", FormatBytes(*t.vmm_small_block_max),
+                     " exceeds the slab size ", FormatBytes(slab), " (VGPU_VMM_SLAB_BYTES)"));
   }
   return absl::OkStatus();
 }
@@ -109,15 +109,15 @@ void AddKnobFlags(flags::FlagSet& fs, std::vector<std::pair<std::string, std::st
   storage.resize(std::size(kKnobs));
   for (size_t i = 0; i < std::size(kKnobs); ++i) {
     const Knob& k = kKnobs[i];
-    fs.String(
-        k.flag, &storage[i], std::string(k.env).find("FRACTION") != std::string::npos ? "X" : "SIZE",
-        absl::StrCat(k.help, " (", k.env, ")"),
-        [&k, &out](absl::string_view v) -> absl::Status {
-          BenchTuning t;
-          if (absl::Status s = k.read(v, t); !s.ok()) return s;
-          out.emplace_back(k.env, std::string(v));
-          return absl::OkStatus();
-        });
+    fs.String(k.flag, &storage[i],
+              std::string(k.env).find("FRACTION") != std::string::npos ? "X" : "SIZE",
+              absl::StrCat(k.help, " (", k.env, ")"),
+              [&k, &out](absl::string_view v) -> absl::Status {
+                BenchTuning t;
+                if (absl::Status s = k.read(v, t); !s.ok()) return s;
+                out.emplace_back(k.env, std::string(v));
+                return absl::OkStatus();
+              });
   }
 }
 
@@ -125,8 +125,7 @@ void AddKnobFlags(flags::FlagSet& fs, std::vector<std::pair<std::string, std::st
 
 std::string BenchUsage() { return kSynopsis; }
 
-absl::StatusOr<BenchTuning> ReadBenchTuning(
-    const std::function<const char*(const char*)>& getenv) {
+absl::StatusOr<BenchTuning> ReadBenchTuning(const std::function<const char*(const char*)>& getenv) {
   BenchTuning t;
   for (const Knob& k : kKnobs) {
     if (const char* v = getenv(k.env); v != nullptr) VGPU_RETURN_IF_ERROR(ReadKnob(k, v, t));
@@ -172,8 +171,8 @@ absl::StatusOr<BenchArgs> ParseBenchArgs(const std::vector<std::string>& argv) {
   } else {
     fs.Int("--devices", &a.devices, 1, 16, "replicas (default 4)")
         .Bytes("--size", &a.size, 4, kTiB, "bytes per replica (default 64 MiB)")
-        .Enum("--algorithm", &a.algorithm,
-              {"auto", "local", "via-host", "nccl", "hierarchical"}, "all-reduce algorithm")
+        .Enum("--algorithm", &a.algorithm, {"auto", "local", "via-host", "nccl", "hierarchical"},
+              "all-reduce algorithm")
         .Int("--iterations", &a.iterations, 1, 1000000, "timed iterations (default 10)")
         .Enum("--platform", &a.platform, kPlatforms, "the platform (default host)");
   }

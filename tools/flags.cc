@@ -23,17 +23,13 @@ std::string Shown(absl::string_view name, absl::string_view value) {
 }
 
 // A word that is a flag, not a value: "--x", "-h". "-" alone and negative numbers are values.
-bool LooksLikeFlag(absl::string_view arg) {
-  return absl::StartsWith(arg, "--") || arg == "-h";
-}
+bool LooksLikeFlag(absl::string_view arg) { return absl::StartsWith(arg, "--") || arg == "-h"; }
 
 }  // namespace
 
 std::string Bounded(absl::string_view text, size_t max) { return Escape(text, max, true); }
 
-std::string BoundedMessage(absl::string_view text, size_t max) {
-  return Escape(text, max, false);
-}
+std::string BoundedMessage(absl::string_view text, size_t max) { return Escape(text, max, false); }
 
 std::string Escape(absl::string_view text, size_t max, bool escape_quotes) {
   std::string out;
@@ -98,16 +94,16 @@ const FlagSet::Spec* FlagSet::Find(absl::string_view name) const {
 
 FlagSet& FlagSet::Bool(std::string name, bool* out, std::string help) {
   std::string n = name;
-  return Add({std::move(name), true, "", std::move(help),
-              [n, out](absl::string_view v) -> absl::Status {
-                absl::StatusOr<bool> b = ParseBool(v);
-                if (!b.ok()) {
-                  return absl::InvalidArgumentError(absl::StrCat(
-                      Shown(n, v), ": expected true, false, 1, 0, yes, no, on or off"));
-                }
-                *out = *b;
-                return absl::OkStatus();
-              }});
+  return Add(
+      {std::move(name), true, "", std::move(help), [n, out](absl::string_view v) -> absl::Status {
+         absl::StatusOr<bool> b = ParseBool(v);
+         if (!b.ok()) {
+           return absl::InvalidArgumentError(
+               absl::StrCat(Shown(n, v), ": expected true, false, 1, 0, yes, no, on or off"));
+         }
+         *out = *b;
+         return absl::OkStatus();
+       }});
 }
 
 FlagSet& FlagSet::String(std::string name, std::string* out, std::string value_name,
@@ -152,8 +148,7 @@ FlagSet& FlagSet::Enum(std::string name, std::string* out, std::vector<std::stri
               }});
 }
 
-FlagSet& FlagSet::Int(std::string name, int64_t* out, int64_t min, int64_t max,
-                      std::string help) {
+FlagSet& FlagSet::Int(std::string name, int64_t* out, int64_t min, int64_t max, std::string help) {
   std::string n = name;
   return Add({std::move(name), false, "N", std::move(help),
               [n, out, min, max](absl::string_view v) -> absl::Status {
@@ -185,21 +180,21 @@ FlagSet& FlagSet::Int(std::string name, int* out, int64_t min, int64_t max, std:
 
 FlagSet& FlagSet::Uint(std::string name, uint64_t* out, std::string help) {
   std::string n = name;
-  return Add({std::move(name), false, "N", std::move(help),
-              [n, out](absl::string_view v) -> absl::Status {
-                absl::StatusOr<uint64_t> i = ParseUint64(v);
-                if (!i.ok()) {
-                  return absl::InvalidArgumentError(absl::StrCat(
-                      Shown(n, v), ": expected a whole number in [0, ",
-                      std::numeric_limits<uint64_t>::max(), "]"));
-                }
-                *out = *i;
-                return absl::OkStatus();
-              }});
+  return Add(
+      {std::move(name), false, "N", std::move(help), [n, out](absl::string_view v) -> absl::Status {
+         absl::StatusOr<uint64_t> i = ParseUint64(v);
+         if (!i.ok()) {
+           return absl::InvalidArgumentError(
+               absl::StrCat(Shown(n, v), ": expected a whole number in [0, ",
+                            std::numeric_limits<uint64_t>::max(), "]"));
+         }
+         *out = *i;
+         return absl::OkStatus();
+       }});
 }
 
-FlagSet& FlagSet::Decimal(std::string name, double* out, double min, double max,
-                          std::string help, bool min_exclusive) {
+FlagSet& FlagSet::Decimal(std::string name, double* out, double min, double max, std::string help,
+                          bool min_exclusive) {
   std::string n = name;
   return Add({std::move(name), false, "X", std::move(help),
               [n, out, min, max, min_exclusive](absl::string_view v) -> absl::Status {
@@ -216,16 +211,16 @@ FlagSet& FlagSet::Decimal(std::string name, double* out, double min, double max,
               }});
 }
 
-FlagSet& FlagSet::Bytes(std::string name, std::optional<uint64_t>* out, uint64_t min,
-                        uint64_t max, std::string help) {
+FlagSet& FlagSet::Bytes(std::string name, std::optional<uint64_t>* out, uint64_t min, uint64_t max,
+                        std::string help) {
   std::string n = name;
   return Add({std::move(name), false, "SIZE", std::move(help),
               [n, out, min, max](absl::string_view v) -> absl::Status {
                 absl::StatusOr<uint64_t> b = ParseBytes(v);
                 if (!b.ok()) {
-                  return absl::InvalidArgumentError(absl::StrCat(
-                      Shown(n, v), ": expected a size such as 64MiB or 1GiB (",
-                      BoundedMessage(b.status().message()), ")"));
+                  return absl::InvalidArgumentError(
+                      absl::StrCat(Shown(n, v), ": expected a size such as 64MiB or 1GiB (",
+                                   BoundedMessage(b.status().message()), ")"));
                 }
                 if (*b < min || *b > max) {
                   return absl::InvalidArgumentError(
@@ -251,14 +246,12 @@ FlagSet& FlagSet::Bytes(std::string name, uint64_t* out, uint64_t min, uint64_t 
   return *this;
 }
 
-FlagSet& FlagSet::Positional(std::string name, std::string* out, bool required,
-                             std::string help) {
+FlagSet& FlagSet::Positional(std::string name, std::string* out, bool required, std::string help) {
   positionals_.push_back({std::move(name), out, required, std::move(help)});
   return *this;
 }
 
-FlagSet& FlagSet::PassThrough(std::string prefix, std::vector<std::string>* out,
-                              std::string help) {
+FlagSet& FlagSet::PassThrough(std::string prefix, std::vector<std::string>* out, std::string help) {
   pass_prefix_ = std::move(prefix);
   pass_out_ = out;
   pass_help_ = std::move(help);
@@ -316,12 +309,11 @@ absl::StatusOr<ParseResult> FlagSet::Parse(absl::Span<const std::string> args) c
     }
     if (positional >= positionals_.size()) {
       if (positionals_.empty()) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("unexpected argument ", Quote(arg), ": ", program_,
-                         " takes no positional argument"));
+        return absl::InvalidArgumentError(absl::StrCat("unexpected argument ", Quote(arg), ": ",
+                                                       program_, " takes no positional argument"));
       }
-      return absl::InvalidArgumentError(absl::StrCat(
-          "unexpected argument ", Quote(arg), ": ", positionals_.back().name, " already given"));
+      return absl::InvalidArgumentError(absl::StrCat("unexpected argument ", Quote(arg), ": ",
+                                                     positionals_.back().name, " already given"));
     }
     if (arg.empty()) {
       return absl::InvalidArgumentError(

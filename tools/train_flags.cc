@@ -33,14 +33,14 @@ absl::Status ParseDevices(absl::string_view v, TrainFlags& f) {
   f.device_count = 0;  // the last --devices wins
   f.device_specs.clear();
   f.gpus_needed = 0;
-  const bool numeric = !v.empty() && (absl::ascii_isdigit(v.front()) || v.front() == '-' ||
-                                      v.front() == '+');
+  const bool numeric =
+      !v.empty() && (absl::ascii_isdigit(v.front()) || v.front() == '-' || v.front() == '+');
   if (numeric) {
     absl::StatusOr<int64_t> n = ParseInt64InRange(v, 1, kMaxTrainDevices);
     if (!n.ok()) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "expected a count in [1, ", kMaxTrainDevices, "] (at most ",
-          kMaxLogicalGpusPerPhysical, " per physical device) or device specs like GPU:0,GPU:1"));
+          "expected a count in [1, ", kMaxTrainDevices, "] (at most ", kMaxLogicalGpusPerPhysical,
+          " per physical device) or device specs like GPU:0,GPU:1"));
     }
     f.device_count = static_cast<int>(*n);
     return absl::OkStatus();
@@ -59,8 +59,8 @@ absl::Status ParseDevices(absl::string_view v, TrainFlags& f) {
     }
     if (name->id.has_value()) {
       if (*name->id < 0 || *name->id >= kMaxTrainDevices) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            flags::Quote(s), ": device ids go up to ", kMaxTrainDevices - 1));
+        return absl::InvalidArgumentError(
+            absl::StrCat(flags::Quote(s), ": device ids go up to ", kMaxTrainDevices - 1));
       }
       if (!name->type || absl::AsciiStrToUpper(*name->type) == "GPU") {
         f.gpus_needed = std::max(f.gpus_needed, *name->id + 1);

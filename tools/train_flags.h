@@ -30,7 +30,7 @@ struct TrainFlags {
   std::string devices = "";  // as typed; count or comma-separated specs; default 1 (single) or 4
   int device_count = 0;      // --devices N (0 when specs were given or nothing)
   std::vector<std::string> device_specs;  // --devices SPEC,SPEC,...
-  int gpus_needed = 0;  // the highest GPU id in device_specs + 1 (0 if none)
+  int gpus_needed = 0;                    // the highest GPU id in device_specs + 1 (0 if none)
   int epochs = 2;
   int batch = 256;
   float lr = 1e-3f;

@@ -9,8 +9,8 @@
 #include <functional>
 #include <memory>
 #include <optional>
-#include <utility>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -60,8 +60,7 @@ struct BenchTuning {
 inline constexpr uint64_t kBenchVmmGranule = uint64_t{2} << 20;
 // Reads and checks the knobs through `getenv` (std::getenv in the tool). InvalidArgument in the
 // project's format, e.g. VGPU_BFC_MIN_SPLIT_BYTES="1MiBx": invalid byte size ...
-absl::StatusOr<BenchTuning> ReadBenchTuning(
-    const std::function<const char*(const char*)>& getenv);
+absl::StatusOr<BenchTuning> ReadBenchTuning(const std::function<const char*(const char*)>& getenv);
 
 struct BenchAllocatorSpec {
   std::string kind = "bfc";  // bfc | vmm | async (async needs an executor)

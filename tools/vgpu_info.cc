@@ -129,7 +129,8 @@ int main(int argc, char** argv) {
   if (!platform_name.empty()) setenv("VGPU_PLATFORM", platform_name.c_str(), 1);
   if (parsed->host_devices) setenv("VGPU_HOST_DEVICES", parsed->host_devices->c_str(), 1);
   if (parsed->logical_devices) setenv("VGPU_LOGICAL_DEVICES", parsed->logical_devices->c_str(), 1);
-  if (parsed->allow_growth) setenv("VGPU_ALLOW_GROWTH", *parsed->allow_growth ? "true" : "false", 1);
+  if (parsed->allow_growth)
+    setenv("VGPU_ALLOW_GROWTH", *parsed->allow_growth ? "true" : "false", 1);
   if (parsed->memory_fraction) {
     setenv("VGPU_MEMORY_FRACTION", parsed->memory_fraction->c_str(), 1);
   }

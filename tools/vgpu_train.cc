@@ -9,10 +9,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -89,8 +89,9 @@ absl::StatusOr<Devices> MakeDevices(const Flags& f) {
   const int gpus = std::max(count, f.gpus_needed);  // logical GPUs the flags need
   // What asked for them, for the messages.
   const std::string asked =
-      f.devices.empty() ? absl::StrCat("--strategy ", f.strategy, " (default --devices ", count, ")")
-                        : absl::StrCat("--devices ", flags::Bounded(f.devices));
+      f.devices.empty()
+          ? absl::StrCat("--strategy ", f.strategy, " (default --devices ", count, ")")
+          : absl::StrCat("--devices ", flags::Bounded(f.devices));
   VGPU_ASSIGN_OR_RETURN(RuntimeConfig config, RuntimeConfig::FromEnvironment());
   if (config.visible_devices.has_value() && config.visible_devices->empty()) {
     return absl::InvalidArgumentError(
@@ -123,9 +124,9 @@ absl::StatusOr<Devices> MakeDevices(const Flags& f) {
   VGPU_ASSIGN_OR_RETURN(d.runtime, Runtime::Create(config, platform));
   const int have = static_cast<int>(d.runtime->gpus().size());
   if (gpus > have) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        asked, " needs ", gpus,
-        " logical GPUs; the configuration has ", have, " (", GpuCountSource(config), ")"));
+    return absl::InvalidArgumentError(absl::StrCat(asked, " needs ", gpus,
+                                                   " logical GPUs; the configuration has ", have,
+                                                   " (", GpuCountSource(config), ")"));
   }
   if (specs.empty()) {
     d.chosen.assign(d.runtime->gpus().begin(), d.runtime->gpus().begin() + count);
@@ -338,8 +339,8 @@ absl::Status CheckWritable(absl::string_view flag, const std::string& path) {
   const bool existed = access(path.c_str(), F_OK) == 0;
   const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   if (fd < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(flag, " ", flags::Quote(path),
-                                                   ": cannot write: ", std::strerror(errno)));
+    return absl::InvalidArgumentError(
+        absl::StrCat(flag, " ", flags::Quote(path), ": cannot write: ", std::strerror(errno)));
   }
   close(fd);
   if (!existed) unlink(path.c_str());
@@ -381,7 +382,8 @@ int Main(int argc, char** argv) {
                           TracePath(f.record_trace, *dev, devices->chosen.size()));
       }
     }
-    if (!f.memory_history.empty() && w.ok()) w = CheckWritable("--memory-history", f.memory_history);
+    if (!f.memory_history.empty() && w.ok())
+      w = CheckWritable("--memory-history", f.memory_history);
     if (!w.ok()) {
       std::fprintf(stderr, "vgpu-train: %s\n", std::string(w.message()).c_str());
       return flags::kExitUsage;
