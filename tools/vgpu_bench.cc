@@ -1,8 +1,11 @@
 // vgpu-bench: allocator benchmarks.
-//   vgpu-bench replay TRACE [--allocator bfc|vmm|async] [--allow-growth] [--limit SIZE]
-//                           [--min-limit] [--platform host|cuda] [--memory-history FILE]
-//                           [--no-baseline]
+//   vgpu-bench replay TRACE [--allocator bfc|vmm|async] [--allow-growth[=BOOL]] [--limit SIZE]
+//                           [--min-limit[=BOOL]] [--platform host|cuda] [--memory-history FILE]
+//                           [--no-baseline[=BOOL]] [tuning knobs]
 //   vgpu-bench alloc [--allocator bfc|vmm|async] [--platform host|cuda] [--benchmark_* flags]
+//   vgpu-bench allreduce [--devices N] [--size SIZE] [--algorithm A] [--iterations K]
+//   vgpu-bench [COMMAND] --help
+// Exit status 2 for a bad command line or tuning knob, before anything runs.
 // Each ends with one JSON line. The command line is parsed by ParseBenchArgs (bench_flags.cc,
 // tools/flags.h rules); the allocator of a kind is built by MakeBenchAllocator; the tuning knobs
 // (VGPU_BFC_*, VGPU_VMM_* or their flags) are read by ReadBenchTuning.
