@@ -169,9 +169,13 @@ DeviceSettingSources Runtime::SourcesOf(const LogicalDevice& device) const {
 }
 
 std::string Runtime::DeviceList() const {
+  // Bounded: a message lists a few devices, never thousands (issue 12).
+  constexpr size_t kShown = 8;
   std::vector<std::string> names;
-  for (const LogicalDevice* d : all_) names.push_back(d->name());
-  return absl::StrJoin(names, ", ");
+  for (size_t i = 0; i < all_.size() && i < kShown; ++i) names.push_back(all_[i]->name());
+  std::string out = absl::StrJoin(names, ", ");
+  if (all_.size() > kShown) absl::StrAppend(&out, ", ... (", all_.size() - kShown, " more)");
+  return out;
 }
 
 absl::StatusOr<std::vector<LogicalDevice*>> Runtime::FindAll(absl::string_view spec) const {

@@ -70,7 +70,7 @@ set_tests_properties(vgpu_bench_replay_too_small_limit PROPERTIES LABELS bench
 add_test(NAME vgpu_bench_bad_arguments
   COMMAND sh -c "$<TARGET_FILE:vgpu-bench> replay x.trace --limit lots 2>&1; echo \"exit=$?\"")
 set_tests_properties(vgpu_bench_bad_arguments PROPERTIES LABELS unit
-  PASS_REGULAR_EXPRESSION "--limit: .*lots.*usage: vgpu-bench replay.*exit=2")
+  PASS_REGULAR_EXPRESSION "--limit=lots: .*usage: vgpu-bench replay.*exit=2")
 
 add_test(NAME vgpu_bench_missing_trace
   COMMAND sh -c "$<TARGET_FILE:vgpu-bench> replay /nonexistent.trace 2>&1; echo \"exit=$?\"")

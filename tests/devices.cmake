@@ -32,7 +32,7 @@ add_test(NAME vgpu_info_logical_devices_text
           VGPU_LOGICAL_DEVICES=1:50%,25%@-1 VGPU_ALLOW_GROWTH=true
           $<TARGET_FILE:vgpu-info>)
 set_tests_properties(vgpu_info_logical_devices_text PROPERTIES LABELS unit
-  PASS_REGULAR_EXPRESSION "Logical devices: 4.*device:GPU:0  physical 0  limit 4 GiB \\(default\\).*device:GPU:2  physical 1  limit 1 GiB \\(environment\\)  priority -1 \\(environment\\).*growth on \\(environment\\).*device:CPU:0.*VGPU_ALLOW_GROWTH +true +\\(environment\\)")
+  PASS_REGULAR_EXPRESSION "Logical devices: 3 GPU\\(s\\) \\+ CPU:0.*device:GPU:0  physical 0  limit 4 GiB \\(default\\).*device:GPU:2  physical 1  limit 1 GiB \\(environment\\)  priority -1 \\(environment\\).*growth on \\(environment\\).*device:CPU:0.*VGPU_ALLOW_GROWTH +true +\\(environment\\)")
 
 # Bad configurations exit 2 with the message.
 add_test(NAME vgpu_info_bad_logical_devices

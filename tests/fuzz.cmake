@@ -20,8 +20,11 @@ if(VGPU_BUILD_FUZZERS)
   endforeach()
 endif()
 
-# ---- issue 12: the timeline's history reader ---------------------------------------------------
-# history_fuzz calls tools/history_reader.h, which lives in vgpu_tools_timeline, not vgpu::vgpu.
-if(TARGET history_fuzz AND TARGET vgpu_tools_timeline)
-  target_link_libraries(history_fuzz PRIVATE vgpu_tools_timeline)
+# ---- Fuzzers of the tools' parsing link the tools' library (tools/CMakeLists.txt) ------------
+if(VGPU_BUILD_FUZZERS AND TARGET vgpu_tools_lib)
+  foreach(name history_fuzz bench_flags_fuzz info_flags_fuzz train_flags_fuzz)
+    if(TARGET ${name})
+      target_link_libraries(${name} PRIVATE vgpu_tools_lib)
+    endif()
+  endforeach()
 endif()

@@ -50,9 +50,9 @@ set_tests_properties(vgpu_bench_replay_async_needs_platform PROPERTIES LABELS un
   PASS_REGULAR_EXPRESSION "--allocator async needs --platform host\\|cuda.*exit=2")
 
 # ---- issue 12: input files and the timeline ---------------------------------------------------
-# The timeline's reader/renderer lives in tools/ (vgpu_tools_timeline); its test links it.
-if(TARGET history_reader_test AND TARGET vgpu_tools_timeline)
-  target_link_libraries(history_reader_test PRIVATE vgpu_tools_timeline)
+# The timeline's reader/renderer lives in tools/ (vgpu_tools_lib); its test links it.
+if(TARGET history_reader_test AND TARGET vgpu_tools_lib)
+  target_link_libraries(history_reader_test PRIVATE vgpu_tools_lib)
 endif()
 # Hostile files fed to the real binaries under a timeout: exit 1 or 2 with a message, never a
 # signal, an abort or a hang (tests/cli_files_test.sh).

@@ -1,10 +1,14 @@
 // vgpu-bench: allocator benchmarks.
-//   vgpu-bench replay TRACE [--allocator bfc|vmm|async] [--allow-growth] [--limit SIZE]
-//                           [--min-limit] [--platform host|cuda] [--memory-history FILE]
-//                           [--no-baseline]
+//   vgpu-bench replay TRACE [--allocator bfc|vmm|async] [--allow-growth[=BOOL]] [--limit SIZE]
+//                           [--min-limit[=BOOL]] [--platform host|cuda] [--memory-history FILE]
+//                           [--no-baseline[=BOOL]] [tuning knobs]
 //   vgpu-bench alloc [--allocator bfc|vmm|async] [--platform host|cuda] [--benchmark_* flags]
-// Each ends with one JSON line. Argument parsing lives here only; the allocator of a kind is
-// built by MakeBenchAllocator.
+//   vgpu-bench allreduce [--devices N] [--size SIZE] [--algorithm A] [--iterations K]
+//   vgpu-bench [COMMAND] --help
+// Exit status 2 for a bad command line or tuning knob, before anything runs.
+// Each ends with one JSON line. The command line is parsed by ParseBenchArgs (bench_flags.cc,
+// tools/flags.h rules); the allocator of a kind is built by MakeBenchAllocator; the tuning knobs
+// (VGPU_BFC_*, VGPU_VMM_* or their flags) are read by ReadBenchTuning.
 #include "tools/vgpu_bench.h"
 
 #include <cstdio>
@@ -12,8 +16,6 @@
 #include <string>
 #include <vector>
 
-#include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "allocator/async_allocator.h"
 #include "allocator/bfc_allocator.h"
@@ -21,105 +23,9 @@
 #include "allocator/vmm_allocator.h"
 #include "runtime/bytes.h"
 #include "runtime/status.h"
+#include "tools/flags.h"
 
 namespace vgpu::bench {
-namespace {
-
-constexpr char kUsage[] =
-    "usage: vgpu-bench replay TRACE [--allocator bfc|vmm|async] [--allow-growth] [--limit SIZE]\n"
-    "                         [--min-limit] [--platform host|cuda] [--memory-history FILE]\n"
-    "                         [--no-baseline]\n"
-    "       vgpu-bench alloc [--allocator bfc|vmm|async] [--platform host|cuda] "
-    "[--benchmark_* flags]\n"
-    "       vgpu-bench allreduce [--devices N] [--size SIZE] [--algorithm auto|local|via-host|"
-    "nccl|hierarchical]\n"
-    "                            [--iterations K] [--platform host|cuda]\n";
-
-}  // namespace
-
-absl::StatusOr<BenchArgs> ParseBenchArgs(const std::vector<std::string>& argv) {
-  BenchArgs a;
-  auto bad = [](auto&&... parts) {
-    return absl::InvalidArgumentError(absl::StrCat(parts..., "\n", kUsage));
-  };
-  if (argv.empty()) return bad("missing command");
-  a.command = argv[0];
-  if (a.command != "replay" && a.command != "alloc" && a.command != "allreduce") {
-    return bad("unknown command \"", a.command, "\"");
-  }
-  for (size_t i = 1; i < argv.size(); ++i) {
-    const std::string& arg = argv[i];
-    // --flag VALUE and --flag=VALUE both work.
-    std::string flag = arg, value;
-    bool has_value = false;
-    if (size_t eq = arg.find('='); absl::StartsWith(arg, "--") && eq != std::string::npos) {
-      flag = arg.substr(0, eq);
-      value = arg.substr(eq + 1);
-      has_value = true;
-    }
-    auto take = [&]() -> absl::StatusOr<std::string> {
-      if (has_value) return value;
-      if (i + 1 >= argv.size()) return bad(flag, " needs a value");
-      return argv[++i];
-    };
-    if (flag == "--allocator") {
-      VGPU_ASSIGN_OR_RETURN(a.allocator, take());
-      if (a.allocator != "bfc" && a.allocator != "vmm" && a.allocator != "async") {
-        return bad("--allocator must be bfc, vmm or async, not \"", a.allocator, "\"");
-      }
-    } else if (flag == "--allow-growth") {
-      a.allow_growth = true;
-    } else if (flag == "--limit") {
-      VGPU_ASSIGN_OR_RETURN(std::string v, take());
-      absl::StatusOr<uint64_t> b = ParseBytes(v);
-      if (!b.ok()) return bad("--limit: ", b.status().message());
-      if (*b == 0) return bad("--limit must be > 0");
-      a.limit = *b;
-    } else if (flag == "--min-limit") {
-      a.min_limit = true;
-    } else if (flag == "--no-baseline") {
-      a.baseline = false;
-    } else if (flag == "--platform") {
-      VGPU_ASSIGN_OR_RETURN(a.platform, take());
-      if (a.platform != "host" && a.platform != "cuda") {
-        return bad("--platform must be host or cuda, not \"", a.platform, "\"");
-      }
-    } else if (flag == "--devices" && a.command == "allreduce") {
-      VGPU_ASSIGN_OR_RETURN(std::string v, take());
-      if (!absl::SimpleAtoi(v, &a.devices) || a.devices < 1 || a.devices > 16) {
-        return bad("--devices must be 1..16, not \"", v, "\"");
-      }
-    } else if (flag == "--size" && a.command == "allreduce") {
-      VGPU_ASSIGN_OR_RETURN(std::string v, take());
-      absl::StatusOr<uint64_t> b = ParseBytes(v);
-      if (!b.ok()) return bad("--size: ", b.status().message());
-      if (*b < 4) return bad("--size must be at least one float");
-      a.size = *b;
-    } else if (flag == "--algorithm" && a.command == "allreduce") {
-      VGPU_ASSIGN_OR_RETURN(a.algorithm, take());
-    } else if (flag == "--iterations" && a.command == "allreduce") {
-      VGPU_ASSIGN_OR_RETURN(std::string v, take());
-      if (!absl::SimpleAtoi(v, &a.iterations) || a.iterations < 1) {
-        return bad("--iterations must be a positive number, not \"", v, "\"");
-      }
-    } else if (flag == "--memory-history") {
-      VGPU_ASSIGN_OR_RETURN(a.memory_history_path, take());
-    } else if (absl::StartsWith(arg, "--benchmark_") && a.command == "alloc") {
-      a.passthrough.push_back(arg);
-    } else if (!absl::StartsWith(arg, "-") && a.command == "replay" && a.trace_path.empty()) {
-      a.trace_path = arg;
-    } else {
-      return bad("unexpected argument \"", arg, "\"");
-    }
-  }
-  if (a.command == "replay" && a.trace_path.empty()) return bad("replay needs a TRACE file");
-  if (a.command == "replay" && a.allocator == "async" && a.platform.empty()) {
-    return bad(
-        "--allocator async needs --platform host|cuda: it replays on the driver's pool, "
-        "which has no fake-address mode");
-  }
-  return a;
-}
 
 absl::StatusOr<std::unique_ptr<Allocator>> MakeBenchAllocator(const BenchAllocatorSpec& spec) {
   if (spec.kind == "bfc") {
@@ -127,12 +33,11 @@ absl::StatusOr<std::unique_ptr<Allocator>> MakeBenchAllocator(const BenchAllocat
     o.name = spec.name;
     o.memory_limit = spec.limit;
     o.allow_growth = spec.allow_growth;
-    // Policy knobs for experiments (docs/allocator.md lists the sweep made with them).
-    if (const char* e = std::getenv("VGPU_BFC_SMALL_REQUEST_BYTES"))
-      o.small_request_bytes = std::stoull(e);
-    if (const char* e = std::getenv("VGPU_BFC_MIN_SPLIT_BYTES")) o.min_split_bytes = std::stoull(e);
-    if (const char* e = std::getenv("VGPU_BFC_MIN_SPLIT_FRACTION"))
-      o.min_split_fraction = std::stod(e);
+    // Tuning knobs (docs/allocator.md): checked by main before anything runs.
+    VGPU_ASSIGN_OR_RETURN(BenchTuning t, ReadBenchTuning(std::getenv));
+    if (t.bfc_small_request_bytes) o.small_request_bytes = *t.bfc_small_request_bytes;
+    if (t.bfc_min_split_bytes) o.min_split_bytes = *t.bfc_min_split_bytes;
+    if (t.bfc_min_split_fraction) o.min_split_fraction = *t.bfc_min_split_fraction;
     std::unique_ptr<SubAllocator> sub;
     if (spec.executor != nullptr) {
       sub = std::make_unique<DeviceSubAllocator>(spec.executor);
@@ -156,10 +61,11 @@ absl::StatusOr<std::unique_ptr<Allocator>> MakeBenchAllocator(const BenchAllocat
     o.name = spec.name;
     o.memory_limit = spec.limit;
     o.allow_growth = spec.allow_growth;
-    // Policy knobs for experiments (docs/vmm.md lists the measurements made with them).
-    if (const char* e = std::getenv("VGPU_VMM_SMALL_BLOCK_MAX")) o.small_block_max = std::stoull(e);
-    if (const char* e = std::getenv("VGPU_VMM_SLAB_BYTES")) o.slab_bytes = std::stoull(e);
-    return CreateFakeVmmAllocator(uint64_t{2} << 20, std::move(o));
+    // Tuning knobs (docs/vmm.md): checked by main before anything runs.
+    VGPU_ASSIGN_OR_RETURN(BenchTuning t, ReadBenchTuning(std::getenv));
+    if (t.vmm_small_block_max) o.small_block_max = *t.vmm_small_block_max;
+    if (t.vmm_slab_bytes) o.slab_bytes = *t.vmm_slab_bytes;
+    return CreateFakeVmmAllocator(kBenchVmmGranule, std::move(o));
   }
   if (spec.kind == "async") {
     if (spec.executor == nullptr) {
@@ -188,11 +94,23 @@ absl::StatusOr<Executor*> BenchExecutor(const std::string& platform) {
 }  // namespace vgpu::bench
 
 int main(int argc, char** argv) {
-  std::vector<std::string> args(argv + 1, argv + argc);
-  absl::StatusOr<vgpu::bench::BenchArgs> a = vgpu::bench::ParseBenchArgs(args);
+  namespace flags = vgpu::flags;
+  absl::StatusOr<vgpu::bench::BenchArgs> a = vgpu::bench::ParseBenchArgs(flags::Args(argc, argv));
   if (!a.ok()) {
-    std::fprintf(stderr, "vgpu-bench: %s", std::string(a.status().message()).c_str());
-    return 2;
+    std::fprintf(stderr, "vgpu-bench: %s\n%s", std::string(a.status().message()).c_str(),
+                 vgpu::bench::BenchUsage().c_str());
+    return flags::kExitUsage;
+  }
+  if (a->help) {
+    std::printf("%s", a->usage.c_str());
+    return 0;
+  }
+  // Knob flags override their variables; then every knob is checked before anything runs.
+  for (const auto& [env, value] : a->tuning) setenv(env.c_str(), value.c_str(), 1);
+  if (absl::StatusOr<vgpu::bench::BenchTuning> t = vgpu::bench::ReadBenchTuning(std::getenv);
+      !t.ok()) {
+    std::fprintf(stderr, "vgpu-bench: %s\n", std::string(t.status().message()).c_str());
+    return flags::kExitUsage;
   }
   if (a->command == "replay") return vgpu::bench::RunReplay(*a);
   if (a->command == "allreduce") return vgpu::bench::RunAllReduce(*a);

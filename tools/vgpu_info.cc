@@ -17,45 +17,25 @@
 #include <string>
 #include <vector>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "devices/config.h"
 #include "devices/runtime.h"
 #include "runtime/bytes.h"
 #include "runtime/host/host_platform.h"
 #include "runtime/json.h"
+#include "runtime/numbers.h"
 #include "runtime/platform.h"
+#include "tools/flags.h"
+#include "tools/info_flags.h"
 
 namespace {
 
-constexpr char kHelp[] =
-    "usage: vgpu-info [flags] [--json] [--selftest [--memory-history FILE]]\n"
-    "       vgpu-info timeline HISTORY.json --svg OUT.svg [--limit BYTES]\n"
-    "Shows the platform, its physical devices, the logical devices the configuration makes of\n"
-    "them (limit, in use, reserved, peak), the links between them, and where every setting\n"
-    "came from (default, environment, flag).\n"
-    "flags (each overrides its environment variable):\n"
-    "  --platform host|cuda|auto     VGPU_PLATFORM\n"
-    "  --host-devices SPEC           VGPU_HOST_DEVICES, e.g. 2x16GiB or 16GiB,8GiB\n"
-    "  --logical-devices SPEC        VGPU_LOGICAL_DEVICES, e.g. \"0:1GiB,1GiB@-1;1:40%,60%\"\n"
-    "  --allow-growth[=BOOL]         VGPU_ALLOW_GROWTH\n"
-    "  --memory-fraction F           VGPU_MEMORY_FRACTION, in (0, 1]\n"
-    "  --json                        one JSON object (keys: docs/vgpu-info.md)\n"
-    "  --selftest                    limits, memcpy, device-to-device copies, all-reduce on\n"
-    "                                every logical GPU; exit 1 if a check fails\n"
-    "  --memory-history FILE         with --selftest: write the allocators' memory history\n"
-    "host platform fault injection (tests): VGPU_HOST_FAULTS=\"corrupt_memcpy_at=3,\n"
-    "  fail_memcpy_at=K,fail_allocate_at=K,ignore_capacity=1\"\n"
-    "examples:\n"
-    "  vgpu-info --platform host --host-devices 1x8GiB --logical-devices 0:1GiB,1GiB,1GiB,1GiB\n"
-    "  VGPU_PLATFORM=host VGPU_HOST_DEVICES=2x16GiB vgpu-info --json\n"
-    "  vgpu-info --selftest --memory-history h.json && vgpu-info timeline h.json --svg h.svg\n";
-
 int Usage(const std::string& why) {
-  std::fprintf(stderr, "vgpu-info: %s\n%s", why.c_str(), kHelp);
-  return 2;
+  std::fprintf(stderr, "vgpu-info: %s\n%s", why.c_str(), vgpu_info::InfoUsage());
+  return vgpu::flags::kExitUsage;
 }
 
 // VGPU_HOST_FAULTS="name=value,...": applied to the host platform only.
@@ -67,11 +47,14 @@ absl::Status ApplyHostFaults(vgpu::Platform* p) {
   vgpu::HostFaultInjection& f = host->faults();
   for (absl::string_view item : absl::StrSplit(spec, ',', absl::SkipWhitespace())) {
     std::vector<std::string> kv = absl::StrSplit(item, absl::MaxSplits('=', 1));
-    int64_t v = 0;
-    if (kv.size() != 2 || !absl::SimpleAtoi(kv[1], &v)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("VGPU_HOST_FAULTS=\"", spec, "\": \"", item, "\" is not NAME=NUMBER"));
+    absl::StatusOr<int64_t> n =
+        kv.size() == 2 ? vgpu::ParseInt64(kv[1]) : absl::InvalidArgumentError("no value");
+    if (!n.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("VGPU_HOST_FAULTS=", vgpu::flags::Quote(spec),
+                                                     ": ", vgpu::flags::Quote(item),
+                                                     " is not NAME=NUMBER"));
     }
+    const int64_t v = *n;
     if (kv[0] == "corrupt_memcpy_at") {
       f.corrupt_memcpy_at = v;
     } else if (kv[0] == "fail_memcpy_at") {
@@ -90,6 +73,24 @@ absl::Status ApplyHostFaults(vgpu::Platform* p) {
     }
   }
   return absl::OkStatus();
+}
+
+// Runtime::Create failed on a configuration that validated: a device that failed at run time
+// (a stream, a driver call, an injected fault) is a device error, exit 1; what the
+// configuration asks and cannot have is a bad configuration, exit 2.
+int CreateFailed(const absl::Status& s) {
+  switch (s.code()) {
+    case absl::StatusCode::kInternal:
+    case absl::StatusCode::kUnavailable:
+    case absl::StatusCode::kUnknown:
+    case absl::StatusCode::kDataLoss:
+    case absl::StatusCode::kAborted:
+      std::fprintf(stderr, "vgpu-info: device error: %s\n", std::string(s.message()).c_str());
+      return 1;
+    default:
+      std::fprintf(stderr, "vgpu-info: bad configuration: %s\n", std::string(s.message()).c_str());
+      return vgpu::flags::kExitUsage;
+  }
 }
 
 // "same_physical", "peer" or "none" for two logical GPUs.
@@ -112,79 +113,27 @@ int main(int argc, char** argv) {
   if (argc > 1 && std::string(argv[1]) == "timeline") {
     return vgpu_info::TimelineMain(argc - 1, argv + 1);
   }
-  bool json = false;
-  bool selftest = false;
-  std::string history_path;
-  std::string platform_name;
-  std::set<std::string> flagged;  // settings given by a flag
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    std::string value;
-    bool has_value = false;
-    if (size_t eq = a.find('='); a.rfind("--", 0) == 0 && eq != std::string::npos) {
-      value = a.substr(eq + 1);
-      a = a.substr(0, eq);
-      has_value = true;
-    }
-    auto take = [&]() -> bool {
-      if (has_value) return true;
-      if (i + 1 >= argc) return false;
-      value = argv[++i];
-      return true;
-    };
-    if (a == "--json" && !has_value) {
-      json = true;
-    } else if (a == "--selftest" && !has_value) {
-      selftest = true;
-    } else if (a == "--help" || a == "-h") {
-      std::printf("%s", kHelp);
-      return 0;
-    } else if (a == "--memory-history") {
-      if (!take()) return Usage("--memory-history needs a file name");
-      history_path = value;
-    } else if (a == "--platform") {
-      if (!take()) return Usage("--platform needs host, cuda or auto");
-      if (value != "host" && value != "cuda" && value != "auto") {
-        return Usage(absl::StrCat("--platform=", value, ": expected host, cuda or auto"));
-      }
-      platform_name = value;
-      setenv("VGPU_PLATFORM", value.c_str(), 1);
-    } else if (a == "--host-devices") {
-      if (!take()) return Usage("--host-devices needs a spec such as 2x16GiB");
-      if (auto v = vgpu::ParseHostDevices(value); !v.ok()) {
-        return Usage(absl::StrCat("--host-devices=", value, ": ", v.status().message()));
-      }
-      setenv("VGPU_HOST_DEVICES", value.c_str(), 1);
-    } else if (a == "--logical-devices") {
-      if (!take()) return Usage("--logical-devices needs a spec such as 0:1GiB,1GiB");
-      if (auto v = vgpu::ParseLogicalDevices(value); !v.ok()) {
-        return Usage(absl::StrCat("--logical-devices=", value, ": ", v.status().message()));
-      }
-      setenv("VGPU_LOGICAL_DEVICES", value.c_str(), 1);
-      flagged.insert(std::string(vgpu::kSettingLogicalDevices));
-    } else if (a == "--allow-growth") {
-      if (!has_value) value = "true";
-      if (auto v = vgpu::ParseBool(value); !v.ok()) {
-        return Usage(absl::StrCat("--allow-growth=", value, ": ", v.status().message()));
-      }
-      setenv("VGPU_ALLOW_GROWTH", value.c_str(), 1);
-      flagged.insert(std::string(vgpu::kSettingAllowGrowth));
-    } else if (a == "--memory-fraction") {
-      if (!take()) return Usage("--memory-fraction needs a number in (0, 1]");
-      auto v = vgpu::ParseMemoryFraction(value);
-      if (!v.ok()) {
-        return Usage(absl::StrCat("--memory-fraction=", value, ": ", v.status().message()));
-      }
-      if (!(*v > 0 && *v <= 1)) {
-        return Usage(absl::StrCat("--memory-fraction=", value, ": must be in (0, 1]"));
-      }
-      setenv("VGPU_MEMORY_FRACTION", value.c_str(), 1);
-      flagged.insert(std::string(vgpu::kSettingMemoryFraction));
-    } else {
-      return Usage(absl::StrCat("unknown flag \"", argv[i], "\""));
-    }
+  absl::StatusOr<vgpu_info::InfoFlags> parsed =
+      vgpu_info::ParseInfoFlags(vgpu::flags::Args(argc, argv));
+  if (!parsed.ok()) return Usage(std::string(parsed.status().message()));
+  if (parsed->help) {
+    std::printf("%s", vgpu_info::InfoUsage());
+    return 0;
   }
-  if (!history_path.empty() && !selftest) return Usage("--memory-history needs --selftest");
+  const bool json = parsed->json;
+  const bool selftest = parsed->selftest;
+  const std::string& history_path = parsed->history_path;
+  const std::string& platform_name = parsed->platform;
+  const std::set<std::string>& flagged = parsed->flagged;  // settings given by a flag
+  // Flags override the environment: the configuration is read from it, as applications do.
+  if (!platform_name.empty()) setenv("VGPU_PLATFORM", platform_name.c_str(), 1);
+  if (parsed->host_devices) setenv("VGPU_HOST_DEVICES", parsed->host_devices->c_str(), 1);
+  if (parsed->logical_devices) setenv("VGPU_LOGICAL_DEVICES", parsed->logical_devices->c_str(), 1);
+  if (parsed->allow_growth)
+    setenv("VGPU_ALLOW_GROWTH", *parsed->allow_growth ? "true" : "false", 1);
+  if (parsed->memory_fraction) {
+    setenv("VGPU_MEMORY_FRACTION", parsed->memory_fraction->c_str(), 1);
+  }
   absl::StatusOr<vgpu::Platform*> platform = platform_name.empty() || platform_name == "auto"
                                                  ? vgpu::DefaultPlatform()
                                                  : vgpu::GetPlatform(platform_name);
@@ -221,11 +170,7 @@ int main(int argc, char** argv) {
   if (selftest) {
     // The real configuration (growth as configured): the check is of what applications get.
     absl::StatusOr<std::unique_ptr<vgpu::Runtime>> real = vgpu::Runtime::Create(*config, p);
-    if (!real.ok()) {
-      std::fprintf(stderr, "vgpu-info: bad configuration: %s\n",
-                   std::string(real.status().message()).c_str());
-      return 2;
-    }
+    if (!real.ok()) return CreateFailed(real.status());
     return vgpu_info::RunSelftest(**real, history_path) == 0 ? 0 : 1;
   }
   vgpu::RuntimeConfig probe = *config;
@@ -234,11 +179,7 @@ int main(int argc, char** argv) {
     probe.sources[std::string(setting)] = config->SourceOf(setting);
   }
   absl::StatusOr<std::unique_ptr<vgpu::Runtime>> runtime = vgpu::Runtime::Create(probe, p);
-  if (!runtime.ok()) {
-    std::fprintf(stderr, "vgpu-info: bad configuration: %s\n",
-                 std::string(runtime.status().message()).c_str());
-    return 2;
-  }
+  if (!runtime.ok()) return CreateFailed(runtime.status());
   const vgpu::Runtime& rt = **runtime;
   // A setting given by a flag went through the environment; say "flag".
   auto setting_src = [&](absl::string_view setting) -> absl::string_view {
@@ -254,6 +195,13 @@ int main(int argc, char** argv) {
   auto dsrc = [&](vgpu::ConfigSource s, bool by_flag) -> absl::string_view {
     if (s == vgpu::ConfigSource::kEnvironment && by_flag) return "flag";
     return vgpu::ConfigSourceName(s);
+  };
+  // A priority nobody wrote is the default (0), whatever set the device's memory: the config
+  // keeps no trace of an "@0" written by hand, and 0 is the default's value anyway.
+  auto priority_src = [&](const vgpu::LogicalDevice& d,
+                          const vgpu::DeviceSettingSources& so) -> absl::string_view {
+    if (d.info().priority == 0) return vgpu::ConfigSourceName(vgpu::ConfigSource::kDefault);
+    return dsrc(so.priority, priority_flagged);
   };
   const std::vector<vgpu::LogicalDevice*>& gpus = rt.gpus();
   if (json) {
@@ -296,7 +244,7 @@ int main(int argc, char** argv) {
       w.Key("sources")
           .BeginObject()
           .Field("memory_limit", dsrc(so.memory_limit, limit_flagged))
-          .Field("priority", dsrc(so.priority, priority_flagged))
+          .Field("priority", priority_src(*d, so))
           .Field("allocator", src(so.allocator))
           .Field("allow_growth", dsrc(so.allow_growth, growth_flagged))
           .Field("sm_partition", src(so.sm_partition))
@@ -336,7 +284,13 @@ int main(int argc, char** argv) {
                 d.compute_capability_major, d.compute_capability_minor, d.sm_count,
                 vgpu::FormatBytes(d.total_bytes).c_str(), vgpu::FormatBytes(d.free_bytes).c_str());
   }
-  std::printf("Logical devices: %zu\n", rt.devices().size());
+  // GPUs and the CPU counted apart: "4 GPU(s) + CPU:0", never a total that reads as 5 GPUs.
+  std::vector<std::string> cpus;
+  for (const vgpu::LogicalDevice* d : rt.devices()) {
+    if (!d->is_gpu()) cpus.push_back(ShortName(*d));
+  }
+  std::printf("Logical devices: %zu GPU(s)%s%s\n", gpus.size(), cpus.empty() ? "" : " + ",
+              absl::StrJoin(cpus, " + ").c_str());
   for (const vgpu::LogicalDevice* d : rt.devices()) {
     const vgpu::LogicalDeviceInfo& i = d->info();
     vgpu::DeviceSettingSources so = rt.SourcesOf(*d);
@@ -351,7 +305,7 @@ int main(int argc, char** argv) {
         "growth %s (%s)  in use %s  reserved %s  peak %s\n",
         i.name.c_str(), i.physical_ordinal, vgpu::FormatBytes(i.memory_limit).c_str(),
         std::string(dsrc(so.memory_limit, limit_flagged)).c_str(), i.priority,
-        std::string(dsrc(so.priority, priority_flagged)).c_str(), sms.c_str(),
+        std::string(priority_src(*d, so)).c_str(), sms.c_str(),
         std::string(src(so.sm_partition)).c_str(), i.allocator_kind.c_str(),
         std::string(src(so.allocator)).c_str(), config->allow_growth ? "on" : "off",
         std::string(dsrc(so.allow_growth, growth_flagged)).c_str(),

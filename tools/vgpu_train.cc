@@ -4,13 +4,17 @@
 //   {"strategy","devices","epochs","batch","test_accuracy","samples_per_s","peak_bytes",...}
 // `--compare` first trains `--strategy single` on GPU:0 for the same epochs and adds
 // "single_samples_per_s" and "speedup_vs_single" (same run, same machine).
+#include <fcntl.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <numeric>
@@ -20,8 +24,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "allocator/memory_history.h"
@@ -38,6 +42,8 @@
 #include "strategies/idx.h"
 #include "strategies/mirrored.h"
 #include "strategies/model_parallel.h"
+#include "tools/flags.h"
+#include "tools/train_flags.h"
 
 namespace vgpu {
 namespace {
@@ -46,123 +52,7 @@ using strategies::Dataset;
 using strategies::StepTotals;
 using strategies::Strategy;
 
-struct Flags {
-  std::string strategy = "single";
-  std::string devices = "";  // count or comma-separated specs; default 1 (single) or 4
-  int epochs = 2;
-  int batch = 256;
-  float lr = 1e-3f;
-  uint64_t seed = 1;
-  std::string data = std::string(strategies::kFashionMnistDir);
-  std::string optimizer = "adam";
-  std::string placement = "round-robin";
-  std::string layers;  // explicit placement: specs per layer, comma-separated
-  std::string allreduce = "auto";
-  int train_limit = 0;   // use only the first N training examples (0 = all)
-  int blas_threads = 0;  // 0 = automatic
-  bool compare = false;
-  bool quiet = false;
-  std::string memory_history;  // write the devices' allocator history (JSON) here
-  std::string record_trace;    // write each chosen GPU's allocations as a replayable trace
-};
-
-void Usage() {
-  std::fprintf(stderr,
-               "usage: vgpu-train [--strategy single|mirrored|model-parallel|central-storage]\n"
-               "  [--devices N|SPEC,SPEC...] [--epochs N] [--batch N] [--lr X] [--seed N]\n"
-               "  [--optimizer adam|sgd] [--data DIR] [--placement round-robin|least-loaded|\n"
-               "  memory-balanced|explicit] [--layers SPEC,SPEC,SPEC] [--allreduce auto|local|\n"
-               "  nccl|hierarchical|via-host] [--train-limit N] [--blas-threads N] [--compare]\n"
-               "  [--quiet] [--memory-history FILE] [--record-trace FILE]\n"
-               "  (vgpu-info timeline FILE --svg OUT.svg draws the memory history)\n");
-}
-
-absl::StatusOr<Flags> ParseFlags(int argc, char** argv) {
-  Flags f;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    std::string value;
-    auto eq = a.find('=');
-    bool has_inline = a.rfind("--", 0) == 0 && eq != std::string::npos;
-    if (has_inline) {
-      value = a.substr(eq + 1);
-      a = a.substr(0, eq);
-    }
-    auto next = [&]() -> absl::StatusOr<std::string> {
-      if (has_inline) return value;
-      if (i + 1 >= argc) return absl::InvalidArgumentError(absl::StrCat(a, " needs a value"));
-      return std::string(argv[++i]);
-    };
-    auto int_flag = [&](int& out) -> absl::Status {
-      VGPU_ASSIGN_OR_RETURN(std::string v, next());
-      if (!absl::SimpleAtoi(v, &out) || out < 0) {
-        return absl::InvalidArgumentError(absl::StrCat(a, ": '", v, "' is not a count"));
-      }
-      return absl::OkStatus();
-    };
-    if (a == "--help" || a == "-h") {
-      Usage();
-      std::exit(0);
-    } else if (a == "--strategy") {
-      VGPU_ASSIGN_OR_RETURN(f.strategy, next());
-    } else if (a == "--devices") {
-      VGPU_ASSIGN_OR_RETURN(f.devices, next());
-    } else if (a == "--epochs") {
-      VGPU_RETURN_IF_ERROR(int_flag(f.epochs));
-      if (f.epochs == 0) return absl::InvalidArgumentError("--epochs must be >= 1");
-    } else if (a == "--batch") {
-      VGPU_RETURN_IF_ERROR(int_flag(f.batch));
-      if (f.batch == 0) return absl::InvalidArgumentError("--batch must be >= 1");
-    } else if (a == "--lr") {
-      VGPU_ASSIGN_OR_RETURN(std::string v, next());
-      if (!absl::SimpleAtof(v, &f.lr) || !(f.lr > 0)) {
-        return absl::InvalidArgumentError(absl::StrCat("--lr: '", v, "' is not a positive number"));
-      }
-    } else if (a == "--seed") {
-      VGPU_ASSIGN_OR_RETURN(std::string v, next());
-      if (!absl::SimpleAtoi(v, &f.seed)) {
-        return absl::InvalidArgumentError(absl::StrCat("--seed: '", v, "' is not a number"));
-      }
-    } else if (a == "--data") {
-      VGPU_ASSIGN_OR_RETURN(f.data, next());
-    } else if (a == "--optimizer") {
-      VGPU_ASSIGN_OR_RETURN(f.optimizer, next());
-    } else if (a == "--placement") {
-      VGPU_ASSIGN_OR_RETURN(f.placement, next());
-    } else if (a == "--layers") {
-      VGPU_ASSIGN_OR_RETURN(f.layers, next());
-      f.placement = "explicit";
-    } else if (a == "--allreduce") {
-      VGPU_ASSIGN_OR_RETURN(f.allreduce, next());
-    } else if (a == "--train-limit") {
-      VGPU_RETURN_IF_ERROR(int_flag(f.train_limit));
-    } else if (a == "--blas-threads") {
-      VGPU_RETURN_IF_ERROR(int_flag(f.blas_threads));
-    } else if (a == "--compare") {
-      f.compare = true;
-    } else if (a == "--quiet") {
-      f.quiet = true;
-    } else if (a == "--record-trace") {
-      VGPU_ASSIGN_OR_RETURN(f.record_trace, next());
-      if (f.record_trace.empty()) {
-        return absl::InvalidArgumentError("--record-trace needs a file name");
-      }
-    } else if (a == "--memory-history") {
-      VGPU_ASSIGN_OR_RETURN(f.memory_history, next());
-      if (f.memory_history.empty()) {
-        return absl::InvalidArgumentError("--memory-history needs a file name");
-      }
-    } else {
-      return absl::InvalidArgumentError(absl::StrCat("unknown flag '", argv[i], "' (see --help)"));
-    }
-  }
-  if (f.strategy != "single" && f.strategy != "mirrored" && f.strategy != "model-parallel" &&
-      f.strategy != "central-storage") {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--strategy '", f.strategy, "': use single, mirrored, model-parallel or central-storage"));
-  }
-  return f;
-}
+using Flags = TrainFlags;
 
 // The devices come from the device registry (devices/runtime.h) configured by the VGPU_*
 // environment. Without a logical-device configuration, N logical devices of 1 GiB are carved
@@ -173,47 +63,72 @@ struct Devices {
   LogicalDevice* cpu() const { return runtime->cpu(); }
 };
 
+// Which setting decided the logical GPUs there are, for the messages that count them.
+std::string GpuCountSource(const RuntimeConfig& c) {
+  if (c.visible_devices.has_value() && c.visible_devices->empty()) {
+    return "VGPU_VISIBLE_DEVICES is empty: no physical GPU is visible";
+  }
+  if (!c.logical_devices.empty() && c.SourceOf(kSettingLogicalDevices) != ConfigSource::kApi) {
+    return "set by VGPU_LOGICAL_DEVICES";
+  }
+  if (c.memory_fraction.has_value()) {
+    return "VGPU_MEMORY_FRACTION makes one logical GPU per visible physical device";
+  }
+  return "one per visible physical device";
+}
+
 absl::StatusOr<Devices> MakeDevices(const Flags& f) {
   VGPU_ASSIGN_OR_RETURN(Platform * platform, DefaultPlatform());
   if (platform->DeviceCount() == 0) {
     return absl::FailedPreconditionError(
         absl::StrCat("platform ", platform->name(), " has no devices: ", platform->Summary()));
   }
-  std::vector<std::string> specs;
-  int count = f.strategy == "single" ? 1 : 4;
-  if (!f.devices.empty()) {
-    if (!absl::SimpleAtoi(f.devices, &count)) {
-      specs = absl::StrSplit(f.devices, ',', absl::SkipEmpty());
-      count = 0;
-    } else if (count < 1) {
-      return absl::InvalidArgumentError("--devices must be >= 1");
-    }
-  }
-  int gpus = count;
-  for (const std::string& s : specs) {
-    auto pos = s.rfind(':');
-    int id;
-    if (pos != std::string::npos && absl::SimpleAtoi(s.substr(pos + 1), &id)) {
-      gpus = std::max(gpus, id + 1);
-    }
-  }
+  const std::vector<std::string>& specs = f.device_specs;
+  int count = f.device_count;
+  if (count == 0 && specs.empty()) count = f.strategy == "single" ? 1 : 4;
+  const int gpus = std::max(count, f.gpus_needed);  // logical GPUs the flags need
+  // What asked for them, for the messages.
+  const std::string asked =
+      f.devices.empty()
+          ? absl::StrCat("--strategy ", f.strategy, " (default --devices ", count, ")")
+          : absl::StrCat("--devices ", flags::Bounded(f.devices));
   VGPU_ASSIGN_OR_RETURN(RuntimeConfig config, RuntimeConfig::FromEnvironment());
+  if (config.visible_devices.has_value() && config.visible_devices->empty()) {
+    return absl::InvalidArgumentError(
+        "VGPU_VISIBLE_DEVICES is empty: no physical GPU is visible to train on (unset it, or "
+        "list ordinals such as 0)");
+  }
   if (config.logical_devices.empty() && !config.memory_fraction.has_value()) {
+    // Carve 1 GiB logical GPUs from the first visible physical device, after checking that it
+    // holds them: nothing is built for a count that cannot exist.
+    constexpr uint64_t kCarve = uint64_t{1} << 30;
+    const int ordinal = config.visible_devices ? config.visible_devices->front() : 0;
+    VGPU_ASSIGN_OR_RETURN(PhysicalDeviceInfo info, platform->Describe(ordinal));
+    const uint64_t fit = info.total_bytes / kCarve;
+    const int most = static_cast<int>(std::min<uint64_t>(fit, kMaxLogicalGpusPerPhysical));
+    if (gpus > most) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          asked, " needs ", gpus, " logical GPUs; physical GPU ", ordinal, " (",
+          FormatBytes(info.total_bytes), ") holds at most ", most,
+          " of 1 GiB (vgpu-train carves 1 GiB each, at most ", kMaxLogicalGpusPerPhysical,
+          " per physical device; set VGPU_LOGICAL_DEVICES for other sizes)"));
+    }
     PhysicalDeviceConfig carve;
-    carve.ordinal = 0;
-    carve.logical_devices.assign(std::max(gpus, 1), LogicalDeviceConfig::Bytes(uint64_t{1} << 30));
+    carve.ordinal = ordinal;
+    carve.logical_devices.assign(std::max(gpus, 1), LogicalDeviceConfig::Bytes(kCarve));
     config.logical_devices = {carve};
     if (!config.visible_devices.has_value()) config.visible_devices = std::vector<int>{0};
     config.sources[std::string(kSettingLogicalDevices)] = ConfigSource::kApi;
   }
   Devices d;
   VGPU_ASSIGN_OR_RETURN(d.runtime, Runtime::Create(config, platform));
+  const int have = static_cast<int>(d.runtime->gpus().size());
+  if (gpus > have) {
+    return absl::InvalidArgumentError(absl::StrCat(asked, " needs ", gpus,
+                                                   " logical GPUs; the configuration has ", have,
+                                                   " (", GpuCountSource(config), ")"));
+  }
   if (specs.empty()) {
-    if (count > static_cast<int>(d.runtime->gpus().size())) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--devices ", count, ": the configuration has ", d.runtime->gpus().size(),
-                       " logical GPUs (VGPU_LOGICAL_DEVICES)"));
-    }
     d.chosen.assign(d.runtime->gpus().begin(), d.runtime->gpus().begin() + count);
   } else {
     for (const std::string& s : specs) {
@@ -358,6 +273,10 @@ absl::StatusOr<RunResult> Train(const Flags& f, const std::string& which, Device
           s->Step(x.data() + static_cast<size_t>(start) * feat, y.data() + start, n));
       if ((step + 1) % kFlushEvery == 0 || step + 1 == steps) {
         VGPU_ASSIGN_OR_RETURN(StepTotals t, s->Flush());
+        // A diverged run stops here, naming where: its accuracy would mean nothing.
+        VGPU_RETURN_IF_ERROR(CheckTrainingLoss(t.loss_sum, which, epoch,
+                                               (step / kFlushEvery) * kFlushEvery + 1, step + 1,
+                                               steps, f.lr));
         epoch_totals.loss_sum += t.loss_sum;
         epoch_totals.correct += t.correct;
         epoch_totals.examples += t.examples;
@@ -402,22 +321,77 @@ int AutoBlasThreads(const std::string& strategy, int devices) {
   return std::max(1, cores / std::max(1, streams));
 }
 
+// FILE for one device; FILE with ".gpu<ID>" before its extension for several.
+std::string TracePath(const std::string& base, const LogicalDevice& dev, size_t devices) {
+  std::string path = base;
+  if (devices > 1) {
+    const size_t slash = path.rfind('/');
+    const size_t dot = path.rfind('.');
+    const bool has_ext = dot != std::string::npos && (slash == std::string::npos || dot > slash);
+    path.insert(has_ext ? dot : path.size(), absl::StrCat(".gpu", dev.id()));
+  }
+  return path;
+}
+
+// An output the run will write must be writable BEFORE the run, not found out after it: opens
+// (creating it if needed, without truncating) and closes it; a file it created is removed.
+absl::Status CheckWritable(absl::string_view flag, const std::string& path) {
+  const bool existed = access(path.c_str(), F_OK) == 0;
+  const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(flag, " ", flags::Quote(path), ": cannot write: ", std::strerror(errno)));
+  }
+  close(fd);
+  if (!existed) unlink(path.c_str());
+  return absl::OkStatus();
+}
+
+// Exit status for an error before training: 2 when the command line or the configuration is
+// at fault, 1 otherwise (a device or platform failure).
+int SetupExit(const absl::Status& s) {
+  return s.code() == absl::StatusCode::kInvalidArgument || s.code() == absl::StatusCode::kNotFound
+             ? flags::kExitUsage
+             : 1;
+}
+
 int Main(int argc, char** argv) {
-  absl::StatusOr<Flags> flags = ParseFlags(argc, argv);
+  absl::StatusOr<Flags> flags =
+      ParseTrainFlags(flags::Args(argc, argv), std::string(strategies::kFashionMnistDir));
   if (!flags.ok()) {
-    std::fprintf(stderr, "vgpu-train: %s\n", flags.status().message().data());
-    Usage();
-    return 2;
+    std::fprintf(stderr, "vgpu-train: %s\n%s", std::string(flags.status().message()).c_str(),
+                 TrainUsage());
+    return flags::kExitUsage;
+  }
+  if (flags->help) {
+    std::printf("%s", TrainUsage());
+    return 0;
   }
   const Flags& f = *flags;
+  // The devices first: a count that cannot exist is refused before the data is read.
+  absl::StatusOr<Devices> devices = MakeDevices(f);
+  if (!devices.ok()) {
+    std::fprintf(stderr, "vgpu-train: %s\n", std::string(devices.status().message()).c_str());
+    return SetupExit(devices.status());
+  }
+  {
+    absl::Status w = absl::OkStatus();
+    for (LogicalDevice* dev : devices->chosen) {
+      if (!f.record_trace.empty() && w.ok()) {
+        w = CheckWritable("--record-trace",
+                          TracePath(f.record_trace, *dev, devices->chosen.size()));
+      }
+    }
+    if (!f.memory_history.empty() && w.ok())
+      w = CheckWritable("--memory-history", f.memory_history);
+    if (!w.ok()) {
+      std::fprintf(stderr, "vgpu-train: %s\n", std::string(w.message()).c_str());
+      return flags::kExitUsage;
+    }
+  }
   absl::StatusOr<strategies::MnistLike> data = strategies::LoadMnistLike(f.data);
   if (!data.ok()) {
     std::fprintf(stderr, "vgpu-train: %s\n", data.status().ToString().c_str());
-    return 1;
-  }
-  absl::StatusOr<Devices> devices = MakeDevices(f);
-  if (!devices.ok()) {
-    std::fprintf(stderr, "vgpu-train: %s\n", devices.status().ToString().c_str());
     return 1;
   }
   // Every logical device's allocator (GPUs and CPU:0) reports to one history.
@@ -459,14 +433,7 @@ int Main(int argc, char** argv) {
   for (size_t i = 0; i < recorders.size(); ++i) {
     LogicalDevice* dev = devices->chosen[i];
     DetachTraceRecorder(*dev->allocator(), recorders[i].get());
-    // FILE for one device; FILE with ".gpu<ID>" before its extension for several.
-    std::string path = f.record_trace;
-    if (recorders.size() > 1) {
-      const size_t slash = path.rfind('/');
-      const size_t dot = path.rfind('.');
-      const bool has_ext = dot != std::string::npos && (slash == std::string::npos || dot > slash);
-      path.insert(has_ext ? dot : path.size(), absl::StrCat(".gpu", dev->id()));
-    }
+    const std::string path = TracePath(f.record_trace, *dev, recorders.size());
     absl::Status w = recorders[i]->WriteFile(path);
     if (!w.ok()) {
       std::fprintf(stderr, "vgpu-train: %s\n", w.ToString().c_str());

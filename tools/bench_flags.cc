@@ -1,0 +1,203 @@
+// vgpu-bench's command line and tuning knobs (in the vgpu_tools_flags library so that the
+// tests and the fuzzer call exactly what the tool does).
+#include <cmath>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "runtime/bytes.h"
+#include "runtime/numbers.h"
+#include "runtime/status.h"
+#include "tools/flags.h"
+#include "tools/vgpu_bench.h"
+
+namespace vgpu::bench {
+namespace {
+
+constexpr uint64_t kTiB = uint64_t{1} << 40;
+
+constexpr char kSynopsis[] =
+    "usage: vgpu-bench replay TRACE [--allocator bfc|vmm|async] [--allow-growth[=BOOL]]\n"
+    "                         [--limit SIZE] [--min-limit[=BOOL]] [--platform host|cuda]\n"
+    "                         [--memory-history FILE] [--no-baseline[=BOOL]] [tuning knobs]\n"
+    "       vgpu-bench alloc [--allocator bfc|vmm|async] [--platform host|cuda] [--limit SIZE]\n"
+    "                        [tuning knobs] [--benchmark_* flags]\n"
+    "       vgpu-bench allreduce [--devices N] [--size SIZE]\n"
+    "                            [--algorithm auto|local|via-host|nccl|hierarchical]\n"
+    "                            [--iterations K] [--platform host|cuda]\n"
+    "       vgpu-bench COMMAND --help\n";
+
+// One tuning knob: its variable, its flag, how its value is read.
+struct Knob {
+  const char* env;
+  const char* flag;
+  const char* help;
+  absl::Status (*read)(absl::string_view value, BenchTuning& t);
+};
+
+absl::StatusOr<uint64_t> SizeIn(absl::string_view v, uint64_t min, uint64_t max) {
+  VGPU_ASSIGN_OR_RETURN(uint64_t b, ParseBytes(v));
+  if (b < min || b > max) {
+    return absl::InvalidArgumentError(absl::StrCat("must be in [", FormatBytes(min), ", ",
+                                                   FormatBytes(max), "], not ", FormatBytes(b)));
+  }
+  return b;
+}
+
+const Knob kKnobs[] = {
+    {"VGPU_BFC_SMALL_REQUEST_BYTES", "--bfc-small-request-bytes",
+     "BFC: requests up to SIZE are carved from the high end of a region (0 = off)",
+     [](absl::string_view v, BenchTuning& t) -> absl::Status {
+       VGPU_ASSIGN_OR_RETURN(t.bfc_small_request_bytes, SizeIn(v, 0, kTiB));
+       return absl::OkStatus();
+     }},
+    {"VGPU_BFC_MIN_SPLIT_BYTES", "--bfc-min-split-bytes",
+     "BFC: a remainder below SIZE is not split off (1 B .. 1 TiB)",
+     [](absl::string_view v, BenchTuning& t) -> absl::Status {
+       VGPU_ASSIGN_OR_RETURN(t.bfc_min_split_bytes, SizeIn(v, 1, kTiB));
+       return absl::OkStatus();
+     }},
+    {"VGPU_BFC_MIN_SPLIT_FRACTION", "--bfc-min-split-fraction",
+     "BFC: a remainder below X times the request is not split off (0 .. 1)",
+     [](absl::string_view v, BenchTuning& t) -> absl::Status {
+       VGPU_ASSIGN_OR_RETURN(t.bfc_min_split_fraction, ParseDecimalInRange(v, 0, 1));
+       return absl::OkStatus();
+     }},
+    {"VGPU_VMM_SLAB_BYTES", "--vmm-slab-bytes",
+     "VMM: slab size, a whole number of 2 MiB granules up to 1 TiB",
+     [](absl::string_view v, BenchTuning& t) -> absl::Status {
+       VGPU_ASSIGN_OR_RETURN(uint64_t b, SizeIn(v, kBenchVmmGranule, kTiB));
+       if (b % kBenchVmmGranule != 0) {
+         return absl::InvalidArgumentError(absl::StrCat("must be a whole number of ",
+                                                        FormatBytes(kBenchVmmGranule),
+                                                        " granules, not ", FormatBytes(b)));
+       }
+       t.vmm_slab_bytes = b;
+       return absl::OkStatus();
+     }},
+    {"VGPU_VMM_SMALL_BLOCK_MAX", "--vmm-small-block-max",
+     "VMM: blocks below SIZE come from slabs (1 B .. the slab size)",
+     [](absl::string_view v, BenchTuning& t) -> absl::Status {
+       VGPU_ASSIGN_OR_RETURN(t.vmm_small_block_max, SizeIn(v, 1, kTiB));
+       return absl::OkStatus();
+     }},
+};
+
+absl::Status ReadKnob(const Knob& k, absl::string_view value, BenchTuning& t) {
+  if (absl::Status s = k.read(value, t); !s.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(k.env, "=", flags::Quote(value), ": ", flags::BoundedMessage(s.message())));
+  }
+  return absl::OkStatus();
+}
+
+// The slab bounds the small blocks (the allocator checks it too, later and less clearly).
+absl::Status CheckTuning(const BenchTuning& t) {
+  const uint64_t slab = t.vmm_slab_bytes.value_or(kBenchVmmGranule);
+  if (t.vmm_small_block_max && *t.vmm_small_block_max > slab) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("VGPU_VMM_SMALL_BLOCK_MAX=", FormatBytes(*t.vmm_small_block_max),
+                     " exceeds the slab size ", FormatBytes(slab), " (VGPU_VMM_SLAB_BYTES)"));
+  }
+  return absl::OkStatus();
+}
+
+// Declares the knob flags: each stores its text, checked as its variable would be.
+void AddKnobFlags(flags::FlagSet& fs, std::vector<std::pair<std::string, std::string>>& out,
+                  std::vector<std::string>& storage) {
+  storage.resize(std::size(kKnobs));
+  for (size_t i = 0; i < std::size(kKnobs); ++i) {
+    const Knob& k = kKnobs[i];
+    fs.String(k.flag, &storage[i],
+              std::string(k.env).find("FRACTION") != std::string::npos ? "X" : "SIZE",
+              absl::StrCat(k.help, " (", k.env, ")"),
+              [&k, &out](absl::string_view v) -> absl::Status {
+                BenchTuning t;
+                if (absl::Status s = k.read(v, t); !s.ok()) return s;
+                out.emplace_back(k.env, std::string(v));
+                return absl::OkStatus();
+              });
+  }
+}
+
+}  // namespace
+
+std::string BenchUsage() { return kSynopsis; }
+
+absl::StatusOr<BenchTuning> ReadBenchTuning(const std::function<const char*(const char*)>& getenv) {
+  BenchTuning t;
+  for (const Knob& k : kKnobs) {
+    if (const char* v = getenv(k.env); v != nullptr) VGPU_RETURN_IF_ERROR(ReadKnob(k, v, t));
+  }
+  VGPU_RETURN_IF_ERROR(CheckTuning(t));
+  return t;
+}
+
+absl::StatusOr<BenchArgs> ParseBenchArgs(const std::vector<std::string>& argv) {
+  BenchArgs a;
+  a.usage = kSynopsis;
+  if (!argv.empty() && (argv[0] == "--help" || argv[0] == "-h")) {
+    a.help = true;
+    return a;
+  }
+  if (argv.empty()) return absl::InvalidArgumentError("missing command (replay, alloc, allreduce)");
+  a.command = argv[0];
+  if (a.command != "replay" && a.command != "alloc" && a.command != "allreduce") {
+    return absl::InvalidArgumentError(absl::StrCat("unknown command ", flags::Quote(a.command),
+                                                   ": expected replay, alloc or allreduce"));
+  }
+  flags::FlagSet fs(absl::StrCat("vgpu-bench ", a.command), kSynopsis);
+  const std::vector<std::string> kAllocators = {"bfc", "vmm", "async"};
+  const std::vector<std::string> kPlatforms = {"host", "cuda"};
+  bool no_baseline = false;
+  std::vector<std::string> knob_text;
+  if (a.command == "replay") {
+    fs.Positional("TRACE", &a.trace_path, /*required=*/true, "the trace file to replay")
+        .Enum("--allocator", &a.allocator, kAllocators, "the allocator replayed (default bfc)")
+        .Bool("--allow-growth", &a.allow_growth, "reserve memory as needed (default off)")
+        .Bytes("--limit", &a.limit, 1, UINT64_MAX, "memory limit (default: from the trace)")
+        .Bool("--min-limit", &a.min_limit, "also find the smallest limit the trace fits in")
+        .Bool("--no-baseline", &no_baseline, "skip timing malloc/free of the same sizes")
+        .Enum("--platform", &a.platform, kPlatforms, "real device memory (default: fake)")
+        .Path("--memory-history", &a.memory_history_path, "write the memory history (JSON)");
+    AddKnobFlags(fs, a.tuning, knob_text);
+  } else if (a.command == "alloc") {
+    fs.Enum("--allocator", &a.allocator, kAllocators, "the allocator measured (default bfc)")
+        .Bytes("--limit", &a.limit, 1, UINT64_MAX, "memory limit (default 2 GiB)")
+        .Enum("--platform", &a.platform, kPlatforms, "the platform (default host)")
+        .PassThrough("--benchmark_", &a.passthrough, "Google Benchmark's flags");
+    AddKnobFlags(fs, a.tuning, knob_text);
+  } else {
+    fs.Int("--devices", &a.devices, 1, 16, "replicas (default 4)")
+        .Bytes("--size", &a.size, 4, kTiB, "bytes per replica (default 64 MiB)")
+        .Enum("--algorithm", &a.algorithm, {"auto", "local", "via-host", "nccl", "hierarchical"},
+              "all-reduce algorithm")
+        .Int("--iterations", &a.iterations, 1, 1000000, "timed iterations (default 10)")
+        .Enum("--platform", &a.platform, kPlatforms, "the platform (default host)");
+  }
+  a.usage = fs.Usage();
+  std::vector<std::string> rest(argv.begin() + 1, argv.end());
+  VGPU_ASSIGN_OR_RETURN(flags::ParseResult r, fs.Parse(rest));
+  if (r.help) {
+    a.help = true;
+    return a;
+  }
+  a.baseline = !no_baseline;
+  if (a.command == "replay" && a.allocator == "async" && a.platform.empty()) {
+    return absl::InvalidArgumentError(
+        "--allocator async needs --platform host|cuda: it replays on the driver's pool, "
+        "which has no fake-address mode");
+  }
+  // The knobs given as flags, checked together as the environment's are.
+  BenchTuning t;
+  for (const auto& [env, value] : a.tuning) {
+    for (const Knob& k : kKnobs) {
+      if (env == k.env) VGPU_RETURN_IF_ERROR(ReadKnob(k, value, t));
+    }
+  }
+  VGPU_RETURN_IF_ERROR(CheckTuning(t));
+  return a;
+}
+
+}  // namespace vgpu::bench

@@ -1,0 +1,85 @@
+#include "tools/info_flags.h"
+
+#include "absl/strings/str_cat.h"
+#include "devices/config.h"
+#include "runtime/host/host_platform.h"
+#include "runtime/status.h"
+#include "tools/flags.h"
+
+namespace vgpu_info {
+namespace {
+
+constexpr char kHelp[] =
+    "usage: vgpu-info [flags] [--json] [--selftest [--memory-history FILE]]\n"
+    "       vgpu-info timeline HISTORY.json --svg OUT.svg [--limit BYTES]\n"
+    "Shows the platform, its physical devices, the logical devices the configuration makes of\n"
+    "them (limit, in use, reserved, peak), the links between them, and where every setting\n"
+    "came from (default, environment, flag).\n"
+    "flags (each overrides its environment variable; --flag=VALUE or --flag VALUE):\n"
+    "  --platform host|cuda|auto     VGPU_PLATFORM\n"
+    "  --host-devices SPEC           VGPU_HOST_DEVICES, e.g. 2x16GiB or 16GiB,8GiB\n"
+    "  --logical-devices SPEC        VGPU_LOGICAL_DEVICES, e.g. \"0:1GiB,1GiB@-1;1:40%,60%\"\n"
+    "  --allow-growth[=BOOL]         VGPU_ALLOW_GROWTH (BOOL: true|false|1|0|yes|no|on|off)\n"
+    "  --memory-fraction F           VGPU_MEMORY_FRACTION, in (0, 1]\n"
+    "  --json[=BOOL]                 one JSON object (keys: docs/vgpu-info.md)\n"
+    "  --selftest[=BOOL]             limits, memcpy, device-to-device copies, all-reduce on\n"
+    "                                every logical GPU; exit 1 if a check fails\n"
+    "  --memory-history FILE         with --selftest: write the allocators' memory history\n"
+    "  --help, -h                    this text\n"
+    "host platform fault injection (tests): VGPU_HOST_FAULTS=\"corrupt_memcpy_at=3,\n"
+    "  fail_memcpy_at=K,fail_allocate_at=K,fail_stream_at=K,ignore_capacity=1\"\n"
+    "exit status: 0 ok, 1 a selftest check or a device failed, 2 a bad flag or configuration\n"
+    "examples:\n"
+    "  vgpu-info --platform host --host-devices 1x8GiB --logical-devices 0:1GiB,1GiB,1GiB,1GiB\n"
+    "  VGPU_PLATFORM=host VGPU_HOST_DEVICES=2x16GiB vgpu-info --json\n"
+    "  vgpu-info --selftest --memory-history h.json && vgpu-info timeline h.json --svg h.svg\n";
+
+}  // namespace
+
+const char* InfoUsage() { return kHelp; }
+
+absl::StatusOr<InfoFlags> ParseInfoFlags(const std::vector<std::string>& args) {
+  InfoFlags f;
+  std::string host_devices, logical_devices, memory_fraction;
+  bool allow_growth = false;
+  vgpu::flags::FlagSet fs("vgpu-info", kHelp);
+  fs.Bool("--json", &f.json, "one JSON object")
+      .Bool("--selftest", &f.selftest, "check every logical GPU")
+      .Path("--memory-history", &f.history_path, "with --selftest: the memory history")
+      .Enum("--platform", &f.platform, {"host", "cuda", "auto"}, "VGPU_PLATFORM")
+      .String("--host-devices", &host_devices, "SPEC", "VGPU_HOST_DEVICES",
+              [](absl::string_view v) { return vgpu::ParseHostDevices(v).status(); })
+      .String("--logical-devices", &logical_devices, "SPEC", "VGPU_LOGICAL_DEVICES",
+              [](absl::string_view v) { return vgpu::ParseLogicalDevices(v).status(); })
+      .Bool("--allow-growth", &allow_growth, "VGPU_ALLOW_GROWTH")
+      .String("--memory-fraction", &memory_fraction, "F", "VGPU_MEMORY_FRACTION",
+              [](absl::string_view v) -> absl::Status {
+                VGPU_ASSIGN_OR_RETURN(double d, vgpu::ParseMemoryFraction(v));
+                if (!(d > 0 && d <= 1)) return absl::InvalidArgumentError("must be in (0, 1]");
+                return absl::OkStatus();
+              });
+  VGPU_ASSIGN_OR_RETURN(vgpu::flags::ParseResult r, fs.Parse(args));
+  if (r.help) {
+    f.help = true;
+    return f;
+  }
+  if (r.seen.count("--host-devices")) f.host_devices = host_devices;
+  if (r.seen.count("--logical-devices")) {
+    f.logical_devices = logical_devices;
+    f.flagged.insert(std::string(vgpu::kSettingLogicalDevices));
+  }
+  if (r.seen.count("--allow-growth")) {
+    f.allow_growth = allow_growth;
+    f.flagged.insert(std::string(vgpu::kSettingAllowGrowth));
+  }
+  if (r.seen.count("--memory-fraction")) {
+    f.memory_fraction = memory_fraction;
+    f.flagged.insert(std::string(vgpu::kSettingMemoryFraction));
+  }
+  if (!f.history_path.empty() && !f.selftest) {
+    return absl::InvalidArgumentError("--memory-history needs --selftest");
+  }
+  return f;
+}
+
+}  // namespace vgpu_info
