@@ -8,13 +8,14 @@
 #include <limits>
 #include <utility>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "runtime/bytes.h"
 #include "runtime/file_io.h"
+#include "runtime/numbers.h"
 #include "runtime/status.h"
+#include "runtime/user_text.h"
 
 namespace vgpu {
 namespace {
@@ -43,6 +44,12 @@ absl::StatusOr<Trace> ParseTrace(absl::string_view text, absl::string_view sourc
   auto err = [&](auto&&... args) {
     return absl::InvalidArgumentError(absl::StrCat(source, ":", line_no, ": ", args...));
   };
+  // Decimal digits only (no sign, hex or spaces); the message quotes a bounded part of the text.
+  auto Number = [&](absl::string_view text, absl::string_view what) -> absl::StatusOr<uint64_t> {
+    absl::StatusOr<uint64_t> v = ParseUint64(text);
+    if (!v.ok()) return err("bad ", what, " ", QuoteUserText(text));
+    return *v;
+  };
   // A UTF-8 byte order mark (some editors write one) is not part of the first line.
   absl::ConsumePrefix(&text, "\xEF\xBB\xBF");
   for (absl::string_view line : absl::StrSplit(text, '\n')) {
@@ -52,9 +59,9 @@ absl::StatusOr<Trace> ParseTrace(absl::string_view text, absl::string_view sourc
     if (line[0] == '#') {
       absl::string_view c = absl::StripAsciiWhitespace(line.substr(1));
       if (absl::ConsumePrefix(&c, "peak_live_bytes")) {
-        if (!absl::SimpleAtoi(absl::StripAsciiWhitespace(c), &t.header_peak_live_bytes)) {
-          return err("bad peak_live_bytes header \"", line, "\"");
-        }
+        absl::StatusOr<uint64_t> peak = ParseUint64(c);
+        if (!peak.ok()) return err("bad peak_live_bytes header ", QuoteUserText(line));
+        t.header_peak_live_bytes = *peak;
       } else if (t.name.empty() && t.events.empty()) {
         t.name = std::string(c);
       }
@@ -64,9 +71,9 @@ absl::StatusOr<Trace> ParseTrace(absl::string_view text, absl::string_view sourc
         absl::StrSplit(line, absl::ByAnyChar(" \t"), absl::SkipEmpty());
     TraceEvent e;
     if (f[0] == "a") {
-      if (f.size() != 3) return err("expected \"a <id> <bytes>\", got \"", line, "\"");
-      if (!absl::SimpleAtoi(f[1], &e.id)) return err("bad block id \"", f[1], "\"");
-      if (!absl::SimpleAtoi(f[2], &e.bytes)) return err("bad byte count \"", f[2], "\"");
+      if (f.size() != 3) return err("expected \"a <id> <bytes>\", got ", QuoteUserText(line));
+      VGPU_ASSIGN_OR_RETURN(e.id, Number(f[1], "block id"));
+      VGPU_ASSIGN_OR_RETURN(e.bytes, Number(f[2], "byte count"));
       // Checked before adding, so the running total never wraps and replay's limit
       // arithmetic (up to 11x the peak) stays far from 2^64.
       if (e.bytes > kMaxTraceLiveBytes - live_bytes) {
@@ -94,8 +101,8 @@ absl::StatusOr<Trace> ParseTrace(absl::string_view text, absl::string_view sourc
       ++t.allocations;
     } else if (f[0] == "f") {
       e.alloc = false;
-      if (f.size() != 2) return err("expected \"f <id>\", got \"", line, "\"");
-      if (!absl::SimpleAtoi(f[1], &e.id)) return err("bad block id \"", f[1], "\"");
+      if (f.size() != 2) return err("expected \"f <id>\", got ", QuoteUserText(line));
+      VGPU_ASSIGN_OR_RETURN(e.id, Number(f[1], "block id"));
       auto it = live.find(e.id);
       if (it == live.end()) return err("free of block ", e.id, ", which is not live");
       e.slot = it->second.slot;
@@ -103,7 +110,7 @@ absl::StatusOr<Trace> ParseTrace(absl::string_view text, absl::string_view sourc
       free_slots.push_back(it->second.slot);
       live.erase(it);
     } else {
-      return err("unknown event \"", f[0], "\" (expected \"a <id> <bytes>\" or \"f <id>\")");
+      return err("unknown event ", QuoteUserText(f[0]), " (expected \"a <id> <bytes>\" or \"f <id>\")");
     }
     t.events.push_back(e);
   }

@@ -212,6 +212,7 @@ absl::StatusOr<std::vector<PhysicalDeviceConfig>> ParseLogicalDevices(absl::stri
               "..", kMaxStreamPriority, " (SIZE@PRIORITY, e.g. 1GiB@-1)"));
         }
         d.priority = static_cast<int>(*v);
+        d.priority_given = true;
       }
       if (absl::ConsumeSuffix(&size, "%")) {
         absl::string_view num = absl::StripAsciiWhitespace(size);

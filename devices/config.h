@@ -55,12 +55,13 @@ struct LogicalDeviceConfig {
   uint64_t memory_bytes = 0;             // used when memory_percent is unset
   std::optional<double> memory_percent;  // of the card's total memory, in (0, 100]
   int priority = 0;                      // stream priority: lower = higher, as CUDA
+  bool priority_given = false;           // written by the user (SIZE@PRIORITY or the API)
 
-  static LogicalDeviceConfig Bytes(uint64_t bytes, int priority = 0) {
-    return {bytes, std::nullopt, priority};
+  static LogicalDeviceConfig Bytes(uint64_t bytes, std::optional<int> priority = std::nullopt) {
+    return {bytes, std::nullopt, priority.value_or(0), priority.has_value()};
   }
-  static LogicalDeviceConfig Percent(double percent, int priority = 0) {
-    return {0, percent, priority};
+  static LogicalDeviceConfig Percent(double percent, std::optional<int> priority = std::nullopt) {
+    return {0, percent, priority.value_or(0), priority.has_value()};
   }
 };
 

@@ -152,10 +152,22 @@ DeviceSettingSources Runtime::SourcesOf(const LogicalDevice& device) const {
   s.allow_growth = config_.SourceOf(kSettingAllowGrowth);
   if (!device.is_gpu()) return s;
   const int ordinal = device.info().physical_ordinal;
-  bool listed = false;
-  for (const PhysicalDeviceConfig& p : config_.logical_devices) listed |= p.ordinal == ordinal;
-  if (listed) {
-    s.memory_limit = s.priority = config_.SourceOf(kSettingLogicalDevices);
+  const PhysicalDeviceConfig* listed = nullptr;
+  for (const PhysicalDeviceConfig& p : config_.logical_devices) {
+    if (p.ordinal == ordinal) listed = &p;
+  }
+  if (listed != nullptr) {
+    s.memory_limit = config_.SourceOf(kSettingLogicalDevices);
+    // The device's place among its card's logical devices (ids follow the listed order): a
+    // priority counts as set only where the user wrote one.
+    size_t index = 0;
+    for (const LogicalDevice* g : gpus_) {
+      if (g == &device) break;
+      if (g->info().physical_ordinal == ordinal) ++index;
+    }
+    if (index < listed->logical_devices.size() && listed->logical_devices[index].priority_given) {
+      s.priority = config_.SourceOf(kSettingLogicalDevices);
+    }
   } else if (config_.memory_fraction) {
     s.memory_limit = config_.SourceOf(kSettingMemoryFraction);
   } else if (config_.reserved_memory != 0) {
@@ -169,7 +181,7 @@ DeviceSettingSources Runtime::SourcesOf(const LogicalDevice& device) const {
 }
 
 std::string Runtime::DeviceList() const {
-  // Bounded: a message lists a few devices, never thousands (issue 12).
+  // Bounded: a message lists a few devices, never thousands.
   constexpr size_t kShown = 8;
   std::vector<std::string> names;
   for (size_t i = 0; i < all_.size() && i < kShown; ++i) names.push_back(all_[i]->name());

@@ -23,6 +23,11 @@ inline constexpr size_t kMaxQuotedChars = 80;
 // "aaaa..." (1048576 bytes).
 std::string QuoteUserText(absl::string_view text, size_t max_chars = kMaxQuotedChars);
 
+// The escaping QuoteUserText does, without the quotes: at most `max_chars` input bytes, then
+// "..." when cut; '"' and '\' are escaped only with `escape_quotes` (for text that already
+// quotes a user's value, e.g. another error's message).
+std::string EscapeUserText(absl::string_view text, size_t max_chars, bool escape_quotes);
+
 // `text` without surrounding ASCII whitespace (spaces, tabs, CR, LF) and without a leading
 // UTF-8 byte-order mark (a value pasted from a file saved by a Windows editor).
 absl::string_view StripUserValue(absl::string_view text);

@@ -1,6 +1,7 @@
 #include "strategies/model_parallel.h"
 
 #include <algorithm>
+#include <limits>
 #include <utility>
 
 #include "absl/strings/ascii.h"
@@ -9,6 +10,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
 #include "runtime/bytes.h"
+#include "runtime/numbers.h"
 #include "runtime/status.h"
 
 namespace vgpu {
@@ -56,9 +58,9 @@ std::string ShortName(absl::string_view spec) {
   } else {
     return "";
   }
-  int id;
-  if (!absl::SimpleAtoi(v, &id) || id < 0) return "";
-  return absl::StrCat(type, ":", id);
+  absl::StatusOr<int64_t> id = ParseInt64InRange(v, 0, std::numeric_limits<int>::max());
+  if (!id.ok()) return "";
+  return absl::StrCat(type, ":", *id);
 }
 
 std::string ShortName(const LogicalDevice& d) {

@@ -42,6 +42,24 @@ std::vector<std::string> Names(const std::vector<LogicalDevice*>& devices) {
   return out;
 }
 
+// A priority's source is the setting only where the user wrote one ("@-1", "@0"); the others
+// are the default, although the same setting gave every device its memory limit.
+TEST(RuntimeTest, PrioritySourceOnlyWhereWritten) {
+  auto host = MakeHost({8 * kGiB});
+  RuntimeConfig c = Logical("0:1GiB,1GiB@-1,1GiB@0");
+  c.sources[std::string(kSettingLogicalDevices)] = ConfigSource::kEnvironment;
+  auto rt = Runtime::Create(c, host.get());
+  ASSERT_THAT(rt, IsOk());
+  const std::vector<LogicalDevice*>& g = (*rt)->gpus();
+  ASSERT_EQ(g.size(), 3u);
+  EXPECT_EQ((*rt)->SourcesOf(*g[0]).memory_limit, ConfigSource::kEnvironment);
+  EXPECT_EQ((*rt)->SourcesOf(*g[0]).priority, ConfigSource::kDefault);
+  EXPECT_EQ((*rt)->SourcesOf(*g[1]).priority, ConfigSource::kEnvironment);
+  EXPECT_EQ((*rt)->SourcesOf(*g[2]).priority, ConfigSource::kEnvironment);
+  EXPECT_EQ(LogicalDeviceConfig::Bytes(kGiB).priority_given, false);
+  EXPECT_EQ(LogicalDeviceConfig::Bytes(kGiB, 0).priority_given, true);
+}
+
 TEST(RuntimeTest, FourLogicalDevicesOnOneCard) {
   auto host = MakeHost({8 * kGiB});
   auto rt = Runtime::Create(Logical("0:1GiB,1GiB,1GiB@-2,1GiB"), host.get());

@@ -12,6 +12,7 @@
 #include "runtime/bytes.h"
 #include "runtime/numbers.h"
 #include "runtime/status.h"
+#include "runtime/user_text.h"
 
 namespace vgpu::flags {
 namespace {
@@ -32,27 +33,7 @@ std::string Bounded(absl::string_view text, size_t max) { return Escape(text, ma
 std::string BoundedMessage(absl::string_view text, size_t max) { return Escape(text, max, false); }
 
 std::string Escape(absl::string_view text, size_t max, bool escape_quotes) {
-  std::string out;
-  const bool cut = text.size() > max;
-  if (cut) text = text.substr(0, max);
-  for (unsigned char c : text) {
-    if (c == '\n') {
-      out += "\\n";
-    } else if (c == '\r') {
-      out += "\\r";
-    } else if (c == '\t') {
-      out += "\\t";
-    } else if (escape_quotes && (c == '\\' || c == '"')) {
-      out += '\\';
-      out += static_cast<char>(c);
-    } else if (c < 0x20 || c >= 0x7f) {
-      out += absl::StrFormat("\\x%02x", c);
-    } else {
-      out += static_cast<char>(c);
-    }
-  }
-  if (cut) out += "...";
-  return out;
+  return EscapeUserText(text, max, escape_quotes);
 }
 
 std::string Quote(absl::string_view text, size_t max) {

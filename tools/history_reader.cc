@@ -1,12 +1,14 @@
 #include "tools/history_reader.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <limits>
 #include <string>
 #include <utility>
+#include <system_error>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -15,6 +17,8 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "runtime/bytes.h"
+#include "runtime/numbers.h"
+#include "runtime/user_text.h"
 
 namespace vgpu_info {
 namespace {
@@ -291,10 +295,12 @@ absl::StatusOr<double> Magnitude(const Json* v, absl::string_view field, uint64_
   if (v == nullptr || v->kind != Json::kNumber) {
     return Bad(absl::StrCat("event ", event, ": \"", field, "\" is missing or not a number"));
   }
-  // strtod on validated JSON number text: overflow gives inf, underflow a denormal or 0.
-  const double d = std::strtod(v->text.c_str(), nullptr);
-  if (!std::isfinite(d) || d < 0 || d > kTwoTo64) {
-    return Bad(absl::StrCat("event ", event, ": \"", field, "\" is ", v->text,
+  // from_chars on validated JSON number text (locale-independent); out of range is refused.
+  double d = 0;
+  const std::from_chars_result r =
+      std::from_chars(v->text.data(), v->text.data() + v->text.size(), d);
+  if (r.ec != std::errc() || !std::isfinite(d) || d < 0 || d > kTwoTo64) {
+    return Bad(absl::StrCat("event ", event, ": \"", field, "\" is ", vgpu::EscapeUserText(v->text, vgpu::kMaxQuotedChars, false),
                             "; expected a number in [0, 2^64]"));
   }
   return d;
@@ -303,12 +309,15 @@ absl::StatusOr<double> Magnitude(const Json* v, absl::string_view field, uint64_
 // A count or index: a non-negative integer written as one (no fraction or exponent).
 absl::StatusOr<uint64_t> Count(const Json* v, absl::string_view what) {
   uint64_t n;
-  if (v == nullptr || v->kind != Json::kNumber || !absl::SimpleAtoi(v->text, &n)) {
+  absl::StatusOr<uint64_t> parsed =
+      v != nullptr && v->kind == Json::kNumber ? vgpu::ParseUint64(v->text) : absl::StatusOr<uint64_t>(0);
+  if (v == nullptr || v->kind != Json::kNumber || !parsed.ok()) {
     const std::string shown = v == nullptr               ? std::string("missing")
-                              : v->kind == Json::kNumber ? v->text
+                              : v->kind == Json::kNumber ? vgpu::EscapeUserText(v->text, vgpu::kMaxQuotedChars, false)
                                                          : std::string("not a number");
     return Bad(absl::StrCat(what, " is ", shown, "; expected a non-negative integer below 2^64"));
   }
+  n = *parsed;
   return n;
 }
 

@@ -196,11 +196,8 @@ int main(int argc, char** argv) {
     if (s == vgpu::ConfigSource::kEnvironment && by_flag) return "flag";
     return vgpu::ConfigSourceName(s);
   };
-  // A priority nobody wrote is the default (0), whatever set the device's memory: the config
-  // keeps no trace of an "@0" written by hand, and 0 is the default's value anyway.
-  auto priority_src = [&](const vgpu::LogicalDevice& d,
+  auto priority_src = [&](const vgpu::LogicalDevice&,
                           const vgpu::DeviceSettingSources& so) -> absl::string_view {
-    if (d.info().priority == 0) return vgpu::ConfigSourceName(vgpu::ConfigSource::kDefault);
     return dsrc(so.priority, priority_flagged);
   };
   const std::vector<vgpu::LogicalDevice*>& gpus = rt.gpus();
