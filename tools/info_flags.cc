@@ -1,5 +1,7 @@
 #include "tools/info_flags.h"
 
+#include <cstdint>
+
 #include "absl/strings/str_cat.h"
 #include "devices/config.h"
 #include "runtime/host/host_platform.h"
@@ -34,9 +36,32 @@ constexpr char kHelp[] =
     "  VGPU_PLATFORM=host VGPU_HOST_DEVICES=2x16GiB vgpu-info --json\n"
     "  vgpu-info --selftest --memory-history h.json && vgpu-info timeline h.json --svg h.svg\n";
 
+constexpr char kTimelineHelp[] =
+    "usage: vgpu-info timeline HISTORY.json --svg OUT.svg [--limit BYTES]\n"
+    "Draws a memory history (vgpu-info --selftest --memory-history, vgpu-bench replay\n"
+    "--memory-history, vgpu-train --memory-history) as an SVG: in use and reserved per allocator\n"
+    "over time, with its limit. exit status: 0 ok, 1 a bad or unreadable file, 2 a bad flag\n";
+
 }  // namespace
 
 const char* InfoUsage() { return kHelp; }
+const char* TimelineUsage() { return kTimelineHelp; }
+
+absl::StatusOr<TimelineFlags> ParseTimelineFlags(const std::vector<std::string>& args) {
+  TimelineFlags f;
+  vgpu::flags::FlagSet fs("vgpu-info timeline", kTimelineHelp);
+  fs.Positional("HISTORY.json", &f.history_path, /*required=*/true, "the memory history to draw")
+      .Path("--svg", &f.svg_path, "where to write the drawing (required)")
+      .Bytes("--limit", &f.limit, 1, UINT64_MAX,
+             "limit line for allocators the history gives none, e.g. 1GiB");
+  VGPU_ASSIGN_OR_RETURN(vgpu::flags::ParseResult r, fs.Parse(args));
+  if (r.help) {
+    f.help = true;
+    return f;
+  }
+  if (f.svg_path.empty()) return absl::InvalidArgumentError("needs a history file and --svg OUT.svg");
+  return f;
+}
 
 absl::StatusOr<InfoFlags> ParseInfoFlags(const std::vector<std::string>& args) {
   InfoFlags f;

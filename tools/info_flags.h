@@ -1,11 +1,12 @@
-// vgpu-info's command line (not the `timeline` sub-command, which has its own): parsed with
-// tools/flags.h's rules, in the vgpu_tools_flags library so the tests and the fuzzer call it.
+// vgpu-info's command lines (the main one and `timeline`): parsed with tools/flags.h's rules,
+// in the vgpu_tools_lib library so the tests and the fuzzer call exactly what the tool does.
 //
 // Thread safety: ParseInfoFlags is reentrant; it never touches the environment (main applies
 // the result with setenv).
 #ifndef VGPU_TOOLS_INFO_FLAGS_H_
 #define VGPU_TOOLS_INFO_FLAGS_H_
 
+#include <cstdint>
 #include <optional>
 #include <set>
 #include <string>
@@ -32,6 +33,17 @@ struct InfoFlags {
 // argv without the program name. InvalidArgument naming the flag; the caller adds InfoUsage().
 absl::StatusOr<InfoFlags> ParseInfoFlags(const std::vector<std::string>& args);
 const char* InfoUsage();
+
+// `vgpu-info timeline HISTORY.json --svg OUT.svg [--limit BYTES]`, same rules.
+struct TimelineFlags {
+  bool help = false;
+  std::string history_path;
+  std::string svg_path;
+  uint64_t limit = 0;  // 0 = none given
+};
+// args after "timeline".
+absl::StatusOr<TimelineFlags> ParseTimelineFlags(const std::vector<std::string>& args);
+const char* TimelineUsage();
 
 }  // namespace vgpu_info
 

@@ -10,73 +10,34 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "runtime/bytes.h"
 #include "runtime/file_io.h"
+#include "tools/flags.h"
 #include "tools/history_reader.h"
+#include "tools/info_flags.h"
 #include "tools/vgpu_info.h"
 
 namespace vgpu_info {
 namespace {
 
-constexpr char kUsage[] =
-    "usage: vgpu-info timeline HISTORY.json --svg OUT.svg [--limit BYTES]\n"
-    "  --svg OUT.svg, --svg=OUT.svg   where to write the drawing (required)\n"
-    "  --limit BYTES, --limit=BYTES   limit line for allocators the history gives none\n"
-    "  -h, --help                     this text\n";
-
 int Fail(const std::string& why, int code) {
   std::fprintf(stderr, "vgpu-info timeline: %s\n", why.c_str());
-  if (code == 2) std::fputs(kUsage, stderr);
+  if (code == 2) std::fputs(TimelineUsage(), stderr);
   return code;
 }
 
 }  // namespace
 
 int TimelineMain(int argc, char** argv) {
-  std::string in, out;
-  bool have_out = false;
-  uint64_t limit_flag = 0;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "-h" || a == "--help") {
-      std::fputs(kUsage, stdout);
-      return 0;
-    }
-    // --flag=VALUE, or --flag VALUE where VALUE is not itself a flag.
-    std::string name = a, value;
-    bool has_value = false;
-    if (absl::StartsWith(a, "--")) {
-      if (size_t eq = a.find('='); eq != std::string::npos) {
-        name = a.substr(0, eq);
-        value = a.substr(eq + 1);
-        has_value = true;
-      }
-    }
-    if (name == "--svg" || name == "--limit") {
-      if (!has_value) {
-        if (i + 1 >= argc || absl::StartsWith(argv[i + 1], "-")) {
-          return Fail(absl::StrCat(name, " needs a value"), 2);
-        }
-        value = argv[++i];
-      }
-      if (value.empty()) return Fail(absl::StrCat(name, " needs a value"), 2);
-      if (name == "--svg") {
-        out = value;
-        have_out = true;
-      } else {
-        absl::StatusOr<uint64_t> v = vgpu::ParseBytes(value);
-        if (!v.ok()) return Fail(absl::StrCat("--limit: ", v.status().message()), 2);
-        limit_flag = *v;
-      }
-    } else if (!a.empty() && a[0] != '-' && in.empty()) {
-      in = a;
-    } else {
-      return Fail(absl::StrCat("unexpected argument \"", a, "\""), 2);
-    }
+  absl::StatusOr<TimelineFlags> flags = ParseTimelineFlags(vgpu::flags::Args(argc, argv));
+  if (!flags.ok()) return Fail(std::string(flags.status().message()), 2);
+  if (flags->help) {
+    std::fputs(TimelineUsage(), stdout);
+    return 0;
   }
-  if (in.empty() || !have_out) return Fail("needs a history file and --svg OUT.svg", 2);
+  const std::string& in = flags->history_path;
+  const std::string& out = flags->svg_path;
+  const uint64_t limit_flag = flags->limit;
   absl::StatusOr<std::string> text =
       vgpu::ReadInputFile(in, kMaxHistoryFileBytes, "memory history");
   if (!text.ok()) return Fail(std::string(text.status().message()), 1);

@@ -1,4 +1,4 @@
-// Fuzzes vgpu-info's command line (ParseInfoFlags): never crashes; refusals are
+// Fuzzes vgpu-info's command lines (ParseInfoFlags, ParseTimelineFlags): never crashes; refusals are
 // InvalidArgument, non-empty and bounded; --memory-history is only accepted with --selftest.
 #include "tests/fuzz/flags_fuzz_util.h"
 #include "tools/info_flags.h"
@@ -14,5 +14,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       std::abort();
     }
   }
+  // The same input as `vgpu-info timeline ...`'s arguments.
+  absl::StatusOr<vgpu_info::TimelineFlags> t =
+      vgpu_info::ParseTimelineFlags(vgpu_fuzz::SplitArgs(data, size));
+  vgpu_fuzz::CheckError(t.status());
+  if (t.ok() && !t->help && (t->history_path.empty() || t->svg_path.empty())) std::abort();
   return 0;
 }
