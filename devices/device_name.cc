@@ -7,6 +7,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "runtime/user_text.h"
 
 namespace vgpu {
 namespace {
@@ -14,10 +15,10 @@ namespace {
 absl::Status BadName(absl::string_view text, absl::string_view why, absl::string_view rest) {
   if (rest.empty()) {
     return absl::InvalidArgumentError(
-        absl::StrCat("bad device name \"", text, "\": ", why, " at the end"));
+        absl::StrCat("bad device name ", QuoteUserText(text), ": ", why, " at the end"));
   }
   return absl::InvalidArgumentError(
-      absl::StrCat("bad device name \"", text, "\": ", why, " at \"", rest, "\""));
+      absl::StrCat("bad device name ", QuoteUserText(text), ": ", why, " at ", QuoteUserText(rest)));
 }
 
 // [a-z][a-z0-9_]*, as TensorFlow's job names.

@@ -8,6 +8,7 @@
 #include "absl/strings/str_join.h"
 #include "allocator/factory.h"
 #include "runtime/status.h"
+#include "runtime/user_text.h"
 
 namespace vgpu {
 namespace {
@@ -203,7 +204,7 @@ absl::StatusOr<LogicalDevice*> Runtime::Find(absl::string_view spec) const {
   VGPU_ASSIGN_OR_RETURN(std::vector<LogicalDevice*> found, FindAll(spec));
   if (found.empty()) {
     return absl::NotFoundError(
-        absl::StrCat("no device matches \"", spec, "\"; devices: ", DeviceList()));
+        absl::StrCat("no device matches ", QuoteUserText(spec), "; devices: ", DeviceList()));
   }
   return found.front();
 }
@@ -220,8 +221,8 @@ absl::StatusOr<LogicalDevice*> Runtime::Place(absl::string_view spec,
   if (!found.empty()) {
     chosen = found.front();
   } else if (!soft) {
-    return absl::NotFoundError(absl::StrCat("cannot place ", what, " on \"", spec,
-                                            "\": no such device; devices: ", DeviceList(),
+    return absl::NotFoundError(absl::StrCat("cannot place ", what, " on ", QuoteUserText(spec),
+                                            ": no such device; devices: ", DeviceList(),
                                             " (soft placement, VGPU_SOFT_PLACEMENT=true, would "
                                             "fall back to another device)"));
   } else {

@@ -1,6 +1,13 @@
 #include "tools/flags.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <limits>
 #include <utility>
 
@@ -341,6 +348,45 @@ std::vector<std::string> Args(int argc, char** argv) {
   std::vector<std::string> out;
   for (int i = 1; i < argc; ++i) out.emplace_back(argv[i]);
   return out;
+}
+
+namespace {
+const char* g_program = "vgpu";
+bool g_stdout_was_closed = false;
+
+void CheckStdoutAtExit() {
+  // A closed descriptor makes the first write fail (EBADF), which sets the stream's error flag.
+  const bool failed = g_stdout_was_closed || std::ferror(stdout) != 0;
+  errno = 0;
+  const bool flush_failed = std::fflush(stdout) != 0;
+  const int flush_errno = errno;
+  const bool close_failed = !failed && !flush_failed && std::fclose(stdout) != 0 && errno != EBADF;
+  if (failed || flush_failed || close_failed) {
+    const int e = g_stdout_was_closed ? EBADF : flush_failed ? flush_errno : errno;
+    std::fprintf(stderr, "%s: cannot write standard output%s%s\n", g_program,
+                 e != 0 ? ": " : "", e != 0 ? std::strerror(e) : "");
+    std::_Exit(1);
+  }
+}
+}  // namespace
+
+void ExitFailsOnStdoutError(const char* program) {
+  g_program = program;
+  // A standard descriptor the caller closed would be reused by the next open(), and the report
+  // would land in, say, the SVG being written: hold each with /dev/null, and remember that
+  // stdout was missing.
+  for (int fd = 0; fd <= 2; ++fd) {
+    if (fcntl(fd, F_GETFD) == -1 && errno == EBADF) {
+      if (fd == 1) g_stdout_was_closed = true;
+      const int null_fd = open("/dev/null", fd == 0 ? O_RDONLY : O_WRONLY);
+      if (null_fd >= 0 && null_fd != fd) {
+        dup2(null_fd, fd);
+        close(null_fd);
+      }
+    }
+  }
+  static const bool registered = [] { return std::atexit(CheckStdoutAtExit) == 0; }();
+  (void)registered;
 }
 
 }  // namespace vgpu::flags

@@ -129,6 +129,13 @@ class FlagSet {
 // Argv (without the program name) as strings.
 std::vector<std::string> Args(int argc, char** argv);
 
+// Makes a failed write to standard output a failure of the tool, as coreutils do: at exit,
+// stdout is flushed and closed, and when that (or any earlier write) failed, for example a
+// closed stdout or a full disk (/dev/full), "PROGRAM: cannot write standard output: REASON"
+// goes to stderr and the process exits 1 instead of reporting success for output nobody got.
+// Call once, first thing in main.
+void ExitFailsOnStdoutError(const char* program);
+
 }  // namespace vgpu::flags
 
 #endif  // VGPU_TOOLS_FLAGS_H_

@@ -94,6 +94,7 @@ absl::StatusOr<Executor*> BenchExecutor(const std::string& platform) {
 }  // namespace vgpu::bench
 
 int main(int argc, char** argv) {
+  vgpu::flags::ExitFailsOnStdoutError("vgpu-bench");
   namespace flags = vgpu::flags;
   absl::StatusOr<vgpu::bench::BenchArgs> a = vgpu::bench::ParseBenchArgs(flags::Args(argc, argv));
   if (!a.ok()) {

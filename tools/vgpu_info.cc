@@ -110,6 +110,7 @@ std::string ShortName(const vgpu::LogicalDevice& d) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  vgpu::flags::ExitFailsOnStdoutError("vgpu-info");
   if (argc > 1 && std::string(argv[1]) == "timeline") {
     return vgpu_info::TimelineMain(argc - 1, argv + 1);
   }

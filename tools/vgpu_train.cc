@@ -479,4 +479,7 @@ int Main(int argc, char** argv) {
 }  // namespace
 }  // namespace vgpu
 
-int main(int argc, char** argv) { return vgpu::Main(argc, argv); }
+int main(int argc, char** argv) {
+  vgpu::flags::ExitFailsOnStdoutError("vgpu-train");
+  return vgpu::Main(argc, argv);
+}
