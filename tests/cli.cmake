@@ -1,4 +1,4 @@
-# Command-line robustness (issue 12): every tool under hostile inputs, under a timeout; fails
+# Command-line robustness: every tool under hostile inputs, under a timeout; fails
 # on a signal exit, abort, sanitizer report, hang or unbounded error message.
 if(TARGET vgpu-info AND TARGET vgpu-bench AND TARGET vgpu-train)
   add_test(NAME cli_robustness

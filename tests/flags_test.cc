@@ -425,7 +425,7 @@ TEST(InfoFlagsTest, FlagsFollowTheRules) {
   EXPECT_TRUE(vgpu_info::ParseInfoFlags({"-h"})->help);
 }
 
-// ---- docs/bad-input.md, section "Command lines (issue 12)" ------------------------------------
+// ---- docs/bad-input.md, section "Command lines" ------------------------------------
 
 std::vector<testing::CatalogueCase> CommandLineCases() {
   using absl::StatusCode;
