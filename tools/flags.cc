@@ -136,34 +136,33 @@ FlagSet& FlagSet::Enum(std::string name, std::string* out, std::vector<std::stri
               }});
 }
 
+namespace {
+// A whole number in [min, max] stored into an integer of type T (int or int64_t).
+template <typename T>
+std::function<absl::Status(absl::string_view)> IntSetter(std::string n, T* out, int64_t min,
+                                                         int64_t max) {
+  return [n = std::move(n), out, min, max](absl::string_view v) -> absl::Status {
+    absl::StatusOr<int64_t> i = ParseInt64InRange(v, min, max);
+    if (!i.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(Shown(n, v), ": expected a whole number in [", min, ", ", max, "]"));
+    }
+    *out = static_cast<T>(*i);
+    return absl::OkStatus();
+  };
+}
+}  // namespace
+
 FlagSet& FlagSet::Int(std::string name, int64_t* out, int64_t min, int64_t max, std::string help) {
-  std::string n = name;
-  return Add({std::move(name), false, "N", std::move(help),
-              [n, out, min, max](absl::string_view v) -> absl::Status {
-                absl::StatusOr<int64_t> i = ParseInt64InRange(v, min, max);
-                if (!i.ok()) {
-                  return absl::InvalidArgumentError(absl::StrCat(
-                      Shown(n, v), ": expected a whole number in [", min, ", ", max, "]"));
-                }
-                *out = *i;
-                return absl::OkStatus();
-              }});
+  auto set = IntSetter(name, out, min, max);
+  return Add({std::move(name), false, "N", std::move(help), std::move(set)});
 }
 
 FlagSet& FlagSet::Int(std::string name, int* out, int64_t min, int64_t max, std::string help) {
   min = std::max<int64_t>(min, std::numeric_limits<int>::min());
   max = std::min<int64_t>(max, std::numeric_limits<int>::max());
-  std::string n = name;
-  return Add({std::move(name), false, "N", std::move(help),
-              [n, out, min, max](absl::string_view v) -> absl::Status {
-                absl::StatusOr<int64_t> i = ParseInt64InRange(v, min, max);
-                if (!i.ok()) {
-                  return absl::InvalidArgumentError(absl::StrCat(
-                      Shown(n, v), ": expected a whole number in [", min, ", ", max, "]"));
-                }
-                *out = static_cast<int>(*i);
-                return absl::OkStatus();
-              }});
+  auto set = IntSetter(name, out, min, max);
+  return Add({std::move(name), false, "N", std::move(help), std::move(set)});
 }
 
 FlagSet& FlagSet::Uint(std::string name, uint64_t* out, std::string help) {
