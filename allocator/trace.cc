@@ -110,7 +110,8 @@ absl::StatusOr<Trace> ParseTrace(absl::string_view text, absl::string_view sourc
       free_slots.push_back(it->second.slot);
       live.erase(it);
     } else {
-      return err("unknown event ", QuoteUserText(f[0]), " (expected \"a <id> <bytes>\" or \"f <id>\")");
+      return err("unknown event ", QuoteUserText(f[0]),
+                 " (expected \"a <id> <bytes>\" or \"f <id>\")");
     }
     t.events.push_back(e);
   }

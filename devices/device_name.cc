@@ -17,8 +17,8 @@ absl::Status BadName(absl::string_view text, absl::string_view why, absl::string
     return absl::InvalidArgumentError(
         absl::StrCat("bad device name ", QuoteUserText(text), ": ", why, " at the end"));
   }
-  return absl::InvalidArgumentError(
-      absl::StrCat("bad device name ", QuoteUserText(text), ": ", why, " at ", QuoteUserText(rest)));
+  return absl::InvalidArgumentError(absl::StrCat("bad device name ", QuoteUserText(text), ": ", why,
+                                                 " at ", QuoteUserText(rest)));
 }
 
 // [a-z][a-z0-9_]*, as TensorFlow's job names.

@@ -30,9 +30,9 @@ namespace {
 
 // The examples show a percentage only where one is accepted (a total is known).
 absl::Status BadBytes(absl::string_view text, absl::string_view why, bool percent_ok) {
-  return absl::InvalidArgumentError(
-      absl::StrCat("invalid byte size ", QuoteUserText(text), ": ", why, " (examples: 1024, ",
-                   "512MiB, 1.5GiB, 4GB", percent_ok ? ", 40%" : "", ")"));
+  return absl::InvalidArgumentError(absl::StrCat("invalid byte size ", QuoteUserText(text), ": ",
+                                                 why, " (examples: 1024, ", "512MiB, 1.5GiB, 4GB",
+                                                 percent_ok ? ", 40%" : "", ")"));
 }
 
 }  // namespace
@@ -102,8 +102,9 @@ absl::StatusOr<uint64_t> ParseBytes(absl::string_view text, std::optional<uint64
   } else if (lower == "tb") {
     multiplier = 1000ULL * 1000 * 1000 * 1000;
   } else {
-    return Bad(text, absl::StrCat("unknown unit ", QuoteUserText(unit), " (use B, KiB, MiB, GiB, TiB, ",
-                                  "KB, MB, GB", total.has_value() ? ", TB or %)" : " or TB)"));
+    return Bad(text,
+               absl::StrCat("unknown unit ", QuoteUserText(unit), " (use B, KiB, MiB, GiB, TiB, ",
+                            "KB, MB, GB", total.has_value() ? ", TB or %)" : " or TB)"));
   }
   if (has_fraction && multiplier == 1) return Bad(text, "fraction of a byte");
   unsigned __int128 whole = integer * multiplier;

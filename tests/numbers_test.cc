@@ -29,9 +29,31 @@ TEST(ParseDecimal, AcceptsDecimalForms) {
 }
 
 TEST(ParseDecimal, RefusesWhatIsNotPlainDecimal) {
-  for (const char* bad : {"", " ", "0x10", "0x1p-1", "inf", "-inf", "nan", "NaN", "infinity",
-                          "+1", "1.5.2", "1e", "1e+", "e5", ".", "-", "1,5", "1 5", "0.5x",
-                          "1e999", "-1e999", "5e-318", "1_000", "\xef\xbb\xbf" "1"}) {
+  for (const char* bad : {"",
+                          " ",
+                          "0x10",
+                          "0x1p-1",
+                          "inf",
+                          "-inf",
+                          "nan",
+                          "NaN",
+                          "infinity",
+                          "+1",
+                          "1.5.2",
+                          "1e",
+                          "1e+",
+                          "e5",
+                          ".",
+                          "-",
+                          "1,5",
+                          "1 5",
+                          "0.5x",
+                          "1e999",
+                          "-1e999",
+                          "5e-318",
+                          "1_000",
+                          "\xef\xbb\xbf"
+                          "1"}) {
     SCOPED_TRACE(bad);
     EXPECT_THAT(ParseDecimal(bad), StatusIs(absl::StatusCode::kInvalidArgument));
   }
@@ -76,7 +98,8 @@ TEST(ParseInt, StrictDigits) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("out of range")));
   EXPECT_THAT(ParseUint64("18446744073709551616"),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("too large")));
-  EXPECT_THAT(ParseUint64("-1"), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("negative")));
+  EXPECT_THAT(ParseUint64("-1"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("negative")));
 }
 
 TEST(ParseInRange, NamesTheRange) {

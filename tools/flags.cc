@@ -362,8 +362,8 @@ void CheckStdoutAtExit() {
   const bool close_failed = !failed && !flush_failed && std::fclose(stdout) != 0 && errno != EBADF;
   if (failed || flush_failed || close_failed) {
     const int e = g_stdout_was_closed ? EBADF : flush_failed ? flush_errno : errno;
-    std::fprintf(stderr, "%s: cannot write standard output%s%s\n", g_program,
-                 e != 0 ? ": " : "", e != 0 ? std::strerror(e) : "");
+    std::fprintf(stderr, "%s: cannot write standard output%s%s\n", g_program, e != 0 ? ": " : "",
+                 e != 0 ? std::strerror(e) : "");
     std::_Exit(1);
   }
 }

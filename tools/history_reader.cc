@@ -7,8 +7,8 @@
 #include <cstdlib>
 #include <limits>
 #include <string>
-#include <utility>
 #include <system_error>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -300,7 +300,8 @@ absl::StatusOr<double> Magnitude(const Json* v, absl::string_view field, uint64_
   const std::from_chars_result r =
       std::from_chars(v->text.data(), v->text.data() + v->text.size(), d);
   if (r.ec != std::errc() || !std::isfinite(d) || d < 0 || d > kTwoTo64) {
-    return Bad(absl::StrCat("event ", event, ": \"", field, "\" is ", vgpu::EscapeUserText(v->text, vgpu::kMaxQuotedChars, false),
+    return Bad(absl::StrCat("event ", event, ": \"", field, "\" is ",
+                            vgpu::EscapeUserText(v->text, vgpu::kMaxQuotedChars, false),
                             "; expected a number in [0, 2^64]"));
   }
   return d;
@@ -309,12 +310,14 @@ absl::StatusOr<double> Magnitude(const Json* v, absl::string_view field, uint64_
 // A count or index: a non-negative integer written as one (no fraction or exponent).
 absl::StatusOr<uint64_t> Count(const Json* v, absl::string_view what) {
   uint64_t n;
-  absl::StatusOr<uint64_t> parsed =
-      v != nullptr && v->kind == Json::kNumber ? vgpu::ParseUint64(v->text) : absl::StatusOr<uint64_t>(0);
+  absl::StatusOr<uint64_t> parsed = v != nullptr && v->kind == Json::kNumber
+                                        ? vgpu::ParseUint64(v->text)
+                                        : absl::StatusOr<uint64_t>(0);
   if (v == nullptr || v->kind != Json::kNumber || !parsed.ok()) {
-    const std::string shown = v == nullptr               ? std::string("missing")
-                              : v->kind == Json::kNumber ? vgpu::EscapeUserText(v->text, vgpu::kMaxQuotedChars, false)
-                                                         : std::string("not a number");
+    const std::string shown = v == nullptr ? std::string("missing")
+                              : v->kind == Json::kNumber
+                                  ? vgpu::EscapeUserText(v->text, vgpu::kMaxQuotedChars, false)
+                                  : std::string("not a number");
     return Bad(absl::StrCat(what, " is ", shown, "; expected a non-negative integer below 2^64"));
   }
   n = *parsed;

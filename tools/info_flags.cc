@@ -59,7 +59,8 @@ absl::StatusOr<TimelineFlags> ParseTimelineFlags(const std::vector<std::string>&
     f.help = true;
     return f;
   }
-  if (f.svg_path.empty()) return absl::InvalidArgumentError("needs a history file and --svg OUT.svg");
+  if (f.svg_path.empty())
+    return absl::InvalidArgumentError("needs a history file and --svg OUT.svg");
   return f;
 }
 

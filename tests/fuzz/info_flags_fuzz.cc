@@ -1,5 +1,5 @@
-// Fuzzes vgpu-info's command lines (ParseInfoFlags, ParseTimelineFlags): never crashes; refusals are
-// InvalidArgument, non-empty and bounded; --memory-history is only accepted with --selftest.
+// Fuzzes vgpu-info's command lines (ParseInfoFlags, ParseTimelineFlags): never crashes; refusals
+// are InvalidArgument, non-empty and bounded; --memory-history is only accepted with --selftest.
 #include "tests/fuzz/flags_fuzz_util.h"
 #include "tools/info_flags.h"
 
