@@ -4,7 +4,7 @@ set -euo pipefail
 VGPU_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VGPU_PACKAGES=(build-essential cmake ninja-build pkg-config libabsl-dev libgtest-dev libgmock-dev
   libbenchmark-dev libopenblas-dev zlib1g-dev clang libclang-rt-dev dataset-fashion-mnist
-  librsvg2-bin locales)
+  librsvg2-bin locales ccache)
 
 vgpu_install_packages() {
   local missing=()
@@ -19,10 +19,21 @@ vgpu_install_packages() {
   $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
 }
 
-# vgpu_build PRESET: configure (once) and build.
+# vgpu_configure PRESET: configure a preset; with ccache installed, compiles go through it
+# (paths relative to the checkout's parent folder, so clones share the cache).
+vgpu_configure() {
+  local preset="$1" launcher=()
+  cd "$VGPU_ROOT"
+  if command -v ccache >/dev/null 2>&1; then
+    export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$(dirname "$VGPU_ROOT")}" CCACHE_NOHASHDIR="${CCACHE_NOHASHDIR:-1}"
+    launcher=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+  fi
+  cmake --preset "$preset" "${launcher[@]}" >/dev/null
+}
+
+# vgpu_build PRESET: configure and build.
 vgpu_build() {
   local preset="$1"
-  cd "$VGPU_ROOT"
-  cmake --preset "$preset" >/dev/null
+  vgpu_configure "$preset"
   cmake --build --preset "$preset" -j "$(nproc)"
 }
