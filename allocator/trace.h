@@ -1,4 +1,4 @@
-// Allocation traces in the ../shared/traces text format, so users can record their own
+// Allocation traces in the text format of tools/traces/README.md, so users can record their own
 // workload and replay it in `vgpu-bench replay`:
 //   # comment                (the second line is "# peak_live_bytes N" when known)
 //   a <id> <bytes>           allocate <bytes>, call the block <id>

@@ -1,5 +1,5 @@
-# vgpu-bench smoke tests: the replay's last line is one JSON object with every key design.md
-# section 7 names. Label `bench` for the ones that replay a whole trace: the default preset runs
+# vgpu-bench smoke tests: the replay's last line is one JSON object with every key
+# docs/allocator.md names. Label `bench` for the ones that replay a whole trace: the default preset runs
 # them; the sanitizer presets run only `unit` and `stress`, where they would just be slow.
 # The traces ship with the repository (tools/traces).
 set(VGPU_TRACES ${PROJECT_SOURCE_DIR}/tools/traces)
@@ -18,7 +18,7 @@ $<TARGET_FILE:vgpu-bench> replay \"$t\" --min-limit ${flag} 2>/dev/null | tail -
     PASS_REGULAR_EXPRESSION "^{\"trace\":\"transformer_train\",\"allocator\":\"bfc\",\"allow_growth\":(true|false),\"events\":6888,\"ns_per_op\":[0-9.e+]+,\"baseline_ns_per_op\":[0-9.e+]+,\"peak_live_bytes\":10762125316,\"peak_reserved_bytes\":[0-9]+,\"min_limit_bytes\":[0-9]+,\"min_limit_ratio\":1\\.0[0-9]*,\"first_fit_ratio\":1\\.0[0-9]*,\"peak_rss_bytes\":[0-9]+}")
 endforeach()
 
-# Memory bars of design.md section 7 on the limit scan (--min-limit is deterministic: fake
+# Memory bars of docs/allocator.md ("Measured") on the limit scan (--min-limit is deterministic: fake
 # addresses, no timing), each under a second: min_limit_ratio must not pass the bar.
 # transformer_train: bfc <= 1.02, vmm <= 1.05; random_mixed: bfc <= 1.30, vmm <= 1.10.
 foreach(case transformer_train:bfc:1.02 transformer_train:vmm:1.05 random_mixed:bfc:1.30

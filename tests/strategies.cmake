@@ -1,5 +1,5 @@
 # vgpu-train's command-line contract on the host platform: the last line is one JSON object with
-# the design.md keys, for every strategy (a short run on a slice of Fashion-MNIST when the Debian
+# the keys docs/strategies.md lists, for every strategy (a short run on a slice of Fashion-MNIST when the Debian
 # dataset is installed), and clear errors for missing data and bad flags.
 if(TARGET vgpu-train)
   set(_vgpu_fmnist /usr/share/datasets/fashion-mnist)

@@ -1,7 +1,7 @@
 // Replays the shipped allocation traces on the vmm allocator (fake backend, 2 MiB granules) and
-// checks the memory bars of design.md section 7: the smallest limit above which every limit
+// checks the memory bars of docs/allocator.md and docs/vmm.md: the smallest limit above which every limit
 // in 0.5 % steps replays (min_limit_ratio over peak live bytes). Timing is printed, not
-// asserted (vgpu-bench measures speed). Skips when the traces are not there.
+// asserted (vgpu-bench measures speed). The traces ship in tools/traces.
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -120,7 +120,7 @@ struct MinLimit {
   double first_fit_ratio = 0;
 };
 
-// design.md section 7: limits (1 + k/200) x peak live; the first of 20 consecutive passes.
+// As vgpu-bench --min-limit (docs/allocator.md): limits (1 + k/200) x peak live; the first of 20 consecutive passes.
 MinLimit Scan(const Trace& t, bool growth) {
   MinLimit m;
   int run = 0;

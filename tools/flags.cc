@@ -35,12 +35,10 @@ bool LooksLikeFlag(absl::string_view arg) { return absl::StartsWith(arg, "--") |
 
 }  // namespace
 
-std::string Bounded(absl::string_view text, size_t max) { return Escape(text, max, true); }
+std::string Bounded(absl::string_view text, size_t max) { return EscapeUserText(text, max, true); }
 
-std::string BoundedMessage(absl::string_view text, size_t max) { return Escape(text, max, false); }
-
-std::string Escape(absl::string_view text, size_t max, bool escape_quotes) {
-  return EscapeUserText(text, max, escape_quotes);
+std::string BoundedMessage(absl::string_view text, size_t max) {
+  return EscapeUserText(text, max, false);
 }
 
 std::string Quote(absl::string_view text, size_t max) {

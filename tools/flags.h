@@ -31,22 +31,23 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
+#include "runtime/user_text.h"
 
 namespace vgpu::flags {
 
 // Exit status of a tool for a bad command line (and for a bad configuration).
 inline constexpr int kExitUsage = 2;
 
-// How much of a user's text a message quotes.
-inline constexpr size_t kMaxQuoted = 80;
+// How much of a user's text a message quotes: the same bound as every runtime message.
+inline constexpr size_t kMaxQuoted = kMaxQuotedChars;
 
 // `text` for a message: control and non-ASCII bytes escaped (\n, \xNN), at most `max` bytes of
-// the original, then "..." when cut. Never longer than about 4 * max + 3 characters.
+// the original, then "..." when cut (EscapeUserText). Never longer than about 4 * max + 3
+// characters.
 std::string Bounded(absl::string_view text, size_t max = kMaxQuoted);
 // The same, for a message that may already quote a user's text: control bytes escaped, quotes
 // kept, at most `max` bytes.
 std::string BoundedMessage(absl::string_view text, size_t max = 300);
-std::string Escape(absl::string_view text, size_t max, bool escape_quotes);
 // Bounded(text) in double quotes.
 std::string Quote(absl::string_view text, size_t max = kMaxQuoted);
 

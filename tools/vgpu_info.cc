@@ -197,10 +197,6 @@ int main(int argc, char** argv) {
     if (s == vgpu::ConfigSource::kEnvironment && by_flag) return "flag";
     return vgpu::ConfigSourceName(s);
   };
-  auto priority_src = [&](const vgpu::LogicalDevice&,
-                          const vgpu::DeviceSettingSources& so) -> absl::string_view {
-    return dsrc(so.priority, priority_flagged);
-  };
   const std::vector<vgpu::LogicalDevice*>& gpus = rt.gpus();
   if (json) {
     vgpu::JsonWriter w;
@@ -242,7 +238,7 @@ int main(int argc, char** argv) {
       w.Key("sources")
           .BeginObject()
           .Field("memory_limit", dsrc(so.memory_limit, limit_flagged))
-          .Field("priority", priority_src(*d, so))
+          .Field("priority", dsrc(so.priority, priority_flagged))
           .Field("allocator", src(so.allocator))
           .Field("allow_growth", dsrc(so.allow_growth, growth_flagged))
           .Field("sm_partition", src(so.sm_partition))
@@ -303,7 +299,7 @@ int main(int argc, char** argv) {
         "growth %s (%s)  in use %s  reserved %s  peak %s\n",
         i.name.c_str(), i.physical_ordinal, vgpu::FormatBytes(i.memory_limit).c_str(),
         std::string(dsrc(so.memory_limit, limit_flagged)).c_str(), i.priority,
-        std::string(priority_src(*d, so)).c_str(), sms.c_str(),
+        std::string(dsrc(so.priority, priority_flagged)).c_str(), sms.c_str(),
         std::string(src(so.sm_partition)).c_str(), i.allocator_kind.c_str(),
         std::string(src(so.allocator)).c_str(), config->allow_growth ? "on" : "off",
         std::string(dsrc(so.allow_growth, growth_flagged)).c_str(),

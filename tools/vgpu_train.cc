@@ -64,10 +64,8 @@ struct Devices {
 };
 
 // Which setting decided the logical GPUs there are, for the messages that count them.
+// (An empty VGPU_VISIBLE_DEVICES is refused before this is asked.)
 std::string GpuCountSource(const RuntimeConfig& c) {
-  if (c.visible_devices.has_value() && c.visible_devices->empty()) {
-    return "VGPU_VISIBLE_DEVICES is empty: no physical GPU is visible";
-  }
   if (!c.logical_devices.empty() && c.SourceOf(kSettingLogicalDevices) != ConfigSource::kApi) {
     return "set by VGPU_LOGICAL_DEVICES";
   }
@@ -376,14 +374,15 @@ int Main(int argc, char** argv) {
   }
   {
     absl::Status w = absl::OkStatus();
-    for (LogicalDevice* dev : devices->chosen) {
-      if (!f.record_trace.empty() && w.ok()) {
+    if (!f.record_trace.empty()) {
+      for (size_t i = 0; i < devices->chosen.size() && w.ok(); ++i) {
         w = CheckWritable("--record-trace",
-                          TracePath(f.record_trace, *dev, devices->chosen.size()));
+                          TracePath(f.record_trace, *devices->chosen[i], devices->chosen.size()));
       }
     }
-    if (!f.memory_history.empty() && w.ok())
+    if (w.ok() && !f.memory_history.empty()) {
       w = CheckWritable("--memory-history", f.memory_history);
+    }
     if (!w.ok()) {
       std::fprintf(stderr, "vgpu-train: %s\n", std::string(w.message()).c_str());
       return flags::kExitUsage;

@@ -23,6 +23,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "runtime/bytes.h"
+#include "runtime/file_io.h"
 #include "runtime/host/host_kernels.h"
 #include "runtime/numbers.h"
 #include "runtime/status.h"
@@ -30,6 +31,22 @@
 
 namespace vgpu {
 namespace {
+
+// Host pages: what Allocate and the memory pool round to.
+constexpr uint64_t kPage = 4096;
+
+// `x` rounded up to a multiple of `m` in *out; false when that does not fit in 64 bits (near
+// 2^64 plain rounding would wrap to a tiny size).
+bool RoundUpChecked(uint64_t x, uint64_t m, uint64_t* out) {
+  const uint64_t down = x / m * m;
+  if (down == x) {
+    *out = x;
+    return true;
+  }
+  if (down > UINT64_MAX - m) return false;
+  *out = down + m;
+  return true;
+}
 
 // ---------------------------------------------------------------------------------------------
 // Events: a generation counter. Record() bumps `recorded` now and marks `completed` when the
@@ -283,11 +300,11 @@ class HostMemoryPool : public MemoryPool {
   absl::StatusOr<void*> AllocateAsync(uint64_t bytes, Stream* stream) override {
     if (bytes == 0) return absl::InvalidArgumentError("host memory pool: AllocateAsync of 0 bytes");
     VGPU_RETURN_IF_ERROR(CheckStream(stream, "AllocateAsync"));
-    if (bytes > UINT64_MAX - (kPage - 1)) {
+    uint64_t size = 0;
+    if (!RoundUpChecked(bytes, kPage, &size)) {
       return absl::ResourceExhaustedError(
           absl::StrCat("host memory pool: out of memory allocating ", bytes, " bytes"));
     }
-    const uint64_t size = (bytes + kPage - 1) / kPage * kPage;
     {
       std::lock_guard<std::mutex> l(state_->mu);
       // Best fit, but never a block over twice the size: a small request must not pin a
@@ -349,7 +366,6 @@ class HostMemoryPool : public MemoryPool {
   }
 
  private:
-  static constexpr uint64_t kPage = 4096;
   struct State {
     std::mutex mu;
     Executor* executor = nullptr;
@@ -470,9 +486,9 @@ class HostExecutor : public Executor {
     uint64_t rounded = 0;
     // Pinned host memory is real RAM: a request past the machine's memory is refused here
     // rather than handed to malloc (which may abort under sanitizers, or overcommit).
-    static const uint64_t kHostRam = static_cast<uint64_t>(sysconf(_SC_PHYS_PAGES)) *
-                                     static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
-    if (!RoundUpChecked(bytes, 4096, &rounded) || rounded > kHostRam) {
+    // An unknown size (0) caps nothing, as before.
+    static const uint64_t kHostRam = PhysicalMemoryBytes();
+    if (!RoundUpChecked(bytes, kPage, &rounded) || (kHostRam != 0 && rounded > kHostRam)) {
       return absl::ResourceExhaustedError(absl::StrCat("HostAllocate of ", bytes,
                                                        " bytes: more than the machine's ",
                                                        FormatBytes(kHostRam), " of memory"));
@@ -647,19 +663,7 @@ class HostExecutor : public Executor {
   }
 
  private:
-  static constexpr uint64_t kPage = 4096;
   static uint64_t RoundUp(uint64_t x, uint64_t m) { return (x + m - 1) / m * m; }
-  // `x` rounded up to a multiple of `m` in *out; false when that does not fit in 64 bits.
-  static bool RoundUpChecked(uint64_t x, uint64_t m, uint64_t* out) {
-    const uint64_t down = x / m * m;
-    if (down == x) {
-      *out = x;
-      return true;
-    }
-    if (down > UINT64_MAX - m) return false;
-    *out = down + m;
-    return true;
-  }
   absl::Status OutOfMemory(uint64_t requested) const {
     return absl::ResourceExhaustedError(absl::StrCat(
         "host GPU ", ordinal_, ": out of memory allocating ", FormatBytes(requested), " (",
