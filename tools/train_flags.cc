@@ -17,7 +17,7 @@ namespace {
 
 constexpr char kUsage[] =
     "usage: vgpu-train [--strategy single|mirrored|model-parallel|central-storage]\n"
-    "  [--devices N|SPEC,SPEC...] [--epochs N] [--batch N] [--lr X] [--seed N]\n"
+    "  [--platform host|cuda|auto] [--devices N|SPEC,SPEC...] [--epochs N] [--batch N] [--lr X] [--seed N]\n"
     "  [--optimizer adam|sgd] [--data DIR] [--placement round-robin|least-loaded|\n"
     "  memory-balanced|explicit] [--layers SPEC,SPEC,SPEC] [--allreduce auto|local|\n"
     "  nccl|hierarchical|via-host] [--train-limit N] [--blas-threads N] [--compare[=BOOL]]\n"
@@ -93,6 +93,8 @@ absl::StatusOr<TrainFlags> ParseTrainFlags(const std::vector<std::string>& args,
   flags::FlagSet fs("vgpu-train", kUsage);
   fs.Enum("--strategy", &f.strategy, {"single", "mirrored", "model-parallel", "central-storage"},
           "how the model is spread over the devices")
+      .Enum("--platform", &f.platform, {"host", "cuda", "auto"},
+            "the platform (default VGPU_PLATFORM, else auto: cuda when it has a device)")
       .String("--devices", &f.devices, "N|SPEC,...", "logical GPUs: a count or specs",
               [fp](absl::string_view v) { return ParseDevices(v, *fp); })
       .Int("--epochs", &f.epochs, 1, 1000, "passes over the training set")

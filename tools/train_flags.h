@@ -27,6 +27,7 @@ inline constexpr double kMaxLearningRate = 10;
 struct TrainFlags {
   bool help = false;
   std::string strategy = "single";
+  std::string platform;  // --platform host|cuda|auto; empty: VGPU_PLATFORM, else auto
   std::string devices = "";  // as typed; count or comma-separated specs; default 1 (single) or 4
   int device_count = 0;      // --devices N (0 when specs were given or nothing)
   std::vector<std::string> device_specs;  // --devices SPEC,SPEC,...

@@ -76,7 +76,20 @@ std::string GpuCountSource(const RuntimeConfig& c) {
 }
 
 absl::StatusOr<Devices> MakeDevices(const Flags& f) {
-  VGPU_ASSIGN_OR_RETURN(Platform * platform, DefaultPlatform());
+  // --platform wins over VGPU_PLATFORM; "auto" is VGPU_PLATFORM=auto's rule.
+  Platform* platform = nullptr;
+  if (f.platform.empty()) {
+    VGPU_ASSIGN_OR_RETURN(platform, DefaultPlatform());
+  } else if (f.platform == "auto") {
+    VGPU_ASSIGN_OR_RETURN(Platform * cuda, GetPlatform("cuda"));
+    if (cuda->DeviceCount() > 0) {
+      platform = cuda;
+    } else {
+      VGPU_ASSIGN_OR_RETURN(platform, GetPlatform("host"));
+    }
+  } else {
+    VGPU_ASSIGN_OR_RETURN(platform, GetPlatform(f.platform));
+  }
   if (platform->DeviceCount() == 0) {
     return absl::FailedPreconditionError(
         absl::StrCat("platform ", platform->name(), " has no devices: ", platform->Summary()));
@@ -464,7 +477,8 @@ int Main(int argc, char** argv) {
       .Field("samples_per_s", r->samples_per_s)
       .Field("peak_bytes", r->peak_bytes)
       .Field("train_loss", r->train_loss)
-      .Field("optimizer", f.optimizer);
+      .Field("optimizer", f.optimizer)
+      .Field("platform", devices->runtime->platform()->name());
   if (single) {
     j.Field("single_samples_per_s", single->samples_per_s)
         .Field("speedup_vs_single",
