@@ -9,6 +9,8 @@
 //   // addresses differ from Make's (a different fake base address), for the foreign-pointer
 //   // test. Real-memory types get a second Make().
 //   static std::unique_ptr<Allocator> MakeOther(uint64_t limit);
+//   // Optional: false when the type cannot run here (no GPU); the tests then skip.
+//   static bool Available();
 // and instantiate the suite in your own test file:
 //   using MyTypes = ::testing::Types<MyAllocatorType>;
 //   INSTANTIATE_TYPED_TEST_SUITE_P(Mine, AllocatorConformance, MyTypes);
@@ -36,6 +38,9 @@ template <typename T>
 class AllocatorConformance : public ::testing::Test {
  protected:
   void SetUp() override {
+    if constexpr (requires { T::Available(); }) {
+      if (!T::Available()) GTEST_SKIP() << "not available on this machine (no GPU)";
+    }
     allocator_ = T::Make(kConformanceLimit);
     ASSERT_NE(allocator_, nullptr);
   }
