@@ -180,7 +180,11 @@ class Executor {
   virtual absl::StatusOr<std::vector<int>> PartitionSms(absl::Span<const int> sm_counts) = 0;
   virtual absl::StatusOr<std::unique_ptr<Stream>> CreateStream(const StreamOptions& options) = 0;
   virtual absl::StatusOr<std::unique_ptr<Event>> CreateEvent() = 0;
+  // Whether the hardware lets this device address `other`'s memory directly (capable).
   virtual bool CanAccessPeer(const Executor& other) const = 0;
+  // Whether that access is also enabled now (cuda: cuCtxEnablePeerAccess, done by the platform
+  // for every capable pair at start). Platforms with nothing to enable: CanAccessPeer.
+  virtual bool PeerAccessEnabled(const Executor& other) const { return CanAccessPeer(other); }
 
   virtual absl::StatusOr<Blas*> GetBlas() = 0;
   virtual absl::StatusOr<Kernels*> GetKernels() = 0;

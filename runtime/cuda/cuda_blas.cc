@@ -1,6 +1,9 @@
 // cuBLAS for the cuda platform, loaded with dlopen on the first Executor::GetBlas() (never
-// linked). One handle per executor, created in its primary context; a handle is not
-// thread-safe, so cublasSetStream + the call run under the executor's BLAS mutex.
+// linked). One handle per context a stream runs in (the primary context, and each green
+// context of an SM partition: a handle belongs to the context it was created in), made on
+// first use; a handle is not thread-safe, so cublasSetStream + the call run under the BLAS
+// mutex.
+#include <map>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -65,10 +68,19 @@ cublasOperation_t Op(Transpose t) { return t == Transpose::kYes ? CUBLAS_OP_T : 
 
 class CudaBlas : public Blas {
  public:
-  CudaBlas(CudaExecutor* executor, const CublasApi* api, cublasHandle_t handle)
-      : executor_(executor), api_(api), handle_(handle) {}
+  CudaBlas(CudaExecutor* executor, const CublasApi* api) : executor_(executor), api_(api) {}
   ~CudaBlas() override {
-    if (executor_->Activate().ok()) api_->destroy(handle_);
+    std::lock_guard<std::mutex> l(mu_);
+    for (auto& [key, entry] : handles_) {
+      ScopedContext scope(executor_->driver(), entry.context);
+      if (scope.status().ok()) api_->destroy(entry.handle);
+    }
+  }
+
+  // The primary context's handle, made now so that a missing or broken cuBLAS fails GetBlas.
+  absl::Status Init() {
+    std::lock_guard<std::mutex> l(mu_);
+    return HandleLocked({0, -1}, executor_->context()).status();
   }
 
   absl::Status Sgemm(Stream* stream, Transpose trans_a, Transpose trans_b, int m, int n, int k,
@@ -95,6 +107,26 @@ class CudaBlas : public Blas {
   }
 
  private:
+  // (partition generation, SM partition): -1 is the primary context, as for kernel modules.
+  using Key = std::pair<uint64_t, int>;
+  struct Entry {
+    CUcontext context = nullptr;
+    cublasHandle_t handle = nullptr;
+  };
+
+  absl::StatusOr<cublasHandle_t> HandleLocked(Key key, CUcontext ctx) {
+    auto it = handles_.find(key);
+    if (it != handles_.end()) return it->second.handle;
+    VGPU_CUDA_SCOPE(executor_->driver(), ctx);
+    cublasHandle_t handle = nullptr;
+    VGPU_RETURN_IF_ERROR(ToStatus(
+        api_->create(&handle),
+        absl::StrCat(executor_->label(), ": cublasCreate", key.second < 0 ? "" : " in SM partition ",
+                     key.second < 0 ? "" : absl::StrCat(key.second), " (", api_->library, ")")));
+    handles_[key] = Entry{ctx, handle};
+    return handle;
+  }
+
   template <typename F>
   absl::Status Run(Stream* stream, const char* what, F call) {
     CudaStream* s = AsCudaStream(stream);
@@ -102,29 +134,29 @@ class CudaBlas : public Blas {
       return absl::InvalidArgumentError(
           absl::StrCat(what, ": the stream does not belong to ", executor_->label()));
     }
+    VGPU_CUDA_SCOPE(executor_->driver(), s->context());
     VGPU_RETURN_IF_ERROR(s->Begin());
     std::lock_guard<std::mutex> l(mu_);
-    VGPU_RETURN_IF_ERROR(ToStatus(api_->set_stream(handle_, s->handle()),
+    const Key key{s->sm_partition() < 0 ? 0 : s->generation(), s->sm_partition()};
+    VGPU_ASSIGN_OR_RETURN(cublasHandle_t handle, HandleLocked(key, s->context()));
+    VGPU_RETURN_IF_ERROR(ToStatus(api_->set_stream(handle, s->handle()),
                                   absl::StrCat(executor_->label(), ": cublasSetStream")));
-    return ToStatus(call(handle_), absl::StrCat(executor_->label(), ": ", what));
+    return ToStatus(call(handle), absl::StrCat(executor_->label(), ": ", what));
   }
 
   CudaExecutor* executor_;
   const CublasApi* api_;
-  cublasHandle_t handle_;
   std::mutex mu_;
+  std::map<Key, Entry> handles_;
 };
 
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Blas>> CreateCudaBlas(CudaExecutor* executor) {
   VGPU_ASSIGN_OR_RETURN(const CublasApi* api, LoadCublas());
-  VGPU_RETURN_IF_ERROR(executor->Activate());
-  cublasHandle_t handle = nullptr;
-  VGPU_RETURN_IF_ERROR(
-      ToStatus(api->create(&handle),
-               absl::StrCat(executor->label(), ": cublasCreate (", api->library, ")")));
-  return std::unique_ptr<Blas>(std::make_unique<CudaBlas>(executor, api, handle));
+  auto blas = std::make_unique<CudaBlas>(executor, api);
+  VGPU_RETURN_IF_ERROR(blas->Init());
+  return std::unique_ptr<Blas>(std::move(blas));
 }
 
 }  // namespace vgpu::cuda

@@ -27,6 +27,11 @@ namespace vgpu::cuda {
 inline constexpr char kDriverLibraryEnv[] = "VGPU_CUDA_DRIVER_LIBRARY";
 inline constexpr char kDefaultDriverLibrary[] = "libcuda.so.1";
 
+// The oldest driver the platform runs on: cuGetProcAddress_v2 (how every entry point is
+// loaded) is 12.0's, and every required entry point's ABI version below is older. Checked with
+// cuDriverGetVersion in CudaPlatform::Init.
+inline constexpr int kMinimumDriverVersion = 12000;
+
 // X(name, version): every required entry point and the ABI version of its PFN type.
 #define VGPU_CUDA_REQUIRED_FUNCTIONS(X) \
   X(cuInit, 2000)                       \
@@ -42,6 +47,10 @@ inline constexpr char kDefaultDriverLibrary[] = "libcuda.so.1";
   X(cuDevicePrimaryCtxRelease, 11000)   \
   X(cuCtxSetCurrent, 4000)              \
   X(cuCtxGetCurrent, 4000)              \
+  X(cuCtxPushCurrent, 4000)             \
+  X(cuCtxPopCurrent, 4000)              \
+  X(cuCtxEnablePeerAccess, 4000)        \
+  X(cuCtxDisablePeerAccess, 4000)       \
   X(cuCtxGetStreamPriorityRange, 5050)  \
   X(cuMemGetInfo, 3020)                 \
   X(cuMemAlloc, 3020)                   \
@@ -53,6 +62,7 @@ inline constexpr char kDefaultDriverLibrary[] = "libcuda.so.1";
   X(cuStreamCreateWithPriority, 5050)   \
   X(cuStreamDestroy, 4000)              \
   X(cuStreamSynchronize, 2000)          \
+  X(cuStreamQuery, 2000)                \
   X(cuStreamWaitEvent, 3020)            \
   X(cuLaunchHostFunc, 10000)            \
   X(cuEventCreate, 2000)                \
