@@ -44,6 +44,14 @@ struct PhysicalDeviceInfo {
   // Executor::Allocate takes sizes rounded up to a multiple of this from the card (a page on
   // the host platform), so configuration checks count what the platform really takes.
   uint64_t allocation_granularity = 4096;
+  // Memory the platform's own runtime needs outside any allocator (CUDA context, loaded
+  // modules, library state): with no reserve set, the default "all free memory" limit leaves
+  // this much free. 0 on the host platform.
+  uint64_t default_reserve = 0;
+  // SM partition rules (green contexts): the smallest partition and the multiple every
+  // partition is rounded up to; 0 when the device cannot partition its SMs.
+  int sm_partition_min = 0;
+  int sm_partition_alignment = 0;
 };
 
 class Event {

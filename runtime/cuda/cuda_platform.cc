@@ -28,6 +28,14 @@ std::string FormatUuid(const CUuuid& uuid) {
                       hex.substr(16, 4), "-", hex.substr(20, 12));
 }
 
+// The memory left free for the CUDA context, the kernels' module and the libraries' own state
+// when the user sets no reserve: max(512 MiB, 5% of the card), as TensorFlow keeps about
+// max(300 MiB, 5%); 512 MiB covers a CUDA 12 context with its module on Hopper. At most half
+// of a (small) card, so that small simulated devices still get a logical device.
+uint64_t DefaultReserve(uint64_t total) {
+  return std::min(std::max<uint64_t>(uint64_t{512} << 20, total / 20), total / 2);
+}
+
 std::string VersionString(int v) { return absl::StrCat(v / 1000, ".", (v % 1000) / 10); }
 
 thread_local bool t_in_host_callback = false;
@@ -465,6 +473,14 @@ absl::StatusOr<PhysicalDeviceInfo> CudaExecutor::Describe() {
   info.total_bytes = total_bytes;
   info.free_bytes = free_bytes;
   info.vmm_granularity = vmm_supported_ ? vmm_granularity_ : 0;
+  info.default_reserve = DefaultReserve(total_bytes);
+  if (d.HasGreenContexts()) {
+    CUdevResource whole = {};
+    if (d.cuDeviceGetDevResource(device_, &whole, CU_DEV_RESOURCE_TYPE_SM) == CUDA_SUCCESS) {
+      info.sm_partition_min = std::max(1, static_cast<int>(whole.sm.minSmPartitionSize));
+      info.sm_partition_alignment = std::max(1, static_cast<int>(whole.sm.smCoscheduledAlignment));
+    }
+  }
   return info;
 }
 
