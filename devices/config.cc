@@ -567,13 +567,13 @@ absl::StatusOr<std::vector<ResolvedLogicalDevice>> ResolveLogicalDevices(
       // All of the free memory but the reserve, as TensorFlow does by default. With no
       // reserve set, the platform's default reserve (cuda: room for the context, module and
       // libraries, see PhysicalDeviceInfo::default_reserve) stays free.
-      const bool reserve_set =
-          config.SourceOf(kSettingReservedMemory) != ConfigSource::kDefault;
+      const bool reserve_set = config.SourceOf(kSettingReservedMemory) != ConfigSource::kDefault;
       const uint64_t kept = reserve_set ? config.reserved_memory : info.default_reserve;
       if (info.free_bytes <= kept) {
         return absl::ResourceExhaustedError(absl::StrCat(
             dev, ": only ", FormatBytes(info.free_bytes), " free, not more than the reserve ",
-            FormatBytes(kept), reserve_set ? "" : " (the platform's default)", "; lower VGPU_RESERVED_MEMORY or free memory on the card"));
+            FormatBytes(kept), reserve_set ? "" : " (the platform's default)",
+            "; lower VGPU_RESERVED_MEMORY or free memory on the card"));
       }
       ResolvedLogicalDevice r;
       r.physical_ordinal = o;
@@ -651,10 +651,10 @@ absl::StatusOr<std::vector<ResolvedLogicalDevice>> ResolveLogicalDevices(
         const bool rounds = rounded != std::vector<int64_t>(counts.begin(), counts.end());
         return absl::InvalidArgumentError(absl::StrCat(
             dev, ": SM partitions ", absl::StrJoin(counts, "+"),
-            rounds ? absl::StrCat(", rounded to the device's minimum partition of ", min_sms,
-                                  " SMs and multiple of ", align, " as ",
-                                  absl::StrJoin(rounded, "+"))
-                   : std::string(),
+            rounds
+                ? absl::StrCat(", rounded to the device's minimum partition of ", min_sms,
+                               " SMs and multiple of ", align, " as ", absl::StrJoin(rounded, "+"))
+                : std::string(),
             " = ", sm_sum, " exceed its ", info.sm_count, " SMs; shrink VGPU_SM_PARTITION"));
       }
     }

@@ -121,7 +121,8 @@ class CudaBlas : public Blas {
     cublasHandle_t handle = nullptr;
     VGPU_RETURN_IF_ERROR(ToStatus(
         api_->create(&handle),
-        absl::StrCat(executor_->label(), ": cublasCreate", key.second < 0 ? "" : " in SM partition ",
+        absl::StrCat(executor_->label(), ": cublasCreate",
+                     key.second < 0 ? "" : " in SM partition ",
                      key.second < 0 ? "" : absl::StrCat(key.second), " (", api_->library, ")")));
     handles_[key] = Entry{ctx, handle};
     return handle;

@@ -12,9 +12,9 @@
 #define VGPU_RUNTIME_CUDA_CUDA_EXECUTOR_H_
 
 #include <array>
-#include <functional>
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -56,7 +56,7 @@ class ScopedContext {
 #define VGPU_CUDA_CONCAT_INNER_(a, b) a##b
 #define VGPU_CUDA_CONCAT_(a, b) VGPU_CUDA_CONCAT_INNER_(a, b)
 // Enters `ctx` for the rest of the enclosing block; returns its error from the function.
-#define VGPU_CUDA_SCOPE(driver, ctx)                                                   \
+#define VGPU_CUDA_SCOPE(driver, ctx)                                                      \
   ::vgpu::cuda::ScopedContext VGPU_CUDA_CONCAT_(vgpu_cuda_scope_, __LINE__)(driver, ctx); \
   VGPU_RETURN_IF_ERROR(VGPU_CUDA_CONCAT_(vgpu_cuda_scope_, __LINE__).status())
 

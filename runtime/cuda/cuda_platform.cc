@@ -1195,8 +1195,8 @@ void CudaPlatform::EnablePeerAccess() {
       if (r == CUDA_SUCCESS || r == CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED) {
         from->SetPeerAccessEnabled(static_cast<int>(to->device()));
       } else {
-        peer_errors_.push_back(absl::StrCat(from->ordinal(), "->", to->ordinal(), ": ",
-                                            CuResultName(r)));
+        peer_errors_.push_back(
+            absl::StrCat(from->ordinal(), "->", to->ordinal(), ": ", CuResultName(r)));
       }
     }
   }
@@ -1208,10 +1208,9 @@ std::string CudaPlatform::Summary() const {
                       driver_->driver_version, ", ", driver_->library, "), ", executors_.size(),
                       " device(s), kernels fatbin sm_90 + compute_80 PTX, green contexts ",
                       driver_->HasGreenContexts() ? "available" : "unavailable",
-                      peer_errors_.empty()
-                          ? std::string()
-                          : absl::StrCat(", peer access not enabled for ",
-                                         absl::StrJoin(peer_errors_, ", ")));
+                      peer_errors_.empty() ? std::string()
+                                           : absl::StrCat(", peer access not enabled for ",
+                                                          absl::StrJoin(peer_errors_, ", ")));
 }
 
 absl::StatusOr<PhysicalDeviceInfo> CudaPlatform::Describe(int ordinal) {
