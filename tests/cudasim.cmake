@@ -15,3 +15,21 @@ if(_vgpu_cudasim_cuda_built AND NOT TARGET vgpu_cudasim_cublas
   endforeach()
   target_link_libraries(vgpu_cudasim_cublas PRIVATE ${OpenBLAS_LIBRARIES})
 endif()
+
+# --- h2: call_log_test (the call log's formatting needs no CUDA; its driver part runs on the
+# fake libcuda, its cuBLAS/NCCL part on the simulator when built) ---
+if(TARGET call_log_test)
+  if(_vgpu_cudasim_cuda_built)
+    target_include_directories(call_log_test PRIVATE ${VGPU_CUDA_INCLUDE_DIR})
+    target_compile_definitions(call_log_test PRIVATE VGPU_HAVE_CUDA=1)
+    if(TARGET vgpu_fake_libcuda)
+      add_dependencies(call_log_test vgpu_fake_libcuda)
+      target_compile_definitions(call_log_test
+        PRIVATE VGPU_FAKE_LIBCUDA="$<TARGET_FILE:vgpu_fake_libcuda>")
+    endif()
+  else()
+    # The library has no runtime/cuda sources in this build: compile the log's own.
+    target_sources(call_log_test PRIVATE ${PROJECT_SOURCE_DIR}/runtime/cuda/call_log.cc)
+    target_compile_definitions(call_log_test PRIVATE VGPU_HAVE_CUDA=0)
+  endif()
+endif()
