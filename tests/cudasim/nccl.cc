@@ -27,7 +27,7 @@
 //   same collective, deadlocks on a real NCCL; here it is ncclInvalidUsage, and the ranks
 //   already enqueued skip the operation.
 // - A barrier or an init rendezvous still incomplete after VGPU_CUDASIM_NCCL_TIMEOUT_S
-//   (default 120) seconds is reported on stderr and fails (CUDA_ERROR_LAUNCH_TIMEOUT on the
+//   (default 60) seconds is reported on stderr and fails (CUDA_ERROR_LAUNCH_TIMEOUT on the
 //   stream; ncclSystemError for init) instead of hanging CI.
 // - Every entry point called from a cuLaunchHostFunc callback returns ncclInvalidUsage.
 // - Types: int8, uint8, int32, uint32, int64, uint64, float32, float64 (half and bfloat16
@@ -127,13 +127,14 @@ struct Instance {
   std::vector<bool> enqueued;                // by rank, on the host
   std::vector<std::thread::id> enqueued_by;  // by rank, for the ungrouped-deadlock check
   std::vector<bool> ungrouped;               // by rank
-  std::vector<const uint8_t*> send;          // host views, filled on the stream threads
-  std::vector<uint8_t*> recv;
+  // What each rank's stream held when it reached the collective (its send buffer), and
+  // whether it got there yet.
+  std::vector<std::vector<uint8_t>> inputs;
+  std::vector<bool> arrived_by;
   int arrived = 0;
-  int left = 0;  // ranks whose work has not yet returned
-  bool done = false;
+  int left = 0;  // ranks whose output step has not yet run
   bool aborted = false;
-  CUresult result = CUDA_SUCCESS;
+  bool timed_out = false;
 };
 
 struct Clique {
@@ -163,7 +164,7 @@ std::chrono::seconds Timeout() {
   static const int seconds = [] {
     const char* e = std::getenv("VGPU_CUDASIM_NCCL_TIMEOUT_S");
     int v = e != nullptr ? std::atoi(e) : 0;
-    return v > 0 ? v : 120;
+    return v > 0 ? v : 60;
   }();
   return std::chrono::seconds(seconds);
 }
@@ -358,9 +359,7 @@ void DestroyLocked(Comm* c) {
   if (c->charged != 0) ReleaseDeviceMemory(c->device, c->charged);
   c->charged = 0;
   std::vector<std::shared_ptr<Instance>> pending;
-  for (auto& [seq, inst] : c->clique->instances) {
-    if (!inst->done) pending.push_back(inst);
-  }
+  for (auto& [seq, inst] : c->clique->instances) pending.push_back(inst);
   for (const auto& inst : pending) {
     Trace("nccl: collective aborted: a rank's communicator was destroyed");
     AbortInstance(inst);
@@ -419,44 +418,27 @@ void Reduce(ncclDataType_t type, const std::vector<const uint8_t*>& in, size_t o
   }
 }
 
-// Runs on the last rank's stream thread to reach the barrier: every rank's inputs are read
-// into temporaries first, so in-place collectives see their inputs intact.
-void Compute(Instance& in) {
-  const size_t es = TypeSize(in.type);
-  const size_t bytes = in.count * es;
-  const int n = in.nranks;
+// Writes rank `rank`'s output from every rank's input (all have arrived).
+void ComputeFor(const Instance& in, int rank, uint8_t* out) {
+  const size_t bytes = in.count * TypeSize(in.type);
+  std::vector<const uint8_t*> inputs;
+  for (const std::vector<uint8_t>& v : in.inputs) inputs.push_back(v.data());
   switch (in.kind) {
-    case Kind::kAllReduce: {
-      std::vector<uint8_t> result(bytes);
-      Reduce(in.type, in.send, 0, in.count, in.op, result.data());
-      for (int r = 0; r < n; ++r) std::memcpy(in.recv[r], result.data(), bytes);
+    case Kind::kAllReduce:
+      Reduce(in.type, inputs, 0, in.count, in.op, out);
       break;
-    }
-    case Kind::kReduce: {
-      std::vector<uint8_t> result(bytes);
-      Reduce(in.type, in.send, 0, in.count, in.op, result.data());
-      std::memcpy(in.recv[in.root], result.data(), bytes);
+    case Kind::kReduce:
+      if (rank == in.root) Reduce(in.type, inputs, 0, in.count, in.op, out);
       break;
-    }
-    case Kind::kReduceScatter: {
-      std::vector<std::vector<uint8_t>> result(n, std::vector<uint8_t>(bytes));
-      for (int r = 0; r < n; ++r) {
-        Reduce(in.type, in.send, r * in.count, in.count, in.op, result[r].data());
-      }
-      for (int r = 0; r < n; ++r) std::memcpy(in.recv[r], result[r].data(), bytes);
+    case Kind::kReduceScatter:
+      Reduce(in.type, inputs, rank * in.count, in.count, in.op, out);
       break;
-    }
-    case Kind::kAllGather: {
-      std::vector<uint8_t> gathered(bytes * n);
-      for (int r = 0; r < n; ++r) std::memcpy(gathered.data() + r * bytes, in.send[r], bytes);
-      for (int r = 0; r < n; ++r) std::memcpy(in.recv[r], gathered.data(), bytes * n);
+    case Kind::kAllGather:
+      for (int r = 0; r < in.nranks; ++r) std::memcpy(out + r * bytes, inputs[r], bytes);
       break;
-    }
-    case Kind::kBroadcast: {
-      std::vector<uint8_t> data(in.send[in.root], in.send[in.root] + bytes);
-      for (int r = 0; r < n; ++r) std::memcpy(in.recv[r], data.data(), bytes);
+    case Kind::kBroadcast:
+      std::memcpy(out, inputs[in.root], bytes);
       break;
-    }
   }
 }
 
@@ -488,42 +470,66 @@ void BufferBytes(Kind kind, size_t count, size_t es, int nranks, int rank, int r
   }
 }
 
-// The rank's work on its stream: publish its buffers, meet the other ranks, and let the last
-// one to arrive compute for all.
-Work RankWork(std::shared_ptr<Instance> inst, int rank, const void* send, void* recv,
-              uint64_t send_bytes, uint64_t recv_bytes) {
-  return [inst, rank, send, recv, send_bytes, recv_bytes](const WorkContext& ctx) -> CUresult {
-    const uint8_t* s =
-        send_bytes != 0 ? static_cast<const uint8_t*>(ctx.host(reinterpret_cast<CUdeviceptr>(send)))
-                        : nullptr;
-    uint8_t* r = recv_bytes != 0
-                     ? static_cast<uint8_t*>(ctx.host(reinterpret_cast<CUdeviceptr>(recv)))
-                     : nullptr;
-    std::unique_lock<std::mutex> lock(S().mu);
-    inst->send[rank] = s;
-    inst->recv[rank] = r;
-    if (++inst->arrived == inst->nranks && !inst->aborted) {
-      Compute(*inst);
-      inst->done = true;
-      S().cv.notify_all();
-    } else if (!S().cv.wait_for(lock, Timeout(), [&] { return inst->done || inst->aborted; })) {
-      std::string missing;
-      for (int i = 0; i < inst->nranks; ++i) {
-        if (inst->send[i] == nullptr && inst->recv[i] == nullptr) {
-          missing += " " + std::to_string(i);
-        }
-      }
-      std::fprintf(stderr,
-                   "cudasim NCCL: %s rank %d waited %llds for ranks%s to reach the collective "
-                   "on their streams (a deadlock on a real GPU)\n",
-                   KindName(inst->kind), rank, static_cast<long long>(Timeout().count()),
-                   missing.c_str());
-      AbortInstance(inst);
-      return CUDA_ERROR_LAUNCH_TIMEOUT;
+// A rank's part of a collective is three steps on its stream, so that no work body blocks
+// (the driver runs work bodies one at a time): (1) work that takes the rank's input as its
+// stream has it now; (2) a host function, which may block, waiting until every rank took its
+// input; (3) work that writes the rank's output from all the inputs. Inputs are copies, so
+// in-place collectives read them intact.
+Work ArriveWork(std::shared_ptr<Instance> inst, int rank, const void* send, uint64_t send_bytes) {
+  return [inst, rank, send, send_bytes](const WorkContext& ctx) -> CUresult {
+    std::vector<uint8_t> input;
+    if (send_bytes != 0) {
+      const auto* p = static_cast<const uint8_t*>(ctx.host(reinterpret_cast<CUdeviceptr>(send)));
+      input.assign(p, p + send_bytes);
     }
-    if (inst->aborted && !inst->done) {
+    std::lock_guard<std::mutex> l(S().mu);
+    inst->inputs[rank] = std::move(input);
+    inst->arrived_by[rank] = true;
+    ++inst->arrived;
+    S().cv.notify_all();
+    return CUDA_SUCCESS;
+  };
+}
+
+struct BarrierArgs {
+  std::shared_ptr<Instance> inst;
+  int rank;
+};
+
+void CUDA_CB Barrier(void* data) {
+  std::unique_ptr<BarrierArgs> args(static_cast<BarrierArgs*>(data));
+  Instance* inst = args->inst.get();
+  std::unique_lock<std::mutex> lock(S().mu);
+  if (S().cv.wait_for(lock, Timeout(),
+                      [&] { return inst->arrived == inst->nranks || inst->aborted; })) {
+    return;
+  }
+  std::string missing;
+  for (int i = 0; i < inst->nranks; ++i) {
+    if (!inst->arrived_by[i]) missing += " " + std::to_string(i);
+  }
+  std::fprintf(stderr,
+               "cudasim NCCL: %s rank %d waited %llds for ranks%s to reach the collective on "
+               "their streams (a hang on a real GPU)\n",
+               KindName(inst->kind), args->rank, static_cast<long long>(Timeout().count()),
+               missing.c_str());
+  inst->timed_out = true;
+  AbortInstance(args->inst);
+}
+
+Work OutputWork(std::shared_ptr<Instance> inst, int rank, void* recv, uint64_t recv_bytes) {
+  return [inst, rank, recv, recv_bytes](const WorkContext& ctx) -> CUresult {
+    uint8_t* out = recv_bytes != 0
+                       ? static_cast<uint8_t*>(ctx.host(reinterpret_cast<CUdeviceptr>(recv)))
+                       : nullptr;
+    std::lock_guard<std::mutex> l(S().mu);
+    CUresult result = CUDA_SUCCESS;
+    if (inst->aborted) {
       Trace(std::string("nccl: ") + KindName(inst->kind) + " rank " + std::to_string(rank) +
             " skipped (collective aborted)");
+      if (inst->timed_out) result = CUDA_ERROR_LAUNCH_TIMEOUT;
+    } else if (out != nullptr) {
+      ComputeFor(*inst, rank, out);
     }
     if (--inst->left == 0) {
       auto it = inst->clique->instances.find(inst->seq);
@@ -531,13 +537,13 @@ Work RankWork(std::shared_ptr<Instance> inst, int rank, const void* send, void* 
         inst->clique->instances.erase(it);
       }
     }
-    return CUDA_SUCCESS;
+    return result;
   };
 }
 
 // Enqueues with the stream's context current, as NCCL switches to the comm's device itself.
-CUresult EnqueueInStreamContext(CUstream stream, int device, std::vector<Access> accesses,
-                                Work work, const char* what) {
+template <typename F>
+CUresult InStreamContext(CUstream stream, int device, F enqueue) {
   using GetCtx = CUresult (*)(CUstream, CUcontext*);
   using Push = CUresult (*)(CUcontext);
   using Pop = CUresult (*)(CUcontext*);
@@ -549,9 +555,7 @@ CUresult EnqueueInStreamContext(CUstream stream, int device, std::vector<Access>
   static Retain retain = DriverFunction<Retain>("cuDevicePrimaryCtxRetain", 7000);
   static Release release = DriverFunction<Release>("cuDevicePrimaryCtxRelease", 11000);
   int current = -1;
-  if (CurrentDevice(&current) == CUDA_SUCCESS && current == device) {
-    return Enqueue(stream, std::move(accesses), std::move(work), what);
-  }
+  if (CurrentDevice(&current) == CUDA_SUCCESS && current == device) return enqueue();
   if (push == nullptr || pop == nullptr) return CUDA_ERROR_NOT_SUPPORTED;
   CUcontext ctx = nullptr;
   bool retained = false;
@@ -564,19 +568,12 @@ CUresult EnqueueInStreamContext(CUstream stream, int device, std::vector<Access>
   }
   CUresult r = push(ctx);
   if (r == CUDA_SUCCESS) {
-    r = Enqueue(stream, std::move(accesses), std::move(work), what);
+    r = enqueue();
     CUcontext popped = nullptr;
     pop(&popped);
   }
   if (retained && release != nullptr) release(device);
   return r;
-}
-
-ncclResult_t FromCuda(CUresult r, const char* what) {
-  if (r == CUDA_SUCCESS) return ncclSuccess;
-  std::lock_guard<std::mutex> l(S().mu);
-  Warn(std::string(what) + ": Cuda failure " + std::to_string(static_cast<int>(r)));
-  return ncclUnhandledCudaError;
 }
 
 // Argument checks at the call, as NCCL's ArgsCheck. Caller holds S().mu.
@@ -657,8 +654,8 @@ ncclResult_t EnqueueOp(const GroupState::Op& o, bool grouped) {
       inst->enqueued.assign(c->nranks, false);
       inst->enqueued_by.assign(c->nranks, std::thread::id());
       inst->ungrouped.assign(c->nranks, false);
-      inst->send.assign(c->nranks, nullptr);
-      inst->recv.assign(c->nranks, nullptr);
+      inst->inputs.assign(c->nranks, {});
+      inst->arrived_by.assign(c->nranks, false);
       inst->left = c->nranks;
       q->instances[seq] = inst;
     } else {
@@ -697,16 +694,26 @@ ncclResult_t EnqueueOp(const GroupState::Op& o, bool grouped) {
     inst->ungrouped[c->rank] = !grouped;
     ++c->next_seq;
   }
-  std::vector<Access> accesses;
-  if (send_bytes != 0) {
-    accesses.push_back({reinterpret_cast<CUdeviceptr>(o.send), send_bytes, false});
-  }
-  if (recv_bytes != 0) {
-    accesses.push_back({reinterpret_cast<CUdeviceptr>(o.recv), recv_bytes, true});
-  }
-  Work work = RankWork(inst, o.comm->rank, o.send, o.recv, send_bytes, recv_bytes);
-  CUresult r =
-      EnqueueInStreamContext(o.stream, o.comm->device, std::move(accesses), std::move(work), what);
+  using LaunchHostFunc = CUresult (*)(CUstream, CUhostFn, void*);
+  static LaunchHostFunc launch_host_func =
+      DriverFunction<LaunchHostFunc>("cuLaunchHostFunc", 10000);
+  const int rank = o.comm->rank;
+  CUresult r = InStreamContext(o.stream, o.comm->device, [&]() -> CUresult {
+    std::vector<Access> in;
+    if (send_bytes != 0) in.push_back({reinterpret_cast<CUdeviceptr>(o.send), send_bytes, false});
+    CUresult e = Enqueue(o.stream, std::move(in), ArriveWork(inst, rank, o.send, send_bytes), what);
+    if (e != CUDA_SUCCESS) return e;
+    if (launch_host_func == nullptr) return CUDA_ERROR_NOT_SUPPORTED;
+    auto* args = new BarrierArgs{inst, rank};
+    e = launch_host_func(o.stream, &Barrier, args);
+    if (e != CUDA_SUCCESS) {
+      delete args;
+      return e;
+    }
+    std::vector<Access> out;
+    if (recv_bytes != 0) out.push_back({reinterpret_cast<CUdeviceptr>(o.recv), recv_bytes, true});
+    return Enqueue(o.stream, std::move(out), OutputWork(inst, rank, o.recv, recv_bytes), what);
+  });
   if (r != CUDA_SUCCESS) {
     std::lock_guard<std::mutex> l(S().mu);
     AbortInstance(inst);  // the other ranks would wait for this one forever
