@@ -55,3 +55,43 @@ if(_vgpu_sim_cuda_built)
 elseif(TARGET cudasim_test)
   target_compile_definitions(cudasim_test PRIVATE VGPU_HAVE_CUDA=0)
 endif()
+
+# --- h2: call_log_test and cudasim_libs_test ---
+# call_log_test: the call log's formatting needs no CUDA; its driver part runs on the fake
+# libcuda, its cuBLAS/NCCL part on the simulator. cudasim_libs_test drives the simulator's
+# cuBLAS and NCCL libraries directly through dlopen.
+get_property(_vgpu_h2_cuda_built GLOBAL PROPERTY VGPU_CUDA_BACKEND_BUILT)
+if(TARGET call_log_test)
+  if(_vgpu_h2_cuda_built)
+    target_include_directories(call_log_test PRIVATE ${VGPU_CUDA_INCLUDE_DIR})
+    target_compile_definitions(call_log_test PRIVATE VGPU_HAVE_CUDA=1)
+    if(TARGET vgpu_fake_libcuda)
+      add_dependencies(call_log_test vgpu_fake_libcuda)
+      target_compile_definitions(call_log_test
+        PRIVATE VGPU_FAKE_LIBCUDA="$<TARGET_FILE:vgpu_fake_libcuda>")
+    endif()
+    if(TARGET vgpu_cudasim)
+      add_dependencies(call_log_test vgpu_cudasim)
+      target_compile_definitions(call_log_test
+        PRIVATE VGPU_CUDASIM_LIBDIR="${PROJECT_BINARY_DIR}/cudasim/lib")
+    endif()
+  else()
+    # The library has no runtime/cuda sources in this build: compile the log's own.
+    target_sources(call_log_test PRIVATE ${PROJECT_SOURCE_DIR}/runtime/cuda/call_log.cc)
+    target_compile_definitions(call_log_test PRIVATE VGPU_HAVE_CUDA=0)
+  endif()
+  set_property(TEST call_log_test APPEND PROPERTY LABELS cudasim)
+endif()
+if(TARGET cudasim_libs_test)
+  if(_vgpu_h2_cuda_built AND TARGET vgpu_cudasim)
+    add_dependencies(cudasim_libs_test vgpu_cudasim)
+    target_include_directories(cudasim_libs_test PRIVATE ${VGPU_CUDA_INCLUDE_DIR}
+                                                         ${OpenBLAS_INCLUDE_DIRS})
+    target_compile_definitions(cudasim_libs_test PRIVATE VGPU_HAVE_CUDA=1
+      VGPU_CUDASIM_LIBDIR="${PROJECT_BINARY_DIR}/cudasim/lib")
+    target_link_libraries(cudasim_libs_test PRIVATE ${CMAKE_DL_LIBS} ${OpenBLAS_LIBRARIES})
+  else()
+    target_compile_definitions(cudasim_libs_test PRIVATE VGPU_HAVE_CUDA=0)
+  endif()
+  set_property(TEST cudasim_libs_test APPEND PROPERTY LABELS cudasim)
+endif()

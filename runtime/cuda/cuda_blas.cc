@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "runtime/cuda/call_log.h"
 #include "runtime/cuda/cuda_executor.h"
 #include "runtime/cuda/dynamic_library.h"
 #include "runtime/status.h"
@@ -19,24 +20,37 @@ namespace {
 
 // Environment variable naming the cuBLAS library (default: libcublas.so.13, then .12).
 constexpr char kCublasLibraryEnv[] = "VGPU_CUBLAS_LIBRARY";
+// The oldest cuBLAS whose API and behaviour we rely on (cublasSetWorkspace_v2 with the
+// per-stream workspace rules of cuBLAS 12), as CUBLAS_VERSION encodes it.
+constexpr int kMinCublasVersion = 120000;
 
 struct CublasApi {
   decltype(&cublasCreate_v2) create = nullptr;
   decltype(&cublasDestroy_v2) destroy = nullptr;
   decltype(&cublasSetStream_v2) set_stream = nullptr;
+  decltype(&cublasSetWorkspace_v2) set_workspace = nullptr;
+  decltype(&cublasGetVersion_v2) get_version = nullptr;
+  decltype(&cublasGetProperty) get_property = nullptr;
   decltype(&cublasSgemm_v2) sgemm = nullptr;
   decltype(&cublasSaxpy_v2) saxpy = nullptr;
   decltype(&cublasSscal_v2) sscal = nullptr;
   std::string library;
+  int version = 0;  // CUBLAS_VERSION encoding: 130100 is 13.1.0
 };
 
+std::string CublasVersionText(int v) {
+  return absl::StrCat(v / 10000, ".", v / 100 % 100, ".", v % 100);
+}
+
 // Loaded once per process; the library stays loaded. A candidate that opens but lacks a
-// symbol gives way to the next one.
+// symbol, or is older than kMinCublasVersion, gives way to the next one; the error names
+// every candidate tried and why each was refused.
 absl::StatusOr<const CublasApi*> LoadCublas() {
   static absl::StatusOr<const CublasApi*>* api = [] {
     std::vector<std::string> errors;
-    for (const std::string& name :
-         LibraryNames(kCublasLibraryEnv, {"libcublas.so.13", "libcublas.so.12", "libcublas.so"})) {
+    const std::vector<std::string> names =
+        LibraryNames(kCublasLibraryEnv, {"libcublas.so.13", "libcublas.so.12", "libcublas.so"});
+    for (const std::string& name : names) {
       absl::StatusOr<void*> h = OpenLibrary(name);
       if (!h.ok()) {
         errors.push_back(std::string(h.status().message()));
@@ -48,18 +62,60 @@ absl::StatusOr<const CublasApi*> LoadCublas() {
       sym(a->create, "cublasCreate_v2");
       sym(a->destroy, "cublasDestroy_v2");
       sym(a->set_stream, "cublasSetStream_v2");
+      sym(a->set_workspace, "cublasSetWorkspace_v2");
+      sym(a->get_version, "cublasGetVersion_v2");
+      sym(a->get_property, "cublasGetProperty");
       sym(a->sgemm, "cublasSgemm_v2");
       sym(a->saxpy, "cublasSaxpy_v2");
       sym(a->sscal, "cublasSscal_v2");
-      if (sym.missing().empty()) return new absl::StatusOr<const CublasApi*>(a);
-      for (const std::string& symbol : sym.missing()) {
-        errors.push_back(absl::StrCat(name, " lacks ", symbol));
+      if (!sym.missing().empty()) {
+        for (const std::string& symbol : sym.missing()) {
+          errors.push_back(absl::StrCat(name, " lacks ", symbol));
+        }
+        delete a;
+        continue;
       }
-      delete a;
+      // VGPU_CUDA_CALL_LOG: log every call the platform makes through this table.
+      const call_log::ResultNamer<cublasStatus_t> namer{
+          &CublasStatusName, [](cublasStatus_t s) { return s == CUBLAS_STATUS_SUCCESS; }};
+#define VGPU_CUBLAS_WRAP(field, symbol)                      \
+  {                                                          \
+    struct Tag;                                              \
+    a->field = call_log::Wrap<Tag>(symbol, a->field, namer); \
+  }
+      VGPU_CUBLAS_WRAP(create, "cublasCreate_v2")
+      VGPU_CUBLAS_WRAP(destroy, "cublasDestroy_v2")
+      VGPU_CUBLAS_WRAP(set_stream, "cublasSetStream_v2")
+      VGPU_CUBLAS_WRAP(set_workspace, "cublasSetWorkspace_v2")
+      VGPU_CUBLAS_WRAP(get_version, "cublasGetVersion_v2")
+      VGPU_CUBLAS_WRAP(get_property, "cublasGetProperty")
+      VGPU_CUBLAS_WRAP(sgemm, "cublasSgemm_v2")
+      VGPU_CUBLAS_WRAP(saxpy, "cublasSaxpy_v2")
+      VGPU_CUBLAS_WRAP(sscal, "cublasSscal_v2")
+#undef VGPU_CUBLAS_WRAP
+      // cublasGetProperty needs no handle (cublasGetVersion_v2 takes one, so it needs a
+      // context).
+      int major = 0, minor = 0, patch = 0;
+      if (a->get_property(MAJOR_VERSION, &major) != CUBLAS_STATUS_SUCCESS ||
+          a->get_property(MINOR_VERSION, &minor) != CUBLAS_STATUS_SUCCESS ||
+          a->get_property(PATCH_LEVEL, &patch) != CUBLAS_STATUS_SUCCESS) {
+        errors.push_back(absl::StrCat(name, ": cublasGetProperty failed"));
+        delete a;
+        continue;
+      }
+      a->version = major * 10000 + minor * 100 + patch;
+      if (a->version < kMinCublasVersion) {
+        errors.push_back(absl::StrCat(name, " is cuBLAS ", CublasVersionText(a->version),
+                                      "; vgpu needs >= ", CublasVersionText(kMinCublasVersion)));
+        delete a;
+        continue;
+      }
+      return new absl::StatusOr<const CublasApi*>(a);
     }
     return new absl::StatusOr<const CublasApi*>(absl::FailedPreconditionError(
-        absl::StrCat("cuBLAS could not be loaded (set ", kCublasLibraryEnv,
-                     " to its path): ", absl::StrJoin(errors, "; "))));
+        absl::StrCat("cuBLAS could not be loaded (tried ", absl::StrJoin(names, ", "), "; set ",
+                     kCublasLibraryEnv, " to its path; vgpu needs cuBLAS >= ",
+                     CublasVersionText(kMinCublasVersion), "): ", absl::StrJoin(errors, "; "))));
   }();
   return *api;
 }

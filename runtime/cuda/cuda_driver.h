@@ -142,6 +142,11 @@ absl::StatusOr<std::unique_ptr<CudaDriver>> LoadCudaDriver(const std::string& li
 // table (so errors read the same without a driver); "CUresult <n>" for unknown codes.
 std::string CuResultName(CUresult result);
 
+// "CUBLAS_STATUS_NOT_SUPPORTED (15)", "ncclInvalidUsage (5)": a result as the call log and
+// the error messages write it (also for codes this build does not know).
+std::string CublasStatusName(cublasStatus_t status);
+std::string NcclResultName(ncclResult_t result);
+
 // The one mapping from vendor codes to absl codes. The message is
 // "<context>: <NAME> (<code>): <description>". ToStatus(CUDA_SUCCESS) is OK.
 absl::Status ToStatus(CUresult result, absl::string_view context);
