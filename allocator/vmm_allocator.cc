@@ -480,20 +480,32 @@ absl::Status VmmAllocator::GrowRangeLocked(Range* range, uint64_t count) {
   if (count <= old) return absl::OkStatus();
   VGPU_RETURN_IF_ERROR(EnsureFreeGranulesLocked(count - old));
   char* base = static_cast<char*>(range->ptr);
-  // One Map per granule: cuMemUnmap cannot unmap part of a mapping, and granules leave a
-  // range one by one (shrinking a cached range, eviction).
-  for (uint64_t i = old; i < count; ++i) {
-    uint32_t idx = free_granules_.back();
-    const Granule& gr = granules_[idx];
-    absl::Status s = backend_->Map(base + i * g, g, gr.handle, gr.offset);
+  // One Map per run of physically contiguous granules (the pool hands them out in ascending
+  // order, so a bulk pool maps a whole block in one call); Range::run_starts remembers the
+  // mappings, since a driver unmaps whole mappings only.
+  for (uint64_t i = old; i < count;) {
+    const size_t top = free_granules_.size() - 1;
+    const Granule& first = granules_[free_granules_[top]];
+    uint64_t n = 1;
+    while (i + n < count && n <= top) {
+      const Granule& next = granules_[free_granules_[top - n]];
+      if (next.handle.value != first.handle.value || next.offset != first.offset + n * g) break;
+      ++n;
+    }
+    absl::Status s = backend_->Map(base + i * g, n * g, first.handle, first.offset);
     if (!s.ok()) {
       ShrinkRangeLocked(range, old).IgnoreError();
       return s;
     }
-    free_granules_.pop_back();
-    range->granules.push_back(idx);
-    ++mapped_granules_;
-    ++regions_mapped_;
+    ++map_calls_;
+    range->run_starts.push_back(i);
+    for (uint64_t k = 0; k < n; ++k) {
+      range->granules.push_back(free_granules_.back());
+      free_granules_.pop_back();
+    }
+    mapped_granules_ += n;
+    regions_mapped_ += n;
+    i += n;
   }
   free_low_water_ = std::min<uint64_t>(free_low_water_, free_granules_.size());
   peak_mapped_ = std::max(peak_mapped_, mapped_granules_);
@@ -506,18 +518,43 @@ absl::Status VmmAllocator::ShrinkRangeLocked(Range* range, uint64_t count) {
   const uint64_t g = granularity_;
   char* base = static_cast<char*>(range->ptr);
   const uint64_t old = range->granules.size();
-  // From the end, so the pool (LIFO) hands them out again in their old order.
+  // Whole mappings from the end; a mapping that straddles `count` is unmapped and its kept
+  // part mapped again (only cached ranges and slabs shrink, so nothing live is touched).
   while (range->granules.size() > count) {
-    uint64_t i = range->granules.size() - 1;
-    absl::Status s = backend_->Unmap(base + i * g, g);
+    const uint64_t start = range->run_starts.back();
+    const uint64_t end = range->granules.size();
+    absl::Status s = backend_->Unmap(base + start * g, (end - start) * g);
     if (!s.ok()) {
       mapped_bytes_.store(mapped_granules_ * g);
       return s;
     }
-    free_granules_.push_back(range->granules.back());
-    range->granules.pop_back();
-    --mapped_granules_;
-    ++regions_unmapped_;
+    ++unmap_calls_;
+    range->run_starts.pop_back();
+    uint64_t keep = start;
+    if (start < count) {
+      const Granule& first = granules_[range->granules[start]];
+      absl::Status m =
+          backend_->Map(base + start * g, (count - start) * g, first.handle, first.offset);
+      if (m.ok()) {
+        ++map_calls_;
+        range->run_starts.push_back(start);
+        keep = count;
+      } else {
+        s = m;  // the whole mapping is gone: its granules go back below
+      }
+    }
+    // From the end, so the pool (LIFO) hands them out again in their old order.
+    while (range->granules.size() > keep) {
+      free_granules_.push_back(range->granules.back());
+      range->granules.pop_back();
+      --mapped_granules_;
+      ++regions_unmapped_;
+    }
+    if (!s.ok()) {
+      mapped_bytes_.store(mapped_granules_ * g);
+      Notify(AllocatorEventKind::kUnmap, base + keep * g, (old - keep) * g);
+      return s;
+    }
   }
   if (old > count) {
     mapped_bytes_.store(mapped_granules_ * g);
@@ -649,6 +686,8 @@ VmmAllocator::GranuleCounts VmmAllocator::Granules() const {
   c.limit = limit_granules_;
   c.cache_hits = cache_hits_;
   c.cache_evictions = cache_evictions_;
+  c.map_calls = map_calls_;
+  c.unmap_calls = unmap_calls_;
   return c;
 }
 

@@ -103,6 +103,10 @@ class VmmAllocator final : public Allocator {
     uint64_t limit = 0;
     uint64_t cache_hits = 0;
     uint64_t cache_evictions = 0;
+    // Backend Map / Unmap calls: one per run of physically contiguous granules (a Map is one
+    // cuMemMap + one cuMemSetAccess on cuda), not one per granule.
+    uint64_t map_calls = 0;
+    uint64_t unmap_calls = 0;
   };
   GranuleCounts Granules() const;
 
@@ -117,6 +121,9 @@ class VmmAllocator final : public Allocator {
     uint64_t reserved_bytes = 0;
     void* ptr = nullptr;  // first mapped byte (aligned inside the reservation)
     std::vector<uint32_t> granules;
+    // Indices into `granules` where a mapping (one Map call) starts, ascending: drivers
+    // unmap whole mappings only (cuMemUnmap), so shrinking works run by run.
+    std::vector<uint64_t> run_starts;
     uint64_t requested = 0;
   };
   class SlabSubAllocator;
@@ -205,6 +212,7 @@ class VmmAllocator final : public Allocator {
   std::mutex observers_mu_;
   std::vector<AllocatorObserver*> observers_;
   uint64_t regions_mapped_ = 0, regions_unmapped_ = 0;
+  uint64_t map_calls_ = 0, unmap_calls_ = 0;
   uint64_t cache_hits_ = 0, cache_evictions_ = 0;
 };
 

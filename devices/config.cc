@@ -564,18 +564,23 @@ absl::StatusOr<std::vector<ResolvedLogicalDevice>> ResolveLogicalDevices(
       }
       mine.push_back(r);
     } else {
-      // All of the free memory but the reserve, as TensorFlow does by default.
-      if (info.free_bytes <= reserve) {
+      // All of the free memory but the reserve, as TensorFlow does by default. With no
+      // reserve set, the platform's default reserve (cuda: room for the context, module and
+      // libraries, see PhysicalDeviceInfo::default_reserve) stays free.
+      const bool reserve_set = config.SourceOf(kSettingReservedMemory) != ConfigSource::kDefault;
+      const uint64_t kept = reserve_set ? config.reserved_memory : info.default_reserve;
+      if (info.free_bytes <= kept) {
         return absl::ResourceExhaustedError(absl::StrCat(
             dev, ": only ", FormatBytes(info.free_bytes), " free, not more than the reserve ",
-            FormatBytes(reserve), "; lower VGPU_RESERVED_MEMORY or free memory on the card"));
+            FormatBytes(kept), reserve_set ? "" : " (the platform's default)",
+            "; lower VGPU_RESERVED_MEMORY or free memory on the card"));
       }
       ResolvedLogicalDevice r;
       r.physical_ordinal = o;
-      r.memory_limit = (info.free_bytes - reserve) / unit * unit;
+      r.memory_limit = (info.free_bytes - kept) / unit * unit;
       if (r.memory_limit < min_bytes) {
         return absl::ResourceExhaustedError(absl::StrCat(
-            dev, ": only ", FormatBytes(info.free_bytes - reserve),
+            dev, ": only ", FormatBytes(info.free_bytes - kept),
             " free after the reserve, below the minimum logical device size of ",
             FormatBytes(min_bytes), "; lower VGPU_RESERVED_MEMORY or free memory on the card"));
       }
@@ -627,19 +632,30 @@ absl::StatusOr<std::vector<ResolvedLogicalDevice>> ResolveLogicalDevices(
             dev, ": ", counts.size(), " SM partitions for ", mine.size(),
             " logical devices; give one SM count per logical device in VGPU_SM_PARTITION"));
       }
+      // Counted as the device rounds them (green contexts: at least the minimum partition,
+      // a multiple of the alignment), so a split that cannot be made fails here, not late.
+      const int64_t min_sms = std::max(info.sm_partition_min, 1);
+      const int64_t align = std::max(info.sm_partition_alignment, 1);
       int64_t sm_sum = 0;
+      std::vector<int64_t> rounded;
       for (size_t i = 0; i < counts.size(); ++i) {
         if (counts[i] <= 0) {
           return absl::InvalidArgumentError(absl::StrCat(
               dev, ": SM count ", counts[i], " of logical device ", i, " must be positive"));
         }
-        sm_sum += counts[i];
+        rounded.push_back(std::max<int64_t>(min_sms, (counts[i] + align - 1) / align * align));
+        sm_sum += rounded.back();
         mine[i].sm_count = counts[i];
       }
       if (info.sm_count > 0 && sm_sum > info.sm_count) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(dev, ": SM partitions ", absl::StrJoin(counts, "+"), " = ", sm_sum,
-                         " exceed its ", info.sm_count, " SMs; shrink VGPU_SM_PARTITION"));
+        const bool rounds = rounded != std::vector<int64_t>(counts.begin(), counts.end());
+        return absl::InvalidArgumentError(absl::StrCat(
+            dev, ": SM partitions ", absl::StrJoin(counts, "+"),
+            rounds
+                ? absl::StrCat(", rounded to the device's minimum partition of ", min_sms,
+                               " SMs and multiple of ", align, " as ", absl::StrJoin(rounded, "+"))
+                : std::string(),
+            " = ", sm_sum, " exceed its ", info.sm_count, " SMs; shrink VGPU_SM_PARTITION"));
       }
     }
     for (ResolvedLogicalDevice& r : mine) {

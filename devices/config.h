@@ -9,6 +9,10 @@
 //   VGPU_MEMORY_FRACTION=0.4                        one logical device per physical, 40%
 //   VGPU_ALLOW_GROWTH=true                          grow on demand up to the limit
 //   VGPU_RESERVED_MEMORY=512MiB                     left free on every physical device
+//                                                   (unset: the platform's default reserve
+//                                                   for the default "all free memory" limit;
+//                                                   cuda: max(512 MiB, 5% of the card), at
+//                                                   most half of it; host: 0)
 //   VGPU_ALLOCATOR=bfc|vmm|async
 //   VGPU_SM_PARTITION="0:33,33,66"                  SMs per logical device (cuda only)
 //   VGPU_SOFT_PLACEMENT=true, VGPU_LOG_PLACEMENT=true
@@ -99,6 +103,11 @@ struct RuntimeConfig {
   // One logical device per visible physical device with limit = fraction x total.
   std::optional<double> memory_fraction;
   bool allow_growth = false;
+  // Left free on every card. While it is the default (SourceOf(kSettingReservedMemory) ==
+  // kDefault), a device given all of its free memory keeps PhysicalDeviceInfo::
+  // default_reserve free instead (cuda: max(512 MiB, 5% of the card), at most half of it):
+  // room for the CUDA context, the kernels' module and the libraries' own state, which no
+  // allocator sees. Set it (VGPU_RESERVED_MEMORY=0 included) to override.
   uint64_t reserved_memory = 0;
   AllocatorKind allocator = AllocatorKind::kBfc;
   std::vector<SmPartitionConfig> sm_partitions;

@@ -44,6 +44,14 @@ struct PhysicalDeviceInfo {
   // Executor::Allocate takes sizes rounded up to a multiple of this from the card (a page on
   // the host platform), so configuration checks count what the platform really takes.
   uint64_t allocation_granularity = 4096;
+  // Memory the platform's own runtime needs outside any allocator (CUDA context, loaded
+  // modules, library state): with no reserve set, the default "all free memory" limit leaves
+  // this much free. 0 on the host platform.
+  uint64_t default_reserve = 0;
+  // SM partition rules (green contexts): the smallest partition and the multiple every
+  // partition is rounded up to; 0 when the device cannot partition its SMs.
+  int sm_partition_min = 0;
+  int sm_partition_alignment = 0;
 };
 
 class Event {
@@ -180,7 +188,11 @@ class Executor {
   virtual absl::StatusOr<std::vector<int>> PartitionSms(absl::Span<const int> sm_counts) = 0;
   virtual absl::StatusOr<std::unique_ptr<Stream>> CreateStream(const StreamOptions& options) = 0;
   virtual absl::StatusOr<std::unique_ptr<Event>> CreateEvent() = 0;
+  // Whether the hardware lets this device address `other`'s memory directly (capable).
   virtual bool CanAccessPeer(const Executor& other) const = 0;
+  // Whether that access is also enabled now (cuda: cuCtxEnablePeerAccess, done by the platform
+  // for every capable pair at start). Platforms with nothing to enable: CanAccessPeer.
+  virtual bool PeerAccessEnabled(const Executor& other) const { return CanAccessPeer(other); }
 
   virtual absl::StatusOr<Blas*> GetBlas() = 0;
   virtual absl::StatusOr<Kernels*> GetKernels() = 0;

@@ -365,5 +365,43 @@ TEST(ResolveTest, SmPartitions) {
               StatusIs(absl::StatusCode::kNotFound, HasSubstr("VGPU_SM_PARTITION")));
 }
 
+// Issue 13, bug 6: 33,33,66 fits 132 SMs as written but not as an H100 rounds it (a minimum
+// partition of 8 and multiples of 8: 40+40+72 = 152), so validation must fail, with the
+// rounded numbers, before any green context is made.
+TEST(ResolveTest, SmPartitionsCountTheRoundedSum) {
+  RuntimeConfig c = WithLogical("0:1GiB,1GiB,1GiB");
+  c.sm_partitions = {{0, {33, 33, 66}}};
+  std::vector<PhysicalDeviceInfo> cards = Cards({8 * kGiB});
+  cards[0].sm_partition_min = 8;
+  cards[0].sm_partition_alignment = 8;
+  EXPECT_THAT(ResolveLogicalDevices(c, cards),
+              StatusIs(kInvalid, AllOf(HasSubstr("33+33+66"), HasSubstr("40+40+72 = 152"),
+                                       HasSubstr("exceed its 132 SMs"))));
+  c.sm_partitions = {{0, {32, 32, 64}}};
+  EXPECT_THAT(ResolveLogicalDevices(c, cards), IsOk());
+  c.sm_partitions = {{0, {1, 1, 120}}};  // 8 + 8 + 120 = 136 > 132
+  EXPECT_THAT(ResolveLogicalDevices(c, cards), StatusIs(kInvalid, HasSubstr("8+8+120 = 136")));
+}
+
+// Issue 13, bug 1: with no reserve set, "all free memory" leaves the platform's default
+// reserve free; a reserve set explicitly (0 included) replaces it.
+TEST(ResolveTest, DefaultReserveWhenNoneIsSet) {
+  std::vector<PhysicalDeviceInfo> cards = Cards({80 * kGiB});
+  cards[0].default_reserve = 4 * kGiB;
+  RuntimeConfig c;
+  auto r = ResolveLogicalDevices(c, cards);
+  ASSERT_THAT(r, IsOk());
+  EXPECT_EQ((*r)[0].memory_limit, 76 * kGiB);
+  c.reserved_memory = 0;
+  c.sources[std::string(kSettingReservedMemory)] = ConfigSource::kEnvironment;
+  r = ResolveLogicalDevices(c, cards);
+  ASSERT_THAT(r, IsOk());
+  EXPECT_EQ((*r)[0].memory_limit, 80 * kGiB);
+  c.reserved_memory = kGiB;
+  r = ResolveLogicalDevices(c, cards);
+  ASSERT_THAT(r, IsOk());
+  EXPECT_EQ((*r)[0].memory_limit, 79 * kGiB);
+}
+
 }  // namespace
 }  // namespace vgpu

@@ -955,3 +955,57 @@ INSTANTIATE_TYPED_TEST_SUITE_P(Vmm, AllocatorConformance, ::vgpu::VmmTypes);
 }  // namespace testing
 
 }  // namespace vgpu
+
+// Issue 13, bug 7: physically contiguous granules (the bulk pool taken at start without
+// growth) are mapped in one Map call (one cuMemMap + one cuMemSetAccess on cuda), not one per
+// granule, and unmapped as the same whole mapping.
+namespace vgpu {
+namespace {
+
+TEST(VmmAllocatorRunsTest, ContiguousGranulesMapInOneCall) {
+  Fake f = MakeFake(Opts(64 * kG, /*growth=*/false, /*cache=*/false));
+  auto p = f.alloc->AllocateRaw(32 * kG);
+  ASSERT_THAT(p.status(), IsOk());
+  auto c = f.alloc->Granules();
+  EXPECT_EQ(c.mapped, 32u);
+  EXPECT_EQ(c.map_calls, 1u);
+  EXPECT_EQ(f.backend->mapped_bytes(), 32 * kG);
+  auto first = At(f.backend, *p, 0), last = At(f.backend, *p, 31);
+  EXPECT_EQ(first.first, last.first);
+  EXPECT_EQ(last.second, first.second + 31 * kG);
+  ASSERT_THAT(f.alloc->Deallocate(*p), IsOk());
+  c = f.alloc->Granules();
+  EXPECT_EQ(c.unmap_calls, 1u);
+  EXPECT_EQ(f.backend->mapped_bytes(), 0u);
+  EXPECT_THAT(f.alloc->CheckInvariants(), IsOk());
+}
+
+TEST(VmmAllocatorRunsTest, CachedRangesShrinkAndGrowByWholeMappings) {
+  Fake f = MakeFake(Opts(64 * kG, /*growth=*/false, /*cache=*/true));
+  std::vector<void*> live;
+  for (uint64_t n : {8, 3, 5, 12, 7}) {
+    auto p = f.alloc->AllocateRaw(n * kG);
+    ASSERT_THAT(p.status(), IsOk());
+    live.push_back(*p);
+  }
+  for (size_t i = 0; i < live.size(); i += 2) ASSERT_THAT(f.alloc->Deallocate(live[i]), IsOk());
+  for (uint64_t n : {6, 9, 2, 13}) {
+    auto p = f.alloc->AllocateRaw(n * kG);
+    ASSERT_THAT(p.status(), IsOk());
+    live.push_back(*p);
+    EXPECT_THAT(f.alloc->CheckInvariants(), IsOk());
+  }
+  auto c = f.alloc->Granules();
+  EXPECT_LT(c.map_calls, c.mapped);  // runs, not granules
+  EXPECT_EQ(f.backend->mapped_bytes(), c.mapped * kG);
+  ASSERT_THAT(f.alloc->Trim(), IsOk());
+  for (size_t i = 1; i < live.size(); i += (i < 5 ? 2 : 1)) {
+    ASSERT_THAT(f.alloc->Deallocate(live[i]), IsOk());
+  }
+  ASSERT_THAT(f.alloc->Trim(), IsOk());
+  EXPECT_EQ(f.backend->mapped_bytes(), 0u);
+  EXPECT_THAT(f.alloc->CheckInvariants(), IsOk());
+}
+
+}  // namespace
+}  // namespace vgpu

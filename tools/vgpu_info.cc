@@ -93,13 +93,20 @@ int CreateFailed(const absl::Status& s) {
   }
 }
 
-// "same_physical", "peer" or "none" for two logical GPUs.
+// "same_physical", "peer" (the hardware is capable) or "none" for two logical GPUs.
 std::string LinkKind(const vgpu::LogicalDevice& a, const vgpu::LogicalDevice& b) {
   if (a.info().physical_ordinal == b.info().physical_ordinal) return "same_physical";
   if (a.executor() != nullptr && b.executor() != nullptr &&
       a.executor()->CanAccessPeer(*b.executor()))
     return "peer";
   return "none";
+}
+
+// Peer access enabled both ways (on cuda: cuCtxEnablePeerAccess succeeded), not just capable.
+bool PeerEnabled(const vgpu::LogicalDevice& a, const vgpu::LogicalDevice& b) {
+  return a.executor() != nullptr && b.executor() != nullptr &&
+         a.executor()->PeerAccessEnabled(*b.executor()) &&
+         b.executor()->PeerAccessEnabled(*a.executor());
 }
 
 std::string ShortName(const vgpu::LogicalDevice& d) {
@@ -263,6 +270,9 @@ int main(int argc, char** argv) {
             .Field("a", gpus[a]->name())
             .Field("b", gpus[b]->name())
             .Field("kind", LinkKind(*gpus[a], *gpus[b]))
+            .Field("peer_capable", LinkKind(*gpus[a], *gpus[b]) == "peer")
+            .Field("peer_enabled",
+                   LinkKind(*gpus[a], *gpus[b]) == "peer" && PeerEnabled(*gpus[a], *gpus[b]))
             .EndObject();
       }
     }
@@ -307,8 +317,11 @@ int main(int argc, char** argv) {
         vgpu::FormatBytes(st.peak_bytes_in_use).c_str());
   }
   if (gpus.size() > 1) {
-    // A matrix as `nvidia-smi topo -m`: SAME = same physical device, PEER = peer access.
-    std::printf("Links (SAME = same physical device, PEER = peer access, NONE = via host):\n");
+    // A matrix as `nvidia-smi topo -m`: SAME = same physical device, PEER = peer access
+    // enabled, CAP = capable but not enabled (copies go through the host).
+    std::printf(
+        "Links (SAME = same physical device, PEER = peer access enabled, CAP = peer-capable but "
+        "not enabled, NONE = via host):\n");
     std::printf("  %-8s", "");
     for (const vgpu::LogicalDevice* b : gpus) std::printf(" %-8s", ShortName(*b).c_str());
     std::printf("\n");
@@ -316,6 +329,7 @@ int main(int argc, char** argv) {
       std::printf("  %-8s", ShortName(*a).c_str());
       for (const vgpu::LogicalDevice* b : gpus) {
         std::string k = a == b ? "X" : LinkKind(*a, *b);
+        if (k == "peer" && !PeerEnabled(*a, *b)) k = "CAP";
         k = k == "same_physical" ? "SAME" : k == "peer" ? "PEER" : k == "none" ? "NONE" : k;
         std::printf(" %-8s", k.c_str());
       }

@@ -1,12 +1,16 @@
 // cuBLAS for the cuda platform, loaded with dlopen on the first Executor::GetBlas() (never
-// linked). One handle per executor, created in its primary context; a handle is not
-// thread-safe, so cublasSetStream + the call run under the executor's BLAS mutex.
+// linked). One handle per context a stream runs in (the primary context, and each green
+// context of an SM partition: a handle belongs to the context it was created in), made on
+// first use; a handle is not thread-safe, so cublasSetStream + the call run under the BLAS
+// mutex.
+#include <map>
 #include <mutex>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "runtime/cuda/call_log.h"
 #include "runtime/cuda/cuda_executor.h"
 #include "runtime/cuda/dynamic_library.h"
 #include "runtime/status.h"
@@ -16,24 +20,37 @@ namespace {
 
 // Environment variable naming the cuBLAS library (default: libcublas.so.13, then .12).
 constexpr char kCublasLibraryEnv[] = "VGPU_CUBLAS_LIBRARY";
+// The oldest cuBLAS whose API and behaviour we rely on (cublasSetWorkspace_v2 with the
+// per-stream workspace rules of cuBLAS 12), as CUBLAS_VERSION encodes it.
+constexpr int kMinCublasVersion = 120000;
 
 struct CublasApi {
   decltype(&cublasCreate_v2) create = nullptr;
   decltype(&cublasDestroy_v2) destroy = nullptr;
   decltype(&cublasSetStream_v2) set_stream = nullptr;
+  decltype(&cublasSetWorkspace_v2) set_workspace = nullptr;
+  decltype(&cublasGetVersion_v2) get_version = nullptr;
+  decltype(&cublasGetProperty) get_property = nullptr;
   decltype(&cublasSgemm_v2) sgemm = nullptr;
   decltype(&cublasSaxpy_v2) saxpy = nullptr;
   decltype(&cublasSscal_v2) sscal = nullptr;
   std::string library;
+  int version = 0;  // CUBLAS_VERSION encoding: 130100 is 13.1.0
 };
 
+std::string CublasVersionText(int v) {
+  return absl::StrCat(v / 10000, ".", v / 100 % 100, ".", v % 100);
+}
+
 // Loaded once per process; the library stays loaded. A candidate that opens but lacks a
-// symbol gives way to the next one.
+// symbol, or is older than kMinCublasVersion, gives way to the next one; the error names
+// every candidate tried and why each was refused.
 absl::StatusOr<const CublasApi*> LoadCublas() {
   static absl::StatusOr<const CublasApi*>* api = [] {
     std::vector<std::string> errors;
-    for (const std::string& name :
-         LibraryNames(kCublasLibraryEnv, {"libcublas.so.13", "libcublas.so.12", "libcublas.so"})) {
+    const std::vector<std::string> names =
+        LibraryNames(kCublasLibraryEnv, {"libcublas.so.13", "libcublas.so.12", "libcublas.so"});
+    for (const std::string& name : names) {
       absl::StatusOr<void*> h = OpenLibrary(name);
       if (!h.ok()) {
         errors.push_back(std::string(h.status().message()));
@@ -45,18 +62,60 @@ absl::StatusOr<const CublasApi*> LoadCublas() {
       sym(a->create, "cublasCreate_v2");
       sym(a->destroy, "cublasDestroy_v2");
       sym(a->set_stream, "cublasSetStream_v2");
+      sym(a->set_workspace, "cublasSetWorkspace_v2");
+      sym(a->get_version, "cublasGetVersion_v2");
+      sym(a->get_property, "cublasGetProperty");
       sym(a->sgemm, "cublasSgemm_v2");
       sym(a->saxpy, "cublasSaxpy_v2");
       sym(a->sscal, "cublasSscal_v2");
-      if (sym.missing().empty()) return new absl::StatusOr<const CublasApi*>(a);
-      for (const std::string& symbol : sym.missing()) {
-        errors.push_back(absl::StrCat(name, " lacks ", symbol));
+      if (!sym.missing().empty()) {
+        for (const std::string& symbol : sym.missing()) {
+          errors.push_back(absl::StrCat(name, " lacks ", symbol));
+        }
+        delete a;
+        continue;
       }
-      delete a;
+      // VGPU_CUDA_CALL_LOG: log every call the platform makes through this table.
+      const call_log::ResultNamer<cublasStatus_t> namer{
+          &CublasStatusName, [](cublasStatus_t s) { return s == CUBLAS_STATUS_SUCCESS; }};
+#define VGPU_CUBLAS_WRAP(field, symbol)                      \
+  {                                                          \
+    struct Tag;                                              \
+    a->field = call_log::Wrap<Tag>(symbol, a->field, namer); \
+  }
+      VGPU_CUBLAS_WRAP(create, "cublasCreate_v2")
+      VGPU_CUBLAS_WRAP(destroy, "cublasDestroy_v2")
+      VGPU_CUBLAS_WRAP(set_stream, "cublasSetStream_v2")
+      VGPU_CUBLAS_WRAP(set_workspace, "cublasSetWorkspace_v2")
+      VGPU_CUBLAS_WRAP(get_version, "cublasGetVersion_v2")
+      VGPU_CUBLAS_WRAP(get_property, "cublasGetProperty")
+      VGPU_CUBLAS_WRAP(sgemm, "cublasSgemm_v2")
+      VGPU_CUBLAS_WRAP(saxpy, "cublasSaxpy_v2")
+      VGPU_CUBLAS_WRAP(sscal, "cublasSscal_v2")
+#undef VGPU_CUBLAS_WRAP
+      // cublasGetProperty needs no handle (cublasGetVersion_v2 takes one, so it needs a
+      // context).
+      int major = 0, minor = 0, patch = 0;
+      if (a->get_property(MAJOR_VERSION, &major) != CUBLAS_STATUS_SUCCESS ||
+          a->get_property(MINOR_VERSION, &minor) != CUBLAS_STATUS_SUCCESS ||
+          a->get_property(PATCH_LEVEL, &patch) != CUBLAS_STATUS_SUCCESS) {
+        errors.push_back(absl::StrCat(name, ": cublasGetProperty failed"));
+        delete a;
+        continue;
+      }
+      a->version = major * 10000 + minor * 100 + patch;
+      if (a->version < kMinCublasVersion) {
+        errors.push_back(absl::StrCat(name, " is cuBLAS ", CublasVersionText(a->version),
+                                      "; vgpu needs >= ", CublasVersionText(kMinCublasVersion)));
+        delete a;
+        continue;
+      }
+      return new absl::StatusOr<const CublasApi*>(a);
     }
     return new absl::StatusOr<const CublasApi*>(absl::FailedPreconditionError(
-        absl::StrCat("cuBLAS could not be loaded (set ", kCublasLibraryEnv,
-                     " to its path): ", absl::StrJoin(errors, "; "))));
+        absl::StrCat("cuBLAS could not be loaded (tried ", absl::StrJoin(names, ", "), "; set ",
+                     kCublasLibraryEnv, " to its path; vgpu needs cuBLAS >= ",
+                     CublasVersionText(kMinCublasVersion), "): ", absl::StrJoin(errors, "; "))));
   }();
   return *api;
 }
@@ -65,10 +124,19 @@ cublasOperation_t Op(Transpose t) { return t == Transpose::kYes ? CUBLAS_OP_T : 
 
 class CudaBlas : public Blas {
  public:
-  CudaBlas(CudaExecutor* executor, const CublasApi* api, cublasHandle_t handle)
-      : executor_(executor), api_(api), handle_(handle) {}
+  CudaBlas(CudaExecutor* executor, const CublasApi* api) : executor_(executor), api_(api) {}
   ~CudaBlas() override {
-    if (executor_->Activate().ok()) api_->destroy(handle_);
+    std::lock_guard<std::mutex> l(mu_);
+    for (auto& [key, entry] : handles_) {
+      ScopedContext scope(executor_->driver(), entry.context);
+      if (scope.status().ok()) api_->destroy(entry.handle);
+    }
+  }
+
+  // The primary context's handle, made now so that a missing or broken cuBLAS fails GetBlas.
+  absl::Status Init() {
+    std::lock_guard<std::mutex> l(mu_);
+    return HandleLocked({0, -1}, executor_->context()).status();
   }
 
   absl::Status Sgemm(Stream* stream, Transpose trans_a, Transpose trans_b, int m, int n, int k,
@@ -95,6 +163,27 @@ class CudaBlas : public Blas {
   }
 
  private:
+  // (partition generation, SM partition): -1 is the primary context, as for kernel modules.
+  using Key = std::pair<uint64_t, int>;
+  struct Entry {
+    CUcontext context = nullptr;
+    cublasHandle_t handle = nullptr;
+  };
+
+  absl::StatusOr<cublasHandle_t> HandleLocked(Key key, CUcontext ctx) {
+    auto it = handles_.find(key);
+    if (it != handles_.end()) return it->second.handle;
+    VGPU_CUDA_SCOPE(executor_->driver(), ctx);
+    cublasHandle_t handle = nullptr;
+    VGPU_RETURN_IF_ERROR(ToStatus(
+        api_->create(&handle),
+        absl::StrCat(executor_->label(), ": cublasCreate",
+                     key.second < 0 ? "" : " in SM partition ",
+                     key.second < 0 ? "" : absl::StrCat(key.second), " (", api_->library, ")")));
+    handles_[key] = Entry{ctx, handle};
+    return handle;
+  }
+
   template <typename F>
   absl::Status Run(Stream* stream, const char* what, F call) {
     CudaStream* s = AsCudaStream(stream);
@@ -102,29 +191,29 @@ class CudaBlas : public Blas {
       return absl::InvalidArgumentError(
           absl::StrCat(what, ": the stream does not belong to ", executor_->label()));
     }
+    VGPU_CUDA_SCOPE(executor_->driver(), s->context());
     VGPU_RETURN_IF_ERROR(s->Begin());
     std::lock_guard<std::mutex> l(mu_);
-    VGPU_RETURN_IF_ERROR(ToStatus(api_->set_stream(handle_, s->handle()),
+    const Key key{s->sm_partition() < 0 ? 0 : s->generation(), s->sm_partition()};
+    VGPU_ASSIGN_OR_RETURN(cublasHandle_t handle, HandleLocked(key, s->context()));
+    VGPU_RETURN_IF_ERROR(ToStatus(api_->set_stream(handle, s->handle()),
                                   absl::StrCat(executor_->label(), ": cublasSetStream")));
-    return ToStatus(call(handle_), absl::StrCat(executor_->label(), ": ", what));
+    return ToStatus(call(handle), absl::StrCat(executor_->label(), ": ", what));
   }
 
   CudaExecutor* executor_;
   const CublasApi* api_;
-  cublasHandle_t handle_;
   std::mutex mu_;
+  std::map<Key, Entry> handles_;
 };
 
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Blas>> CreateCudaBlas(CudaExecutor* executor) {
   VGPU_ASSIGN_OR_RETURN(const CublasApi* api, LoadCublas());
-  VGPU_RETURN_IF_ERROR(executor->Activate());
-  cublasHandle_t handle = nullptr;
-  VGPU_RETURN_IF_ERROR(
-      ToStatus(api->create(&handle),
-               absl::StrCat(executor->label(), ": cublasCreate (", api->library, ")")));
-  return std::unique_ptr<Blas>(std::make_unique<CudaBlas>(executor, api, handle));
+  auto blas = std::make_unique<CudaBlas>(executor, api);
+  VGPU_RETURN_IF_ERROR(blas->Init());
+  return std::unique_ptr<Blas>(std::move(blas));
 }
 
 }  // namespace vgpu::cuda

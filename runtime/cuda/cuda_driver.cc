@@ -3,6 +3,7 @@
 #include <atomic>
 
 #include "absl/strings/str_cat.h"
+#include "runtime/cuda/call_log.h"
 #include "runtime/cuda/dynamic_library.h"
 
 namespace vgpu::cuda {
@@ -211,6 +212,22 @@ absl::StatusOr<std::unique_ptr<CudaDriver>> LoadCudaDriver(const std::string& li
   g_error_name.compare_exchange_strong(expected, driver->cuGetErrorName);
   PFN_cuGetErrorString_v6000 expected_string = nullptr;
   g_error_string.compare_exchange_strong(expected_string, driver->cuGetErrorString);
+  // VGPU_CUDA_CALL_LOG: every entry point is wrapped so that each call is logged. The error
+  // texts above stay unwrapped: ToStatus' own lookups are not the platform's CUDA calls, and
+  // the log's result names use them.
+  if (call_log::Enabled()) {
+    const call_log::ResultNamer<CUresult> namer{
+        [](CUresult r) { return absl::StrCat(CuResultName(r), " (", static_cast<int>(r), ")"); },
+        [](CUresult r) { return r == CUDA_SUCCESS; }};
+#define VGPU_CUDA_WRAP(name, version)                               \
+  {                                                                 \
+    struct Tag;                                                     \
+    driver->name = call_log::Wrap<Tag>(#name, driver->name, namer); \
+  }
+    VGPU_CUDA_REQUIRED_FUNCTIONS(VGPU_CUDA_WRAP)
+    VGPU_CUDA_OPTIONAL_FUNCTIONS(VGPU_CUDA_WRAP)
+#undef VGPU_CUDA_WRAP
+  }
   return driver;
 }
 
@@ -221,6 +238,17 @@ std::string CuResultName(CUresult result) {
   }
   if (const char* name = BuiltinName(result); name != nullptr) return name;
   return absl::StrCat("CUresult ", static_cast<int>(result));
+}
+
+std::string CublasStatusName(cublasStatus_t status) {
+  const char* name = CublasName(status);
+  return absl::StrCat(name != nullptr ? name : "cublasStatus_t", " (", static_cast<int>(status),
+                      ")");
+}
+
+std::string NcclResultName(ncclResult_t result) {
+  const char* name = NcclName(result);
+  return absl::StrCat(name != nullptr ? name : "ncclResult_t", " (", static_cast<int>(result), ")");
 }
 
 absl::Status ToStatus(CUresult result, absl::string_view context) {

@@ -27,6 +27,11 @@ namespace vgpu::cuda {
 inline constexpr char kDriverLibraryEnv[] = "VGPU_CUDA_DRIVER_LIBRARY";
 inline constexpr char kDefaultDriverLibrary[] = "libcuda.so.1";
 
+// The oldest driver the platform runs on: cuGetProcAddress_v2 (how every entry point is
+// loaded) is 12.0's, and every required entry point's ABI version below is older. Checked with
+// cuDriverGetVersion in CudaPlatform::Init.
+inline constexpr int kMinimumDriverVersion = 12000;
+
 // X(name, version): every required entry point and the ABI version of its PFN type.
 #define VGPU_CUDA_REQUIRED_FUNCTIONS(X) \
   X(cuInit, 2000)                       \
@@ -42,6 +47,10 @@ inline constexpr char kDefaultDriverLibrary[] = "libcuda.so.1";
   X(cuDevicePrimaryCtxRelease, 11000)   \
   X(cuCtxSetCurrent, 4000)              \
   X(cuCtxGetCurrent, 4000)              \
+  X(cuCtxPushCurrent, 4000)             \
+  X(cuCtxPopCurrent, 4000)              \
+  X(cuCtxEnablePeerAccess, 4000)        \
+  X(cuCtxDisablePeerAccess, 4000)       \
   X(cuCtxGetStreamPriorityRange, 5050)  \
   X(cuMemGetInfo, 3020)                 \
   X(cuMemAlloc, 3020)                   \
@@ -53,6 +62,7 @@ inline constexpr char kDefaultDriverLibrary[] = "libcuda.so.1";
   X(cuStreamCreateWithPriority, 5050)   \
   X(cuStreamDestroy, 4000)              \
   X(cuStreamSynchronize, 2000)          \
+  X(cuStreamQuery, 2000)                \
   X(cuStreamWaitEvent, 3020)            \
   X(cuLaunchHostFunc, 10000)            \
   X(cuEventCreate, 2000)                \
@@ -131,6 +141,11 @@ absl::StatusOr<std::unique_ptr<CudaDriver>> LoadCudaDriver(const std::string& li
 // "CUDA_ERROR_OUT_OF_MEMORY" etc.: from the loaded driver when there is one, else a built-in
 // table (so errors read the same without a driver); "CUresult <n>" for unknown codes.
 std::string CuResultName(CUresult result);
+
+// "CUBLAS_STATUS_NOT_SUPPORTED (15)", "ncclInvalidUsage (5)": a result as the call log and
+// the error messages write it (also for codes this build does not know).
+std::string CublasStatusName(cublasStatus_t status);
+std::string NcclResultName(ncclResult_t result);
 
 // The one mapping from vendor codes to absl codes. The message is
 // "<context>: <NAME> (<code>): <description>". ToStatus(CUDA_SUCCESS) is OK.

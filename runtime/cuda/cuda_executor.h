@@ -1,8 +1,12 @@
 // The cuda platform's classes, shared by the files of runtime/cuda (platform, BLAS, kernels,
 // NCCL). Internal: includes cuda.h; nothing outside runtime/cuda may include it.
 //
-// Every driver call first makes the right context current on the calling thread (the device's
-// primary context, or a stream's green context), so callers never manage CUDA contexts.
+// Every driver call runs inside a ScopedContext: the right context (the device's primary
+// context, or a stream's green context) is pushed for the call and the caller's own current
+// context is restored after it, so callers never manage CUDA contexts and an application's
+// own CUDA code on the same thread is never disturbed. No driver call ever runs on a host
+// callback thread (cuLaunchHostFunc): releases made there are deferred to the executor's
+// graveyard and run by the next call on a host thread.
 // Thread safety: as in runtime/platform.h; every class here is safe from any thread.
 #ifndef VGPU_RUNTIME_CUDA_CUDA_EXECUTOR_H_
 #define VGPU_RUNTIME_CUDA_CUDA_EXECUTOR_H_
@@ -10,6 +14,7 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -20,14 +25,40 @@
 #include "absl/container/flat_hash_set.h"
 #include "runtime/cuda/cuda_driver.h"
 #include "runtime/platform.h"
+#include "runtime/status.h"
 
 namespace vgpu::cuda {
 
 class CudaExecutor;
 class CudaPlatform;
 
-// Makes `ctx` current on the calling thread (a no-op when it already is).
-absl::Status MakeCurrent(const CudaDriver& driver, CUcontext ctx);
+// True on a thread while it runs a function of Stream::LaunchHostFunc. cuda.h forbids CUDA
+// calls there (cuLaunchHostFunc), so ScopedContext refuses them and releases are deferred.
+bool InHostCallback();
+
+// Makes `ctx` current for a scope and restores the caller's context when the scope ends:
+// cuCtxPushCurrent only when the current context differs, cuCtxPopCurrent on exit. status()
+// is FailedPrecondition in a host callback and the push's error otherwise.
+class ScopedContext {
+ public:
+  ScopedContext(const CudaDriver& driver, CUcontext ctx);
+  ~ScopedContext();
+  ScopedContext(const ScopedContext&) = delete;
+  ScopedContext& operator=(const ScopedContext&) = delete;
+  const absl::Status& status() const { return status_; }
+
+ private:
+  const CudaDriver& driver_;
+  bool pushed_ = false;
+  absl::Status status_;
+};
+
+#define VGPU_CUDA_CONCAT_INNER_(a, b) a##b
+#define VGPU_CUDA_CONCAT_(a, b) VGPU_CUDA_CONCAT_INNER_(a, b)
+// Enters `ctx` for the rest of the enclosing block; returns its error from the function.
+#define VGPU_CUDA_SCOPE(driver, ctx)                                                      \
+  ::vgpu::cuda::ScopedContext VGPU_CUDA_CONCAT_(vgpu_cuda_scope_, __LINE__)(driver, ctx); \
+  VGPU_RETURN_IF_ERROR(VGPU_CUDA_CONCAT_(vgpu_cuda_scope_, __LINE__).status())
 
 // Kernels of runtime/cuda/kernels.cu, looked up by these names in each context's module.
 enum class KernelId : int {
@@ -71,6 +102,9 @@ class CudaEvent : public Event {
   void MarkRecorded(CUevent event);
   // The latest recorded event, or nullptr when never recorded.
   CUevent latest();
+  // Hands over the events of contexts other than `keep` (green contexts about to be
+  // destroyed by re-partitioning), forgetting them.
+  std::vector<std::pair<CUcontext, CUevent>> TakeEventsExcept(CUcontext keep);
 
  private:
   CudaExecutor* executor_;
@@ -106,8 +140,8 @@ class CudaStream : public Stream {
   CUcontext context() const { return context_; }
   uint64_t generation() const { return generation_; }
 
-  // Makes the stream's context current and returns the sticky error (OK when usable). Every
-  // enqueue starts with it.
+  // The sticky error (OK when usable); also runs the executor's deferred releases. Every
+  // enqueue starts with it, inside a ScopedContext of context().
   absl::Status Begin();
   // Records `status` as the stream's sticky error (the first one wins) and returns it.
   absl::Status Fail(absl::Status status);
@@ -175,12 +209,26 @@ class CudaExecutor : public Executor {
   absl::StatusOr<std::unique_ptr<MemoryPool>> CreateMemoryPool(
       const MemoryPoolOptions& options) override;
 
+  // Whether Init enabled peer access from this device to `other` (cuCtxEnablePeerAccess);
+  // CanAccessPeer says whether the hardware could. Same device: true.
+  bool PeerAccessEnabled(const Executor& other) const override;
+  // Called by CudaPlatform::Init once every executor exists.
+  void SetPeerAccessEnabled(int cuda_device) { peers_enabled_.insert(cuda_device); }
+
   const CudaDriver& driver() const { return *driver_; }
   CUdevice device() const { return device_; }
   CUcontext context() const { return context_; }
   CudaPlatform* cuda_platform() const { return platform_; }
-  // Makes the primary context current on the calling thread.
-  absl::Status Activate() const { return MakeCurrent(*driver_, context_); }
+
+  // Runs `release` (which makes its own ScopedContext) now, or, in a host callback where no
+  // CUDA call is allowed, at the next DrainGraveyard on a host thread.
+  void Release(std::function<void()> release);
+  // Runs the deferred releases; a no-op in a host callback or when there are none.
+  void DrainGraveyard();
+  // Live events register so that re-partitioning destroys their green-context events while
+  // those contexts exist; EventDestroyed destroys (or defers) the events of one CudaEvent.
+  void EventCreated(CudaEvent* event);
+  void EventDestroyed(CudaEvent* event, std::map<CUcontext, CUevent> events);
   int sm_count() const { return sm_count_; }
   // "cuda GPU 0 (NVIDIA H100 80GB HBM3)", for messages.
   const std::string& label() const { return label_; }
@@ -197,6 +245,7 @@ class CudaExecutor : public Executor {
     int sm_count = 0;
   };
   void DestroyPartitionsLocked();
+  void DrainGraveyardLocked();  // partition_mu_ held
   absl::Status CheckGranular(absl::string_view what, uint64_t bytes);
   bool InReservationLocked(CUdeviceptr va, uint64_t bytes) const;
   std::string Where(absl::string_view call) const;
@@ -229,6 +278,16 @@ class CudaExecutor : public Executor {
   std::mutex module_mu_;
   std::map<std::pair<uint64_t, int>, KernelFunctions> modules_;  // (generation, partition)
 
+  absl::flat_hash_set<int> peers_enabled_;  // CUDA ordinals; written only by Init
+
+  // Deferred releases (see Release) and the live events; guarded by graveyard_mu_, drained
+  // under partition_mu_ so that no green context dies under a deferred release.
+  std::mutex graveyard_mu_;
+  std::vector<std::function<void()>> graveyard_;
+  std::vector<std::pair<CUcontext, CUevent>> graveyard_events_;
+  std::atomic<int> graveyard_pending_{0};
+  absl::flat_hash_set<CudaEvent*> live_events_;
+
   std::once_flag blas_once_;
   absl::Status blas_status_;
   std::unique_ptr<Blas> blas_;
@@ -253,8 +312,12 @@ class CudaPlatform : public Platform {
   CudaExecutor* ExecutorForDevice(int cuda_ordinal) const;
 
  private:
+  // cuCtxEnablePeerAccess between every pair of distinct devices that can (Init).
+  void EnablePeerAccess();
+
   std::unique_ptr<CudaDriver> driver_;
-  std::string reason_;  // why there are 0 devices
+  std::string reason_;                    // why there are 0 devices
+  std::vector<std::string> peer_errors_;  // capable pairs whose enabling failed
   std::vector<std::unique_ptr<CudaExecutor>> executors_;
 };
 

@@ -154,9 +154,9 @@ class CudaKernels : public Kernels {
   absl::Status Launch(Stream* stream, KernelId id, unsigned blocks, unsigned threads, void** params,
                       const char* what, unsigned block_y = 1) {
     VGPU_ASSIGN_OR_RETURN(CudaStream * s, Check(stream, what));
+    VGPU_CUDA_SCOPE(executor_->driver(), s->context());
     VGPU_RETURN_IF_ERROR(s->Begin());
     VGPU_ASSIGN_OR_RETURN(const KernelFunctions* fns, executor_->KernelFunctionsFor(s));
-    VGPU_RETURN_IF_ERROR(MakeCurrent(executor_->driver(), s->context()));
     return s->Check(
         executor_->driver().cuLaunchKernel(fns->get(id), blocks, 1, 1, threads, block_y, 1, 0,
                                            s->handle(), params, nullptr),

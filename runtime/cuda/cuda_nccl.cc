@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
+#include "runtime/cuda/call_log.h"
 #include "runtime/cuda/cuda_executor.h"
 #include "runtime/cuda/dynamic_library.h"
 #include "runtime/status.h"
@@ -14,16 +15,33 @@
 namespace vgpu::cuda {
 namespace {
 
+// The oldest NCCL whose API we use: ncclAvg (2.10) and ncclGetLastError (2.13), as
+// NCCL_VERSION encodes it.
+constexpr int kMinNcclVersion = 21300;
+
 struct NcclApi {
   decltype(&ncclGetVersion) get_version = nullptr;
+  decltype(&ncclGetUniqueId) get_unique_id = nullptr;
+  decltype(&ncclCommInitRank) comm_init_rank = nullptr;
   decltype(&ncclCommInitAll) comm_init_all = nullptr;
   decltype(&ncclCommDestroy) comm_destroy = nullptr;
+  decltype(&ncclGetErrorString) get_error_string = nullptr;
+  decltype(&ncclGetLastError) get_last_error = nullptr;  // optional: null when absent
   decltype(&ncclAllReduce) all_reduce = nullptr;
+  decltype(&ncclReduceScatter) reduce_scatter = nullptr;
+  decltype(&ncclAllGather) all_gather = nullptr;
+  decltype(&ncclBroadcast) broadcast = nullptr;
   decltype(&ncclGroupStart) group_start = nullptr;
   decltype(&ncclGroupEnd) group_end = nullptr;
   std::string library;
   int version = 0;
 };
+
+// "2.28.9" from an NCCL_VERSION_CODE (X*10000+Y*100+Z since 2.9, X*1000+Y*100+Z before).
+std::string NcclVersionText(int code) {
+  if (code >= 10000) return absl::StrCat(code / 10000, ".", code / 100 % 100, ".", code % 100);
+  return absl::StrCat(code / 1000, ".", code / 100 % 10, ".", code % 100);
+}
 
 // Loaded once per process on first use; the library stays loaded.
 absl::StatusOr<const NcclApi*> LoadNccl() {
@@ -39,19 +57,75 @@ absl::StatusOr<const NcclApi*> LoadNccl() {
     a->library = name;
     SymbolLoader sym(*h);
     sym(a->get_version, "ncclGetVersion");
+    sym(a->get_unique_id, "ncclGetUniqueId");
+    sym(a->comm_init_rank, "ncclCommInitRank");
     sym(a->comm_init_all, "ncclCommInitAll");
     sym(a->comm_destroy, "ncclCommDestroy");
+    sym(a->get_error_string, "ncclGetErrorString");
     sym(a->all_reduce, "ncclAllReduce");
+    sym(a->reduce_scatter, "ncclReduceScatter");
+    sym(a->all_gather, "ncclAllGather");
+    sym(a->broadcast, "ncclBroadcast");
     sym(a->group_start, "ncclGroupStart");
     sym(a->group_end, "ncclGroupEnd");
     if (!sym.missing().empty()) {
       delete a;
       return fail(absl::StrCat(name, " lacks ", absl::StrJoin(sym.missing(), " ")));
     }
-    a->get_version(&a->version);
+    LoadSymbol(*h, "ncclGetLastError", a->get_last_error);
+    // VGPU_CUDA_CALL_LOG: log every call the platform makes through this table.
+    const call_log::ResultNamer<ncclResult_t> namer{
+        &NcclResultName, [](ncclResult_t r) { return r == ncclSuccess; }};
+#define VGPU_NCCL_WRAP(field, symbol)                        \
+  {                                                          \
+    struct Tag;                                              \
+    a->field = call_log::Wrap<Tag>(symbol, a->field, namer); \
+  }
+    VGPU_NCCL_WRAP(get_version, "ncclGetVersion")
+    VGPU_NCCL_WRAP(get_unique_id, "ncclGetUniqueId")
+    VGPU_NCCL_WRAP(comm_init_rank, "ncclCommInitRank")
+    VGPU_NCCL_WRAP(comm_init_all, "ncclCommInitAll")
+    VGPU_NCCL_WRAP(comm_destroy, "ncclCommDestroy")
+    VGPU_NCCL_WRAP(all_reduce, "ncclAllReduce")
+    VGPU_NCCL_WRAP(reduce_scatter, "ncclReduceScatter")
+    VGPU_NCCL_WRAP(all_gather, "ncclAllGather")
+    VGPU_NCCL_WRAP(broadcast, "ncclBroadcast")
+    VGPU_NCCL_WRAP(group_start, "ncclGroupStart")
+    VGPU_NCCL_WRAP(group_end, "ncclGroupEnd")
+#undef VGPU_NCCL_WRAP
+    {
+      // These return strings, not ncclResult_t: no namer.
+      struct ErrorStringTag;
+      a->get_error_string =
+          call_log::Wrap<ErrorStringTag>("ncclGetErrorString", a->get_error_string);
+      struct LastErrorTag;
+      a->get_last_error = call_log::Wrap<LastErrorTag>("ncclGetLastError", a->get_last_error);
+    }
+    ncclResult_t r = a->get_version(&a->version);
+    if (r != ncclSuccess) {
+      delete a;
+      return fail(absl::StrCat(name, ": ncclGetVersion returned ", NcclResultName(r)));
+    }
+    if (a->version < kMinNcclVersion) {
+      std::string found = NcclVersionText(a->version);
+      delete a;
+      return fail(absl::StrCat("NCCL ", found, " found at ", name,
+                               "; vgpu needs >= ", NcclVersionText(kMinNcclVersion)));
+    }
     return new absl::StatusOr<const NcclApi*>(a);
   }();
   return *api;
+}
+
+// ToStatus for NCCL calls, with ncclGetLastError's text when it has one: NCCL puts the
+// reason for ncclInvalidUsage and friends there (e.g. "Duplicate GPU detected : rank 1 and
+// rank 0 both on CUDA device 0"), not in the result code.
+absl::Status NcclStatus(const NcclApi* api, ncclResult_t result, absl::string_view context) {
+  absl::Status status = ToStatus(result, context);
+  if (status.ok() || api->get_last_error == nullptr) return status;
+  const char* text = api->get_last_error(nullptr);
+  if (text == nullptr || *text == '\0') return status;
+  return absl::Status(status.code(), absl::StrCat(status.message(), ": ", text));
 }
 
 class CudaNcclCommunicator : public NcclCommunicator {
@@ -121,10 +195,10 @@ absl::StatusOr<std::unique_ptr<NcclCommunicator>> CreateNcclCommunicator(
   }
   VGPU_ASSIGN_OR_RETURN(const NcclApi* api, LoadNccl());
   std::vector<ncclComm_t> comms(executors.size(), nullptr);
-  VGPU_RETURN_IF_ERROR(
-      ToStatus(api->comm_init_all(comms.data(), static_cast<int>(comms.size()), devices.data()),
-               absl::StrCat("ncclCommInitAll over ", comms.size(), " device(s) (", api->library,
-                            ", NCCL ", api->version, ")")));
+  VGPU_RETURN_IF_ERROR(NcclStatus(
+      api, api->comm_init_all(comms.data(), static_cast<int>(comms.size()), devices.data()),
+      absl::StrCat("ncclCommInitAll over ", comms.size(), " device(s) (", api->library, ", NCCL ",
+                   NcclVersionText(api->version), ")")));
   return std::unique_ptr<NcclCommunicator>(
       std::make_unique<CudaNcclCommunicator>(api, std::move(cuda_executors), std::move(comms)));
 }

@@ -28,22 +28,49 @@ std::string FormatUuid(const CUuuid& uuid) {
                       hex.substr(16, 4), "-", hex.substr(20, 12));
 }
 
+// The memory left free for the CUDA context, the kernels' module and the libraries' own state
+// when the user sets no reserve: max(512 MiB, 5% of the card), as TensorFlow keeps about
+// max(300 MiB, 5%); 512 MiB covers a CUDA 12 context with its module on Hopper. At most half
+// of a (small) card, so that small simulated devices still get a logical device.
+uint64_t DefaultReserve(uint64_t total) {
+  return std::min(std::max<uint64_t>(uint64_t{512} << 20, total / 20), total / 2);
+}
+
 std::string VersionString(int v) { return absl::StrCat(v / 1000, ".", (v % 1000) / 10); }
+
+thread_local bool t_in_host_callback = false;
 
 void CUDA_CB RunHostFunction(void* data) {
   auto* fn = static_cast<std::function<void()>*>(data);
+  // The flag covers the function's captures too: their destructors (an Event's, a Stream's)
+  // must defer their driver calls.
+  t_in_host_callback = true;
   (*fn)();
   delete fn;
+  t_in_host_callback = false;
 }
 
 }  // namespace
 
-absl::Status MakeCurrent(const CudaDriver& driver, CUcontext ctx) {
-  CUcontext current = nullptr;
-  if (driver.cuCtxGetCurrent(&current) == CUDA_SUCCESS && current == ctx) {
-    return absl::OkStatus();
+bool InHostCallback() { return t_in_host_callback; }
+
+ScopedContext::ScopedContext(const CudaDriver& driver, CUcontext ctx) : driver_(driver) {
+  if (t_in_host_callback) {
+    status_ = absl::FailedPreconditionError(
+        "a CUDA call from a host function (Stream::LaunchHostFunc) is not permitted: cuda.h "
+        "forbids CUDA calls in cuLaunchHostFunc callbacks; do the work on a host thread");
+    return;
   }
-  return ToStatus(driver.cuCtxSetCurrent(ctx), "cuCtxSetCurrent");
+  CUcontext current = nullptr;
+  if (driver.cuCtxGetCurrent(&current) == CUDA_SUCCESS && current == ctx) return;
+  status_ = ToStatus(driver.cuCtxPushCurrent(ctx), "cuCtxPushCurrent");
+  pushed_ = status_.ok();
+}
+
+ScopedContext::~ScopedContext() {
+  if (!pushed_) return;
+  CUcontext popped = nullptr;
+  driver_.cuCtxPopCurrent(&popped);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -51,15 +78,32 @@ absl::Status MakeCurrent(const CudaDriver& driver, CUcontext ctx) {
 
 CudaEvent::CudaEvent(CudaExecutor* executor, CUevent primary_event) : executor_(executor) {
   events_[executor->context()] = primary_event;
+  executor_->EventCreated(this);
 }
 
 CudaEvent::~CudaEvent() {
-  const CudaDriver& d = executor_->driver();
-  for (auto& [ctx, event] : events_) {
-    // An event of a green context destroyed since (re-partitioning) is gone with it.
-    if (MakeCurrent(d, ctx).ok()) d.cuEventDestroy(event);
+  std::map<CUcontext, CUevent> events;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    events.swap(events_);
   }
-  executor_->Activate().IgnoreError();
+  // Green-context events of contexts destroyed since were destroyed with them (executor).
+  executor_->EventDestroyed(this, std::move(events));
+}
+
+std::vector<std::pair<CUcontext, CUevent>> CudaEvent::TakeEventsExcept(CUcontext keep) {
+  std::lock_guard<std::mutex> l(mu_);
+  std::vector<std::pair<CUcontext, CUevent>> out;
+  for (auto it = events_.begin(); it != events_.end();) {
+    if (it->first == keep) {
+      ++it;
+      continue;
+    }
+    if (latest_ == it->second) latest_ = nullptr;  // its work ran before the context died
+    out.push_back(*it);
+    it = events_.erase(it);
+  }
+  return out;
 }
 
 absl::StatusOr<CUevent> CudaEvent::EventFor(CUcontext ctx) {
@@ -87,7 +131,7 @@ CUevent CudaEvent::latest() {
 absl::StatusOr<bool> CudaEvent::Query() {
   CUevent event = latest();
   if (event == nullptr) return true;  // never recorded: complete, as in CUDA
-  VGPU_RETURN_IF_ERROR(executor_->Activate());
+  VGPU_CUDA_SCOPE(executor_->driver(), executor_->context());
   CUresult r = executor_->driver().cuEventQuery(event);
   if (r == CUDA_SUCCESS) return true;
   if (r == CUDA_ERROR_NOT_READY) return false;
@@ -97,7 +141,7 @@ absl::StatusOr<bool> CudaEvent::Query() {
 absl::Status CudaEvent::Synchronize() {
   CUevent event = latest();
   if (event == nullptr) return absl::OkStatus();
-  VGPU_RETURN_IF_ERROR(executor_->Activate());
+  VGPU_CUDA_SCOPE(executor_->driver(), executor_->context());
   return ToStatus(executor_->driver().cuEventSynchronize(event),
                   absl::StrCat(executor_->label(), ": cuEventSynchronize"));
 }
@@ -115,20 +159,30 @@ CudaStream::CudaStream(CudaExecutor* executor, CUstream stream, CUcontext contex
       generation_(generation) {}
 
 CudaStream::~CudaStream() {
-  const CudaDriver& d = executor_->driver();
-  // Host functions queued on the stream point at this object: let them run first.
-  if (MakeCurrent(d, context_).ok()) {
-    d.cuStreamSynchronize(stream_);
-    d.cuStreamDestroy(stream_);
-  }
-  if (error_slot_host_ != nullptr && executor_->Activate().ok()) d.cuMemFreeHost(error_slot_host_);
-  executor_->StreamDestroyed(sm_partition_);
+  CudaExecutor* executor = executor_;
+  executor->Release([executor, stream = stream_, context = context_, slot = error_slot_host_,
+                     partition = sm_partition_] {
+    const CudaDriver& d = executor->driver();
+    {
+      // Host functions queued on the stream point at this object: let them run first.
+      ScopedContext scope(d, context);
+      if (scope.status().ok()) {
+        d.cuStreamSynchronize(stream);
+        d.cuStreamDestroy(stream);
+      }
+    }
+    if (slot != nullptr) {
+      ScopedContext scope(d, executor->context());
+      if (scope.status().ok()) d.cuMemFreeHost(slot);
+    }
+    executor->StreamDestroyed(partition);
+  });
 }
 
 Executor* CudaStream::executor() const { return executor_; }
 
 absl::Status CudaStream::Begin() {
-  VGPU_RETURN_IF_ERROR(MakeCurrent(executor_->driver(), context_));
+  executor_->DrainGraveyard();
   std::lock_guard<std::mutex> l(mu_);
   return error_;
 }
@@ -145,6 +199,7 @@ absl::Status CudaStream::Check(CUresult result, absl::string_view what) {
 }
 
 absl::Status CudaStream::MemcpyH2D(void* dst, const void* src, uint64_t bytes) {
+  VGPU_CUDA_SCOPE(executor_->driver(), context_);
   VGPU_RETURN_IF_ERROR(Begin());
   if (bytes == 0) return absl::OkStatus();
   if (dst == nullptr || src == nullptr) {
@@ -155,6 +210,7 @@ absl::Status CudaStream::MemcpyH2D(void* dst, const void* src, uint64_t bytes) {
 }
 
 absl::Status CudaStream::MemcpyD2H(void* dst, const void* src, uint64_t bytes) {
+  VGPU_CUDA_SCOPE(executor_->driver(), context_);
   VGPU_RETURN_IF_ERROR(Begin());
   if (bytes == 0) return absl::OkStatus();
   if (dst == nullptr || src == nullptr) {
@@ -165,6 +221,7 @@ absl::Status CudaStream::MemcpyD2H(void* dst, const void* src, uint64_t bytes) {
 }
 
 absl::Status CudaStream::MemcpyD2D(void* dst, const void* src, uint64_t bytes) {
+  VGPU_CUDA_SCOPE(executor_->driver(), context_);
   VGPU_RETURN_IF_ERROR(Begin());
   if (bytes == 0) return absl::OkStatus();
   if (dst == nullptr || src == nullptr) {
@@ -200,6 +257,7 @@ absl::Status CudaStream::MemcpyD2D(void* dst, const void* src, uint64_t bytes) {
 }
 
 absl::Status CudaStream::Memset8(void* dst, uint8_t value, uint64_t bytes) {
+  VGPU_CUDA_SCOPE(executor_->driver(), context_);
   VGPU_RETURN_IF_ERROR(Begin());
   if (bytes == 0) return absl::OkStatus();
   if (dst == nullptr) return absl::InvalidArgumentError("Memset8: null destination");
@@ -208,6 +266,7 @@ absl::Status CudaStream::Memset8(void* dst, uint8_t value, uint64_t bytes) {
 }
 
 absl::Status CudaStream::Memset32(void* dst, uint32_t value, uint64_t count) {
+  VGPU_CUDA_SCOPE(executor_->driver(), context_);
   VGPU_RETURN_IF_ERROR(Begin());
   if (count == 0) return absl::OkStatus();
   if (dst == nullptr) return absl::InvalidArgumentError("Memset32: null destination");
@@ -227,7 +286,7 @@ absl::Status CudaStream::RecordEvent(Event* event) {
                                                    executor_->label()));
   }
   // Recording is allowed on a failed stream, so that waiters never hang.
-  VGPU_RETURN_IF_ERROR(MakeCurrent(executor_->driver(), context_));
+  VGPU_CUDA_SCOPE(executor_->driver(), context_);
   VGPU_ASSIGN_OR_RETURN(CUevent handle, e->EventFor(context_));
   VGPU_RETURN_IF_ERROR(Check(executor_->driver().cuEventRecord(handle, stream_), "cuEventRecord"));
   e->MarkRecorded(handle);
@@ -237,6 +296,7 @@ absl::Status CudaStream::RecordEvent(Event* event) {
 absl::Status CudaStream::WaitEvent(Event* event) {
   auto* e = dynamic_cast<CudaEvent*>(event);
   if (e == nullptr) return absl::InvalidArgumentError("WaitEvent: not a cuda event");
+  VGPU_CUDA_SCOPE(executor_->driver(), context_);
   VGPU_RETURN_IF_ERROR(Begin());
   CUevent handle = e->latest();
   if (handle == nullptr) return absl::OkStatus();  // never recorded: nothing to wait for
@@ -245,6 +305,7 @@ absl::Status CudaStream::WaitEvent(Event* event) {
 }
 
 absl::Status CudaStream::LaunchHostFunc(std::function<void()> fn) {
+  VGPU_CUDA_SCOPE(executor_->driver(), context_);
   VGPU_RETURN_IF_ERROR(Begin());
   auto* heap = new std::function<void()>(std::move(fn));
   CUresult r = executor_->driver().cuLaunchHostFunc(stream_, &RunHostFunction, heap);
@@ -253,7 +314,8 @@ absl::Status CudaStream::LaunchHostFunc(std::function<void()> fn) {
 }
 
 absl::Status CudaStream::Synchronize() {
-  VGPU_RETURN_IF_ERROR(MakeCurrent(executor_->driver(), context_));
+  VGPU_CUDA_SCOPE(executor_->driver(), context_);
+  executor_->DrainGraveyard();
   CUresult r = executor_->driver().cuStreamSynchronize(stream_);
   if (r != CUDA_SUCCESS) Fail(Check(r, "cuStreamSynchronize")).IgnoreError();
   std::lock_guard<std::mutex> l(mu_);
@@ -264,7 +326,7 @@ absl::StatusOr<CUdeviceptr> CudaStream::DeviceErrorSlot() {
   std::lock_guard<std::mutex> l(mu_);
   if (error_slot_host_ != nullptr) return error_slot_device_;
   const CudaDriver& d = executor_->driver();
-  VGPU_RETURN_IF_ERROR(executor_->Activate());
+  VGPU_CUDA_SCOPE(d, executor_->context());
   void* p = nullptr;
   VGPU_RETURN_IF_ERROR(ToStatus(
       d.cuMemHostAlloc(&p, 2 * sizeof(int), CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP),
@@ -317,7 +379,12 @@ CudaExecutor::~CudaExecutor() {
   kernels_.reset();
   blas_.reset();
   if (context_ == nullptr) return;
-  if (Activate().ok()) {
+  ScopedContext scope(*driver_, context_);
+  if (scope.status().ok()) {
+    {
+      std::lock_guard<std::mutex> l(partition_mu_);
+      DrainGraveyardLocked();
+    }
     {
       std::lock_guard<std::mutex> l(module_mu_);
       for (auto& [key, fns] : modules_) {
@@ -348,7 +415,7 @@ absl::Status CudaExecutor::Init() {
   label_ = absl::StrCat("cuda GPU ", ordinal_, " (", name, ")");
   VGPU_RETURN_IF_ERROR(
       ToStatus(d.cuDevicePrimaryCtxRetain(&context_, device_), Where("cuDevicePrimaryCtxRetain")));
-  VGPU_RETURN_IF_ERROR(Activate());
+  VGPU_CUDA_SCOPE(*driver_, context_);
   VGPU_RETURN_IF_ERROR(ToStatus(
       d.cuDeviceGetAttribute(&sm_count_, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, device_),
       Where("cuDeviceGetAttribute(MULTIPROCESSOR_COUNT)")));
@@ -378,7 +445,7 @@ Platform* CudaExecutor::platform() const { return platform_; }
 
 absl::StatusOr<PhysicalDeviceInfo> CudaExecutor::Describe() {
   const CudaDriver& d = *driver_;
-  VGPU_RETURN_IF_ERROR(Activate());
+  VGPU_CUDA_SCOPE(*driver_, context_);
   PhysicalDeviceInfo info;
   info.ordinal = ordinal_;
   char name[256] = {};
@@ -406,12 +473,21 @@ absl::StatusOr<PhysicalDeviceInfo> CudaExecutor::Describe() {
   info.total_bytes = total_bytes;
   info.free_bytes = free_bytes;
   info.vmm_granularity = vmm_supported_ ? vmm_granularity_ : 0;
+  info.default_reserve = DefaultReserve(total_bytes);
+  if (d.HasGreenContexts()) {
+    CUdevResource whole = {};
+    if (d.cuDeviceGetDevResource(device_, &whole, CU_DEV_RESOURCE_TYPE_SM) == CUDA_SUCCESS) {
+      info.sm_partition_min = std::max(1, static_cast<int>(whole.sm.minSmPartitionSize));
+      info.sm_partition_alignment = std::max(1, static_cast<int>(whole.sm.smCoscheduledAlignment));
+    }
+  }
   return info;
 }
 
 absl::StatusOr<void*> CudaExecutor::Allocate(uint64_t bytes) {
   if (bytes == 0) return absl::InvalidArgumentError(Where("Allocate: zero bytes"));
-  VGPU_RETURN_IF_ERROR(Activate());
+  DrainGraveyard();  // deferred frees first: their memory may be what this needs
+  VGPU_CUDA_SCOPE(*driver_, context_);
   CUdeviceptr p = 0;
   CUresult r = driver_->cuMemAlloc(&p, bytes);
   if (r != CUDA_SUCCESS) {
@@ -435,13 +511,21 @@ absl::Status CudaExecutor::Free(void* ptr) {
           ", which is not a live allocation of this device (double free or foreign pointer)")));
     }
   }
-  VGPU_RETURN_IF_ERROR(Activate());
+  if (InHostCallback()) {
+    // A buffer released by a host function's captures: freed by the next host-thread call.
+    Release([this, ptr] {
+      ScopedContext scope(*driver_, context_);
+      if (scope.status().ok()) driver_->cuMemFree(Dptr(ptr));
+    });
+    return absl::OkStatus();
+  }
+  VGPU_CUDA_SCOPE(*driver_, context_);
   return ToStatus(driver_->cuMemFree(Dptr(ptr)), Where("cuMemFree"));
 }
 
 absl::StatusOr<void*> CudaExecutor::HostAllocate(uint64_t bytes) {
   if (bytes == 0) return absl::InvalidArgumentError(Where("HostAllocate: zero bytes"));
-  VGPU_RETURN_IF_ERROR(Activate());
+  VGPU_CUDA_SCOPE(*driver_, context_);
   void* p = nullptr;
   VGPU_RETURN_IF_ERROR(ToStatus(driver_->cuMemHostAlloc(&p, bytes, CU_MEMHOSTALLOC_PORTABLE),
                                 Where(absl::StrCat("cuMemHostAlloc of ", FormatBytes(bytes)))));
@@ -458,7 +542,14 @@ absl::Status CudaExecutor::HostFree(void* ptr) {
           Where("HostFree: pointer is not a live pinned host allocation of this device"));
     }
   }
-  VGPU_RETURN_IF_ERROR(Activate());
+  if (InHostCallback()) {
+    Release([this, ptr] {
+      ScopedContext scope(*driver_, context_);
+      if (scope.status().ok()) driver_->cuMemFreeHost(ptr);
+    });
+    return absl::OkStatus();
+  }
+  VGPU_CUDA_SCOPE(*driver_, context_);
   return ToStatus(driver_->cuMemFreeHost(ptr), Where("cuMemFreeHost"));
 }
 
@@ -490,7 +581,7 @@ bool CudaExecutor::InReservationLocked(CUdeviceptr va, uint64_t bytes) const {
 
 absl::StatusOr<void*> CudaExecutor::ReserveAddressRange(uint64_t bytes) {
   VGPU_RETURN_IF_ERROR(CheckGranular("ReserveAddressRange", bytes));
-  VGPU_RETURN_IF_ERROR(Activate());
+  VGPU_CUDA_SCOPE(*driver_, context_);
   CUdeviceptr va = 0;
   VGPU_RETURN_IF_ERROR(
       ToStatus(driver_->cuMemAddressReserve(&va, bytes, vmm_granularity_, 0, 0),
@@ -510,13 +601,13 @@ absl::Status CudaExecutor::FreeAddressRange(void* va, uint64_t bytes) {
     }
     reservations_.erase(it);
   }
-  VGPU_RETURN_IF_ERROR(Activate());
+  VGPU_CUDA_SCOPE(*driver_, context_);
   return ToStatus(driver_->cuMemAddressFree(Dptr(va), bytes), Where("cuMemAddressFree"));
 }
 
 absl::StatusOr<PhysicalMemoryHandle> CudaExecutor::CreatePhysicalMemory(uint64_t bytes) {
   VGPU_RETURN_IF_ERROR(CheckGranular("CreatePhysicalMemory", bytes));
-  VGPU_RETURN_IF_ERROR(Activate());
+  VGPU_CUDA_SCOPE(*driver_, context_);
   CUmemAllocationProp prop = {};
   prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
   prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
@@ -538,7 +629,7 @@ absl::Status CudaExecutor::ReleasePhysicalMemory(PhysicalMemoryHandle handle) {
     }
     physical_.erase(it);
   }
-  VGPU_RETURN_IF_ERROR(Activate());
+  VGPU_CUDA_SCOPE(*driver_, context_);
   // The driver keeps the memory until its last mapping is unmapped.
   return ToStatus(driver_->cuMemRelease(handle.value), Where("cuMemRelease"));
 }
@@ -560,7 +651,7 @@ absl::Status CudaExecutor::Map(void* va, uint64_t bytes, PhysicalMemoryHandle ha
       return absl::InvalidArgumentError(Where("Map: range is not inside a reserved address range"));
     }
   }
-  VGPU_RETURN_IF_ERROR(Activate());
+  VGPU_CUDA_SCOPE(*driver_, context_);
   VGPU_RETURN_IF_ERROR(ToStatus(driver_->cuMemMap(Dptr(va), bytes, offset, handle.value, 0),
                                 Where(absl::StrCat("cuMemMap of ", FormatBytes(bytes)))));
   CUmemAccessDesc access = {};
@@ -582,13 +673,86 @@ absl::Status CudaExecutor::Unmap(void* va, uint64_t bytes) {
           Where("Unmap: range is not inside a reserved address range"));
     }
   }
-  VGPU_RETURN_IF_ERROR(Activate());
+  VGPU_CUDA_SCOPE(*driver_, context_);
   return ToStatus(driver_->cuMemUnmap(Dptr(va), bytes), Where("cuMemUnmap"));
 }
 
 // ---- SM partitions --------------------------------------------------------------------------
 
+void CudaExecutor::Release(std::function<void()> release) {
+  if (!InHostCallback()) {
+    release();
+    return;
+  }
+  std::lock_guard<std::mutex> l(graveyard_mu_);
+  graveyard_.push_back(std::move(release));
+  ++graveyard_pending_;
+}
+
+void CudaExecutor::DrainGraveyard() {
+  if (graveyard_pending_.load() == 0 || InHostCallback()) return;
+  std::lock_guard<std::mutex> l(partition_mu_);
+  DrainGraveyardLocked();
+}
+
+void CudaExecutor::DrainGraveyardLocked() {
+  std::vector<std::function<void()>> releases;
+  std::vector<std::pair<CUcontext, CUevent>> events;
+  {
+    std::lock_guard<std::mutex> l(graveyard_mu_);
+    releases.swap(graveyard_);
+    events.swap(graveyard_events_);
+    graveyard_pending_ = 0;
+  }
+  for (auto& release : releases) release();
+  for (auto& [ctx, event] : events) {
+    ScopedContext scope(*driver_, ctx);
+    if (scope.status().ok()) driver_->cuEventDestroy(event);
+  }
+}
+
+void CudaExecutor::EventCreated(CudaEvent* event) {
+  std::lock_guard<std::mutex> l(graveyard_mu_);
+  live_events_.insert(event);
+}
+
+void CudaExecutor::EventDestroyed(CudaEvent* event, std::map<CUcontext, CUevent> events) {
+  if (InHostCallback()) {
+    std::lock_guard<std::mutex> l(graveyard_mu_);
+    live_events_.erase(event);
+    graveyard_events_.insert(graveyard_events_.end(), events.begin(), events.end());
+    ++graveyard_pending_;
+    return;
+  }
+  // Under partition_mu_, every context in `events` is alive: re-partitioning takes the
+  // events of the green contexts it destroys from live events first.
+  std::lock_guard<std::mutex> pl(partition_mu_);
+  {
+    std::lock_guard<std::mutex> l(graveyard_mu_);
+    live_events_.erase(event);
+  }
+  for (auto& [ctx, e] : events) {
+    ScopedContext scope(*driver_, ctx);
+    if (scope.status().ok()) driver_->cuEventDestroy(e);
+  }
+}
+
 void CudaExecutor::DestroyPartitionsLocked() {
+  DrainGraveyardLocked();
+  {
+    // Events recorded in the green contexts go first, while their contexts exist.
+    std::vector<std::pair<CUcontext, CUevent>> doomed;
+    {
+      std::lock_guard<std::mutex> l(graveyard_mu_);
+      for (CudaEvent* e : live_events_) {
+        for (auto& entry : e->TakeEventsExcept(context_)) doomed.push_back(entry);
+      }
+    }
+    for (auto& [ctx, e] : doomed) {
+      ScopedContext scope(*driver_, ctx);
+      if (scope.status().ok()) driver_->cuEventDestroy(e);
+    }
+  }
   {
     std::lock_guard<std::mutex> l(module_mu_);
     // Modules of green contexts die with their context.
@@ -618,7 +782,7 @@ absl::StatusOr<std::vector<int>> CudaExecutor::PartitionSms(absl::Span<const int
   if (sm_counts.empty()) {
     return absl::InvalidArgumentError(Where("PartitionSms: no SM counts given"));
   }
-  VGPU_RETURN_IF_ERROR(Activate());
+  VGPU_CUDA_SCOPE(*driver_, context_);
   CUdevResource whole = {};
   VGPU_RETURN_IF_ERROR(ToStatus(d.cuDeviceGetDevResource(device_, &whole, CU_DEV_RESOURCE_TYPE_SM),
                                 Where("cuDeviceGetDevResource(SM)")));
@@ -643,6 +807,7 @@ absl::StatusOr<std::vector<int>> CudaExecutor::PartitionSms(absl::Span<const int
         " SMs, but the device has ", total)));
   }
   std::lock_guard<std::mutex> l(partition_mu_);
+  DrainGraveyardLocked();  // streams destroyed in host callbacks are really gone now
   if (partition_streams_.load() > 0) {
     return absl::FailedPreconditionError(Where(
         absl::StrCat("PartitionSms: ", partition_streams_.load(),
@@ -718,11 +883,12 @@ absl::StatusOr<std::vector<int>> CudaExecutor::PartitionSms(absl::Span<const int
 
 absl::StatusOr<std::unique_ptr<Stream>> CudaExecutor::CreateStream(const StreamOptions& options) {
   const CudaDriver& d = *driver_;
+  DrainGraveyard();
   // Lower number = higher priority; greatest_priority_ <= least_priority_.
   const int priority = std::clamp(options.priority, greatest_priority_, least_priority_);
   CUstream stream = nullptr;
   if (options.sm_partition < 0) {
-    VGPU_RETURN_IF_ERROR(Activate());
+    VGPU_CUDA_SCOPE(*driver_, context_);
     VGPU_RETURN_IF_ERROR(
         ToStatus(d.cuStreamCreateWithPriority(&stream, CU_STREAM_NON_BLOCKING, priority),
                  Where("cuStreamCreateWithPriority")));
@@ -736,7 +902,7 @@ absl::StatusOr<std::unique_ptr<Stream>> CudaExecutor::CreateStream(const StreamO
                            partitions_.size(), " partition(s); call PartitionSms first)")));
   }
   const Partition& p = partitions_[options.sm_partition];
-  VGPU_RETURN_IF_ERROR(MakeCurrent(d, p.context));
+  VGPU_CUDA_SCOPE(d, p.context);
   VGPU_RETURN_IF_ERROR(
       ToStatus(d.cuGreenCtxStreamCreate(&stream, p.green, CU_STREAM_NON_BLOCKING, priority),
                Where("cuGreenCtxStreamCreate")));
@@ -746,11 +912,19 @@ absl::StatusOr<std::unique_ptr<Stream>> CudaExecutor::CreateStream(const StreamO
 }
 
 absl::StatusOr<std::unique_ptr<Event>> CudaExecutor::CreateEvent() {
-  VGPU_RETURN_IF_ERROR(Activate());
+  DrainGraveyard();
+  VGPU_CUDA_SCOPE(*driver_, context_);
   CUevent event = nullptr;
   VGPU_RETURN_IF_ERROR(
       ToStatus(driver_->cuEventCreate(&event, CU_EVENT_DISABLE_TIMING), Where("cuEventCreate")));
   return std::unique_ptr<Event>(std::make_unique<CudaEvent>(this, event));
+}
+
+bool CudaExecutor::PeerAccessEnabled(const Executor& other) const {
+  auto* peer = dynamic_cast<const CudaExecutor*>(&other);
+  if (peer == nullptr || peer->platform_ != platform_) return false;
+  if (peer->device_ == device_) return true;
+  return peers_enabled_.contains(static_cast<int>(peer->device_));
 }
 
 bool CudaExecutor::CanAccessPeer(const Executor& other) const {
@@ -773,13 +947,16 @@ class CudaMemoryPool : public MemoryPool {
   ~CudaMemoryPool() override {
     // Outstanding allocations keep the memory until they are freed (CUDA's rule), so
     // destroying with live blocks leaks them rather than pulling memory from under work.
-    if (executor_->Activate().ok()) executor_->driver().cuMemPoolDestroy(pool_);
+    executor_->Release([executor = executor_, pool = pool_] {
+      ScopedContext scope(executor->driver(), executor->context());
+      if (scope.status().ok()) executor->driver().cuMemPoolDestroy(pool);
+    });
   }
 
   absl::StatusOr<void*> AllocateAsync(uint64_t bytes, Stream* stream) override {
     if (bytes == 0) return absl::InvalidArgumentError(Where("AllocateAsync: zero bytes"));
     VGPU_ASSIGN_OR_RETURN(CudaStream * cs, Check(stream, "AllocateAsync"));
-    VGPU_RETURN_IF_ERROR(MakeCurrent(executor_->driver(), cs->context()));
+    VGPU_CUDA_SCOPE(executor_->driver(), cs->context());
     CUdeviceptr p = 0;
     VGPU_RETURN_IF_ERROR(
         ToStatus(executor_->driver().cuMemAllocFromPoolAsync(&p, bytes, pool_, cs->handle()),
@@ -801,19 +978,19 @@ class CudaMemoryPool : public MemoryPool {
       }
     }
     // Not Begin(): a stream with a sticky error must still give the memory back.
-    VGPU_RETURN_IF_ERROR(MakeCurrent(executor_->driver(), cs->context()));
+    VGPU_CUDA_SCOPE(executor_->driver(), cs->context());
     return ToStatus(executor_->driver().cuMemFreeAsync(Dptr(ptr), cs->handle()),
                     Where("cuMemFreeAsync"));
   }
 
   absl::Status TrimTo(uint64_t bytes_to_keep) override {
-    VGPU_RETURN_IF_ERROR(executor_->Activate());
+    VGPU_CUDA_SCOPE(executor_->driver(), executor_->context());
     return ToStatus(executor_->driver().cuMemPoolTrimTo(pool_, bytes_to_keep),
                     Where("cuMemPoolTrimTo"));
   }
 
   absl::StatusOr<MemoryPoolStats> Stats() override {
-    VGPU_RETURN_IF_ERROR(executor_->Activate());
+    VGPU_CUDA_SCOPE(executor_->driver(), executor_->context());
     cuuint64_t reserved = 0, used = 0;
     const CudaDriver& d = executor_->driver();
     VGPU_RETURN_IF_ERROR(
@@ -855,7 +1032,7 @@ absl::StatusOr<std::unique_ptr<MemoryPool>> CudaExecutor::CreateMemoryPool(
         "driver ",
         VersionString(d.driver_version), " (", d.library, ") lacks; use VGPU_ALLOCATOR=bfc")));
   }
-  VGPU_RETURN_IF_ERROR(Activate());
+  VGPU_CUDA_SCOPE(*driver_, context_);
   int supported = 0;
   if (d.cuDeviceGetAttribute(&supported, CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED, device_) !=
           CUDA_SUCCESS ||
@@ -897,7 +1074,7 @@ absl::StatusOr<Blas*> CudaExecutor::GetBlas() {
 }
 
 absl::StatusOr<KernelFunctions> CudaExecutor::LoadModule(CUcontext ctx) {
-  VGPU_RETURN_IF_ERROR(MakeCurrent(*driver_, ctx));
+  VGPU_CUDA_SCOPE(*driver_, ctx);
   KernelFunctions fns;
   absl::Span<const uint8_t> image = KernelsFatbin();
   VGPU_RETURN_IF_ERROR(ToStatus(driver_->cuModuleLoadData(&fns.module, image.data()),
@@ -960,7 +1137,21 @@ void CudaPlatform::Init() {
   }
   driver_ = *std::move(driver);
   const CudaDriver& d = *driver_;
-  d.cuDriverGetVersion(&driver_->driver_version);
+  if (absl::Status s = ToStatus(d.cuDriverGetVersion(&driver_->driver_version),
+                                absl::StrCat("cuDriverGetVersion (", library, ")"));
+      !s.ok()) {
+    reason_ = std::string(s.message());
+    return;
+  }
+  if (driver_->driver_version < kMinimumDriverVersion) {
+    reason_ = absl::StrCat("the CUDA driver ", library, " is version ",
+                           VersionString(driver_->driver_version), " (", driver_->driver_version,
+                           "); vgpu needs ", VersionString(kMinimumDriverVersion), " (",
+                           kMinimumDriverVersion,
+                           ") or newer (cuGetProcAddress_v2 and the entry points it loads); "
+                           "update the NVIDIA driver");
+    return;
+  }
   if (absl::Status s = ToStatus(d.cuInit(0), absl::StrCat("cuInit (", library, ")")); !s.ok()) {
     reason_ = std::string(s.message());
     return;
@@ -988,6 +1179,27 @@ void CudaPlatform::Init() {
     }
     executors_.push_back(std::move(executor));
   }
+  EnablePeerAccess();
+}
+
+void CudaPlatform::EnablePeerAccess() {
+  const CudaDriver& d = *driver_;
+  for (auto& from : executors_) {
+    for (auto& to : executors_) {
+      if (from->device() == to->device() || !from->CanAccessPeer(*to)) continue;
+      // Enabled from `from`'s context onto `to`'s; already enabled (by the application on the
+      // same primary context) counts as enabled.
+      ScopedContext scope(d, from->context());
+      if (!scope.status().ok()) continue;
+      CUresult r = d.cuCtxEnablePeerAccess(to->context(), 0);
+      if (r == CUDA_SUCCESS || r == CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED) {
+        from->SetPeerAccessEnabled(static_cast<int>(to->device()));
+      } else {
+        peer_errors_.push_back(
+            absl::StrCat(from->ordinal(), "->", to->ordinal(), ": ", CuResultName(r)));
+      }
+    }
+  }
 }
 
 std::string CudaPlatform::Summary() const {
@@ -995,7 +1207,10 @@ std::string CudaPlatform::Summary() const {
   return absl::StrCat("CUDA driver ", VersionString(driver_->driver_version), " (",
                       driver_->driver_version, ", ", driver_->library, "), ", executors_.size(),
                       " device(s), kernels fatbin sm_90 + compute_80 PTX, green contexts ",
-                      driver_->HasGreenContexts() ? "available" : "unavailable");
+                      driver_->HasGreenContexts() ? "available" : "unavailable",
+                      peer_errors_.empty() ? std::string()
+                                           : absl::StrCat(", peer access not enabled for ",
+                                                          absl::StrJoin(peer_errors_, ", ")));
 }
 
 absl::StatusOr<PhysicalDeviceInfo> CudaPlatform::Describe(int ordinal) {

@@ -29,6 +29,9 @@ struct Access {
   CUdeviceptr ptr = 0;
   uint64_t bytes = 0;
   bool write = false;
+  // Copies may touch any device's memory (UVA); kernels and library work need the range on
+  // the stream's device or a peer with access enabled (cuCtxEnablePeerAccess).
+  bool any_device = false;
 };
 
 // What the work sees when it runs on the stream's thread.

@@ -25,6 +25,7 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <vector>
 
 namespace {
 
@@ -143,6 +144,23 @@ CUresult CUDAAPI CtxGetCurrent(CUcontext* c) {
   *c = g_current;
   return CUDA_SUCCESS;
 }
+// A per-thread stack under the current context, as the driver keeps one.
+thread_local std::vector<CUcontext> g_stack;
+CUresult CUDAAPI CtxPushCurrent(CUcontext c) {
+  g_stack.push_back(g_current);
+  g_current = c;
+  return CUDA_SUCCESS;
+}
+CUresult CUDAAPI CtxPopCurrent(CUcontext* c) {
+  if (g_stack.empty()) return CUDA_ERROR_INVALID_CONTEXT;
+  if (c != nullptr) *c = g_current;
+  g_current = g_stack.back();
+  g_stack.pop_back();
+  return CUDA_SUCCESS;
+}
+CUresult CUDAAPI CtxEnablePeerAccess(CUcontext, unsigned int) { return CUDA_SUCCESS; }
+CUresult CUDAAPI CtxDisablePeerAccess(CUcontext) { return CUDA_SUCCESS; }
+CUresult CUDAAPI StreamQuery(CUstream) { return CUDA_SUCCESS; }
 CUresult CUDAAPI CtxGetStreamPriorityRange(int* least, int* greatest) {
   if (g_current == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
   *least = 0;
@@ -583,6 +601,11 @@ const Entry kEntries[] = {
     VGPU_FAKE(cuCtxSetCurrent, 4000, CtxSetCurrent),
     VGPU_FAKE(cuCtxGetCurrent, 4000, CtxGetCurrent),
     VGPU_FAKE(cuCtxGetStreamPriorityRange, 5050, CtxGetStreamPriorityRange),
+    VGPU_FAKE(cuCtxPushCurrent, 4000, CtxPushCurrent),
+    VGPU_FAKE(cuCtxPopCurrent, 4000, CtxPopCurrent),
+    VGPU_FAKE(cuCtxEnablePeerAccess, 4000, CtxEnablePeerAccess),
+    VGPU_FAKE(cuCtxDisablePeerAccess, 4000, CtxDisablePeerAccess),
+    VGPU_FAKE(cuStreamQuery, 2000, StreamQuery),
     VGPU_FAKE(cuMemGetInfo, 3020, MemGetInfo),
     VGPU_FAKE(cuMemAlloc, 3020, MemAlloc),
     VGPU_FAKE(cuMemFree, 3020, MemFree),

@@ -1,0 +1,86 @@
+#include "runtime/cuda/call_log.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+namespace vgpu::cuda::call_log {
+namespace {
+
+// The log's file descriptor, -1 when off. Opened once, never closed: wrapped functions may
+// run on library threads until the process exits.
+int LogFd() {
+  static const int fd = [] {
+    const char* path = std::getenv(kCallLogEnv);
+    if (path == nullptr || *path == '\0') return -1;
+    int f = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (f < 0) {
+      std::fprintf(stderr, "vgpu: %s=%s cannot be opened (%s); no call log\n", kCallLogEnv, path,
+                   std::strerror(errno));
+    }
+    return f;
+  }();
+  return fd;
+}
+
+}  // namespace
+
+bool Enabled() { return LogFd() >= 0; }
+
+void WriteLine(absl::string_view line) {
+  const int fd = LogFd();
+  if (fd < 0) return;
+  std::string buffer = absl::StrCat(line, "\n");
+  // One write per line keeps lines whole under O_APPEND; a short write (disk full) is retried
+  // for the rest, which may then interleave, but never loses the line's end.
+  const char* p = buffer.data();
+  size_t left = buffer.size();
+  while (left > 0) {
+    ssize_t n = write(fd, p, left);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return;
+    }
+    p += n;
+    left -= static_cast<size_t>(n);
+  }
+}
+
+int ThreadNumber() {
+  static std::atomic<int> next{1};
+  thread_local const int number = next.fetch_add(1, std::memory_order_relaxed);
+  return number;
+}
+
+std::string FormatPointer(const void* p) {
+  if (p == nullptr) return "NULL";
+  return absl::StrCat("0x", absl::Hex(reinterpret_cast<uintptr_t>(p)));
+}
+
+std::string FormatQuoted(const char* s) {
+  if (s == nullptr) return "NULL";
+  std::string out = "\"";
+  // Bounded: a log line is for reading, and a name longer than this is itself suspect.
+  constexpr size_t kMaxChars = 200;
+  size_t i = 0;
+  for (; s[i] != '\0' && i < kMaxChars; ++i) {
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += static_cast<char>(c);
+    } else if (c < 0x20 || c >= 0x7f) {
+      absl::StrAppend(&out, "\\x", absl::Hex(c, absl::kZeroPad2));
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  if (s[i] != '\0') out += "...";
+  out += '"';
+  return out;
+}
+
+}  // namespace vgpu::cuda::call_log
