@@ -7,6 +7,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -271,6 +272,64 @@ TEST(CallLogDriverTest, EveryDriverCallIsLoggedWithArgumentsAndResult) {
   EXPECT_THAT(lines[6], MatchesRegex("cuDeviceGet\\(NULL, 99\\) = CUDA_ERROR_[A-Z_]+ \\([0-9]+\\)"
                                      " .*"));
 }
+
+#ifdef VGPU_CUDASIM_LIBDIR
+// The platform's cuBLAS and NCCL loaders log their calls too: the cuda platform on the
+// simulator, one GEMM and one all-reduce over both devices of the small profile.
+TEST(CallLogPlatformTest, CublasAndNcclCallsAreLogged) {
+  const std::string dir = VGPU_CUDASIM_LIBDIR;
+  setenv("VGPU_CUDASIM_PROFILE", "small", 1);
+  setenv("VGPU_CUDA_DRIVER_LIBRARY", (dir + "/libcuda.so.1").c_str(), 1);
+  setenv("VGPU_CUBLAS_LIBRARY", (dir + "/libcublas.so.13").c_str(), 1);
+  setenv("VGPU_NCCL_LIBRARY", (dir + "/libnccl.so.2").c_str(), 1);
+  std::unique_ptr<Platform> platform = CreateCudaPlatform();
+  ASSERT_EQ(platform->DeviceCount(), 2) << platform->Summary();
+  const size_t before = LogLines().size();
+  Executor* e[2] = {*platform->GetExecutor(0), *platform->GetExecutor(1)};
+  std::unique_ptr<Stream> s[2];
+  float* buf[2];
+  for (int i = 0; i < 2; ++i) {
+    absl::StatusOr<std::unique_ptr<Stream>> stream = e[i]->CreateStream(StreamOptions{});
+    ASSERT_THAT(stream.status(), IsOk());
+    s[i] = *std::move(stream);
+    absl::StatusOr<void*> p = e[i]->Allocate(64 * sizeof(float));
+    ASSERT_THAT(p.status(), IsOk());
+    buf[i] = static_cast<float*>(*p);
+    ASSERT_THAT(s[i]->Memset32(buf[i], 0x3f800000, 64), IsOk());  // 1.0f
+  }
+  absl::StatusOr<Blas*> blas = e[0]->GetBlas();
+  ASSERT_THAT(blas.status(), IsOk());
+  ASSERT_THAT((*blas)->Sgemm(s[0].get(), Transpose::kNo, Transpose::kNo, 4, 4, 4, 1.0f, buf[0], 4,
+                             buf[0] + 16, 4, 0.0f, buf[0] + 32, 4),
+              IsOk());
+  absl::StatusOr<std::unique_ptr<NcclCommunicator>> comm = NcclCommunicator::Create({e[0], e[1]});
+  ASSERT_THAT(comm.status(), IsOk());
+  std::vector<AllReduceBuffer> buffers = {{s[0].get(), buf[0]}, {s[1].get(), buf[1]}};
+  ASSERT_THAT((*comm)->AllReduce(buffers, 16, AllReduceOp::kSum), IsOk());
+  for (int i = 0; i < 2; ++i) ASSERT_THAT(s[i]->Synchronize(), IsOk());
+  const std::vector<std::string> lines = LinesSince(before);
+  auto has = [&](const std::string& regex) {
+    return std::count_if(lines.begin(), lines.end(), [&](const std::string& l) {
+             return ::testing::Value(l, ContainsRegex(regex));
+           }) > 0;
+  };
+  EXPECT_TRUE(
+      has("^cublasCreate_v2\\(0x[0-9a-f]+->0x[0-9a-f]+\\) = CUBLAS_STATUS_SUCCESS \\(0\\)"));
+  EXPECT_TRUE(
+      has("^cublasSgemm_v2\\(0x[0-9a-f]+, 0, 0, 4, 4, 4, 0x[0-9a-f]+, 0x[0-9a-f]+, 4, "
+          "0x[0-9a-f]+, 4, 0x[0-9a-f]+, 0x[0-9a-f]+, 4\\) = CUBLAS_STATUS_SUCCESS"));
+  EXPECT_TRUE(has("^ncclCommInitAll\\(0x[0-9a-f]+->0x[0-9a-f]+, 2, 0x[0-9a-f]+\\) = ncclSuccess"));
+  EXPECT_TRUE(has("^ncclGroupStart\\(\\) = ncclSuccess \\(0\\)"));
+  EXPECT_TRUE(
+      has("^ncclAllReduce\\(0x[0-9a-f]+, 0x[0-9a-f]+, 16, 7, [0-9], 0x[0-9a-f]+, "
+          "0x[0-9a-f]+\\) = ncclSuccess"));
+  EXPECT_TRUE(has("^cuMemsetD32Async\\("));
+  for (const std::string& line : lines) {
+    EXPECT_THAT(line, ContainsRegex("\\) = .* \\[thread [0-9]+\\]$")) << line;
+  }
+  for (int i = 0; i < 2; ++i) EXPECT_THAT(e[i]->Free(buf[i]), IsOk());
+}
+#endif  // VGPU_CUDASIM_LIBDIR
 
 #endif  // VGPU_HAVE_CUDA
 
