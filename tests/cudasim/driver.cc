@@ -340,7 +340,7 @@ State& S() {
     for (int d = 0; d < st->devices; ++d) st->device[d].capacity = bytes;
     // Room for every device's memory several times over (VMM reservations, next-fit reuse).
     st->arena_bytes = std::min<uint64_t>(
-        RoundUp(8 * bytes * std::max(st->devices, 1) + 64 * kGiB, kGranularity), 2048 * kGiB);
+        RoundUp(4 * bytes * std::max(st->devices, 1) + 64 * kGiB, kGranularity), 1024 * kGiB);
     void* a = mmap(nullptr, st->arena_bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
                    -1, 0);
     void* m = mmap(nullptr, st->arena_bytes + kGranularity, PROT_NONE,
@@ -661,15 +661,15 @@ uint64_t EnqueueLocked(Stream* st, Op op) {
   Ctx* c = st->ctx;
   if (st->legacy) {
     for (Stream* b : c->streams) {
-      if (b != st && b->Blocking() && b->enqueued > b->completed) {
-        op.deps.emplace_back(b, b->enqueued);
-        Join(&st->vc, b->vc);
-      }
+      if (b == st || !b->Blocking()) continue;
+      Join(&st->vc, b->vc);
+      if (b->enqueued > b->completed) op.deps.emplace_back(b, b->enqueued);
     }
-  } else if (st->Blocking() && c->legacy != nullptr && c->legacy != st &&
-             c->legacy->enqueued > c->legacy->completed) {
-    op.deps.emplace_back(c->legacy, c->legacy->enqueued);
+  } else if (st->Blocking() && c->legacy != nullptr && c->legacy != st) {
     Join(&st->vc, c->legacy->vc);
+    if (c->legacy->enqueued > c->legacy->completed) {
+      op.deps.emplace_back(c->legacy, c->legacy->enqueued);
+    }
   }
   for (const auto& [dep, seq] : op.deps) {
     (void)seq;
