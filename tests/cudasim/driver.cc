@@ -881,6 +881,15 @@ void ReleasePrimary(int device, std::unique_lock<std::mutex>& l) {
 
 bool ValidDevice(CUdevice d) { return d >= 0 && d < S().devices; }
 
+// Read at each use (not once), so one process can load "old drivers" after new ones.
+int DriverVersion() {
+  return static_cast<int>(EnvU64("VGPU_CUDASIM_DRIVER_VERSION", S().driver_version));
+}
+bool NoPools() {
+  const char* np = std::getenv("VGPU_CUDASIM_NO_POOLS");
+  return S().no_pools || (np != nullptr && std::strcmp(np, "1") == 0);
+}
+
 CUresult CUDAAPI Init(unsigned int flags) {
   if (t_in_callback) return CUDA_ERROR_NOT_PERMITTED;
   if (flags != 0) return CUDA_ERROR_INVALID_VALUE;
@@ -893,7 +902,7 @@ CUresult CUDAAPI Init(unsigned int flags) {
 CUresult CUDAAPI DriverGetVersion(int* v) {
   if (t_in_callback) return CUDA_ERROR_NOT_PERMITTED;
   if (v == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  *v = S().driver_version;
+  *v = DriverVersion();
   return CUDA_SUCCESS;
 }
 CUresult CUDAAPI DeviceGetCount(int* n) {
@@ -945,7 +954,7 @@ CUresult CUDAAPI DeviceGetAttribute(int* v, CUdevice_attribute a, CUdevice d) {
       *v = 0;
       break;
     case CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED:
-      *v = S().no_pools || S().driver_version < 11020 ? 0 : 1;
+      *v = NoPools() || DriverVersion() < 11020 ? 0 : 1;
       break;
     case CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED:
     case CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING:
@@ -2418,12 +2427,12 @@ VGPU_CUDASIM_EXPORT CUresult cuGetProcAddress_v2(const char* symbol, void** pfn,
   using namespace vgpu::cudasim;
   (void)flags;
   if (symbol == nullptr || pfn == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  const State& s = S();
-  const bool hide_pools = (s.no_pools && IsPoolEntryPoint(symbol));
+  const bool hide_pools = NoPools() && IsPoolEntryPoint(symbol);
+  const int driver_version = DriverVersion();
   for (const Entry& e : kEntries) {
     if (std::strcmp(e.name, symbol) != 0) continue;
     // Entry points newer than the pretended driver are absent.
-    if (hide_pools || e.version > s.driver_version) break;
+    if (hide_pools || e.version > driver_version) break;
     if (cuda_version < e.version) {
       *pfn = nullptr;
       if (status != nullptr) *status = CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT;
