@@ -13,21 +13,7 @@ foreach(_vgpu_cuda_test cuda_platform_test cuda_platform_gpu_test cuda_fake_driv
   endif()
 endforeach()
 
-# A fake libcuda (host-memory Driver API with emulated kernels) so the platform's own code runs
-# on GPU-less CI: cuda_fake_driver_test dlopens it through VGPU_CUDA_DRIVER_LIBRARY.
-if(_vgpu_cuda_built AND TARGET cuda_fake_driver_test)
-  add_library(vgpu_fake_libcuda SHARED ${PROJECT_SOURCE_DIR}/runtime/cuda/testing/fake_libcuda.cc)
-  target_include_directories(vgpu_fake_libcuda PRIVATE ${VGPU_CUDA_INCLUDE_DIR})
-  set_target_properties(vgpu_fake_libcuda PROPERTIES CXX_VISIBILITY_PRESET hidden)
-  foreach(_vgpu_fake_test cuda_fake_driver_test cuda_async_pool_test)
-    if(TARGET ${_vgpu_fake_test})
-      add_dependencies(${_vgpu_fake_test} vgpu_fake_libcuda)
-      target_compile_definitions(${_vgpu_fake_test}
-        PRIVATE VGPU_FAKE_LIBCUDA="$<TARGET_FILE:vgpu_fake_libcuda>")
-      target_link_libraries(${_vgpu_fake_test} PRIVATE ${CMAKE_DL_LIBS})
-    endif()
-  endforeach()
-endif()
+# cuda_fake_driver_test and cuda_async_pool_test run on the CUDA simulator: see tests/cudasim.cmake.
 
 # ---- issue 13 (h3): the cuda platform's fixes on the CUDA simulator ---------------------------
 # cuda_sim_platform_test loads the simulator from build/cudasim/lib (tests/cudasim.cmake);

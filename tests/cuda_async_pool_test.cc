@@ -1,6 +1,6 @@
 // The cuda platform's stream-ordered memory pools and the async allocator over them, on the
-// fake driver (runtime/cuda/testing/fake_libcuda.cc), so the cuMemPool* calls, their error
-// mapping and the allocator's trim-and-retry run on machines without a GPU (label unit).
+// CUDA simulator (tests/cudasim/), so the cuMemPool* calls, their error mapping and the
+// allocator's trim-and-retry run on machines without a GPU (labels unit, cudasim).
 #include <dlfcn.h>
 
 #include <cstdlib>
@@ -33,9 +33,9 @@ constexpr uint64_t kMiB = uint64_t{1} << 20;
 class CudaAsyncPoolTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    setenv("VGPU_CUDA_DRIVER_LIBRARY", VGPU_FAKE_LIBCUDA, 1);
-    setenv("VGPU_FAKE_CUDA_DEVICES", "2", 1);
-    setenv("VGPU_FAKE_CUDA_BYTES", "268435456", 1);  // 256 MiB
+    setenv("VGPU_CUDA_DRIVER_LIBRARY", VGPU_CUDASIM_LIBCUDA, 1);
+    setenv("VGPU_CUDASIM_DEVICES", "2", 1);
+    setenv("VGPU_CUDASIM_BYTES", "268435456", 1);  // 256 MiB
     platform_ = CreateCudaPlatform().release();
     unsetenv("VGPU_CUDA_DRIVER_LIBRARY");
   }
@@ -51,14 +51,15 @@ class CudaAsyncPoolTest : public ::testing::Test {
     stream_ = *std::move(s);
   }
   uint64_t FreeBytes() { return exec_->Describe()->free_bytes; }
-  // {pools alive, bytes they reserve} from the fake driver.
+  // {pools alive, bytes they reserve} from the simulator.
   static std::pair<int, uint64_t> PoolCounters() {
-    void* h = dlopen(VGPU_FAKE_LIBCUDA, RTLD_NOW | RTLD_NOLOAD);
+    void* h = dlopen(VGPU_CUDASIM_LIBCUDA, RTLD_NOW | RTLD_NOLOAD);
     EXPECT_NE(h, nullptr);
-    auto fn = reinterpret_cast<void (*)(int*, uint64_t*)>(dlsym(h, "vgpu_fake_cuda_pool_counters"));
+    auto fn =
+        reinterpret_cast<unsigned long long (*)(const char*)>(dlsym(h, "vgpu_cudasim_counter"));
     EXPECT_NE(fn, nullptr);
     std::pair<int, uint64_t> c{0, 0};
-    if (fn != nullptr) fn(&c.first, &c.second);
+    if (fn != nullptr) c = {int(fn("pools_alive")), fn("pool_reserved_bytes")};
     dlclose(h);
     return c;
   }
@@ -117,6 +118,8 @@ TEST_F(CudaAsyncPoolTest, PoolAllocatesCachesReusesAndTrims) {
   EXPECT_THAT(p.FreeAsync(*b, stream_.get()),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("double free")));
 
+  // A trim releases only blocks whose stream-ordered free has run.
+  ASSERT_THAT(stream_->Synchronize(), IsOk());
   ASSERT_THAT(p.TrimTo(0), IsOk());
   EXPECT_EQ(p.Stats()->reserved_bytes, 0u);
   EXPECT_EQ(FreeBytes(), free_before);
@@ -181,10 +184,10 @@ TEST_F(CudaAsyncPoolTest, DeviceOomTrimsThePoolAndRetriesOnce) {
 }
 
 TEST_F(CudaAsyncPoolTest, DriverWithoutPoolsIsUnimplemented) {
-  setenv("VGPU_CUDA_DRIVER_LIBRARY", VGPU_FAKE_LIBCUDA, 1);
-  setenv("VGPU_FAKE_CUDA_NO_POOLS", "1", 1);
+  setenv("VGPU_CUDA_DRIVER_LIBRARY", VGPU_CUDASIM_LIBCUDA, 1);
+  setenv("VGPU_CUDASIM_NO_POOLS", "1", 1);
   std::unique_ptr<Platform> old_driver = CreateCudaPlatform();
-  unsetenv("VGPU_FAKE_CUDA_NO_POOLS");
+  unsetenv("VGPU_CUDASIM_NO_POOLS");
   unsetenv("VGPU_CUDA_DRIVER_LIBRARY");
   ASSERT_EQ(old_driver->DeviceCount(), 2) << old_driver->Summary();
   Executor* e = *old_driver->GetExecutor(0);

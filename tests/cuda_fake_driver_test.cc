@@ -1,7 +1,7 @@
-// The cuda platform's own code over a fake driver (runtime/cuda/testing/fake_libcuda.cc:
-// host memory, synchronous streams, kernels emulated on the host), so discovery, allocation
-// bookkeeping, error mapping, peer copies, kernel parameter packing and the bad-label flag are
-// tested on machines without a GPU (label unit).
+// The cuda platform's own code over the CUDA simulator (tests/cudasim/: device memory apart
+// from host memory, asynchronous streams with a race detector, kernels emulated on the host),
+// so discovery, allocation bookkeeping, error mapping, peer copies, kernel parameter packing and
+// the bad-label flag are tested on machines without a GPU (labels unit, cudasim).
 #include <dlfcn.h>
 
 #include <cstdlib>
@@ -34,9 +34,9 @@ using ::vgpu::testing::StatusIs;
 class CudaFakeDriverTest : public ::vgpu::testing::CudaVsHostTest {
  protected:
   static void SetUpTestSuite() {
-    setenv("VGPU_CUDA_DRIVER_LIBRARY", VGPU_FAKE_LIBCUDA, 1);
-    setenv("VGPU_FAKE_CUDA_DEVICES", "2", 1);
-    setenv("VGPU_FAKE_CUDA_BYTES", "268435456", 1);  // 256 MiB
+    setenv("VGPU_CUDA_DRIVER_LIBRARY", VGPU_CUDASIM_LIBCUDA, 1);
+    setenv("VGPU_CUDASIM_DEVICES", "2", 1);
+    setenv("VGPU_CUDASIM_BYTES", "268435456", 1);  // 256 MiB
     platform_ = CreateCudaPlatform().release();
     unsetenv("VGPU_CUDA_DRIVER_LIBRARY");
   }
@@ -51,13 +51,15 @@ class CudaFakeDriverTest : public ::vgpu::testing::CudaVsHostTest {
     ASSERT_NO_FATAL_FAILURE(SetUpHost(64 << 20));
   }
 
+  // {peer copies, kernel launches} from the simulator.
   static std::pair<int, int> Counters() {
-    void* h = dlopen(VGPU_FAKE_LIBCUDA, RTLD_NOW | RTLD_NOLOAD);
+    void* h = dlopen(VGPU_CUDASIM_LIBCUDA, RTLD_NOW | RTLD_NOLOAD);
     EXPECT_NE(h, nullptr);
-    auto fn = reinterpret_cast<void (*)(int*, int*)>(dlsym(h, "vgpu_fake_cuda_counters"));
+    auto fn =
+        reinterpret_cast<unsigned long long (*)(const char*)>(dlsym(h, "vgpu_cudasim_counter"));
     EXPECT_NE(fn, nullptr);
     std::pair<int, int> c{0, 0};
-    if (fn != nullptr) fn(&c.first, &c.second);
+    if (fn != nullptr) c = {int(fn("peer_copies")), int(fn("launches"))};
     dlclose(h);
     return c;
   }
@@ -69,17 +71,17 @@ Platform* CudaFakeDriverTest::platform_ = nullptr;
 TEST_F(CudaFakeDriverTest, DiscoversDevices) {
   EXPECT_THAT(platform_->Summary(), StartsWith("CUDA driver 13.0 (13000, "));
   EXPECT_THAT(platform_->Summary(), HasSubstr("2 device(s)"));
-  EXPECT_THAT(platform_->Summary(), HasSubstr("green contexts unavailable"));
+  EXPECT_THAT(platform_->Summary(), HasSubstr("green contexts available"));
   auto info = platform_->Describe(1);
   ASSERT_THAT(info, IsOk());
   EXPECT_EQ(info->ordinal, 1);
-  EXPECT_EQ(info->name, "Fake GPU 1");
+  EXPECT_EQ(info->name, "NVIDIA cudasim small GPU");
   EXPECT_EQ(info->uuid, "GPU-10111213-1415-1617-1819-1a1b1c1d1e1f");
   EXPECT_EQ(info->pci_bus_id, "0000:11:00.0");
   EXPECT_EQ(info->compute_capability_major, 9);
-  EXPECT_EQ(info->sm_count, 132);
+  EXPECT_EQ(info->sm_count, 32);
   EXPECT_EQ(info->total_bytes, uint64_t{256} << 20);
-  EXPECT_EQ(info->vmm_granularity, 0u);
+  EXPECT_EQ(info->vmm_granularity, uint64_t{2} << 20);
   EXPECT_THAT(platform_->GetExecutor(2),
               StatusIs(absl::StatusCode::kNotFound, HasSubstr("ordinals 0..1")));
 }
@@ -96,7 +98,7 @@ TEST_F(CudaFakeDriverTest, AllocationsAreTrackedAndOomIsResourceExhausted) {
   EXPECT_THAT(exec_->Free(*p), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("double")));
   EXPECT_THAT(exec_->Allocate(uint64_t{1} << 30),
               StatusIs(absl::StatusCode::kResourceExhausted,
-                       HasSubstr("CUDA_ERROR_OUT_OF_MEMORY (2): out of memory (fake driver)")));
+                       HasSubstr("CUDA_ERROR_OUT_OF_MEMORY (2): out of memory")));
   EXPECT_THAT(exec_->Allocate(0), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("zero")));
   auto h = exec_->HostAllocate(100);
   ASSERT_THAT(h, IsOk());
@@ -104,15 +106,20 @@ TEST_F(CudaFakeDriverTest, AllocationsAreTrackedAndOomIsResourceExhausted) {
   EXPECT_THAT(exec_->HostFree(*h), StatusIs(absl::StatusCode::kInvalidArgument, ::testing::_));
 }
 
-TEST_F(CudaFakeDriverTest, NoVmmNoGreenContexts) {
-  EXPECT_THAT(exec_->VirtualMemoryGranularity(),
-              StatusIs(absl::StatusCode::kUnimplemented, HasSubstr("virtual memory")));
-  EXPECT_THAT(exec_->ReserveAddressRange(2 << 20),
-              StatusIs(absl::StatusCode::kUnimplemented, ::testing::_));
-  EXPECT_THAT(exec_->PartitionSms({8}),
-              StatusIs(absl::StatusCode::kUnimplemented, HasSubstr("driver 13.0")));
-  EXPECT_THAT(exec_->CreateStream(StreamOptions{.priority = 0, .sm_partition = 0}),
+TEST_F(CudaFakeDriverTest, AnOldDriverHasNoGreenContexts) {
+  setenv("VGPU_CUDA_DRIVER_LIBRARY", VGPU_CUDASIM_LIBCUDA, 1);
+  setenv("VGPU_CUDASIM_DRIVER_VERSION", "12030", 1);
+  std::unique_ptr<Platform> old_driver = CreateCudaPlatform();
+  unsetenv("VGPU_CUDASIM_DRIVER_VERSION");
+  unsetenv("VGPU_CUDA_DRIVER_LIBRARY");
+  ASSERT_EQ(old_driver->DeviceCount(), 2) << old_driver->Summary();
+  EXPECT_THAT(old_driver->Summary(), HasSubstr("green contexts unavailable"));
+  Executor* e = *old_driver->GetExecutor(0);
+  EXPECT_THAT(e->PartitionSms({8}),
+              StatusIs(absl::StatusCode::kUnimplemented, HasSubstr("driver 12.3")));
+  EXPECT_THAT(e->CreateStream(StreamOptions{.priority = 0, .sm_partition = 0}),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("partition 0")));
+  EXPECT_THAT(e->VirtualMemoryGranularity(), IsOk());
 }
 
 TEST_F(CudaFakeDriverTest, StreamsEventsCopiesAndPeerCopies) {
@@ -140,6 +147,8 @@ TEST_F(CudaFakeDriverTest, StreamsEventsCopiesAndPeerCopies) {
   int peer_before = Counters().first;
   ASSERT_THAT(stream_->MemcpyD2D(b, a, 257 * 4), IsOk());  // device 0 -> device 1: peer
   EXPECT_EQ(Counters().first, peer_before + 1);
+  // other_stream reads b next: the copy on stream_ must be complete (else a race).
+  ASSERT_THAT(stream_->Synchronize(), IsOk());
   ASSERT_THAT(stream_->MemcpyD2D(c, a, 257 * 4), IsOk());  // same device: not peer
   EXPECT_EQ(Counters().first, peer_before + 1);
   EXPECT_EQ(Download(other_stream.get(), b, 257), src);

@@ -340,7 +340,7 @@ State& S() {
     for (int d = 0; d < st->devices; ++d) st->device[d].capacity = bytes;
     // Room for every device's memory several times over (VMM reservations, next-fit reuse).
     st->arena_bytes = std::min<uint64_t>(
-        RoundUp(8 * bytes * std::max(st->devices, 1) + 64 * kGiB, kGranularity), 2048 * kGiB);
+        RoundUp(4 * bytes * std::max(st->devices, 1) + 64 * kGiB, kGranularity), 1024 * kGiB);
     void* a = mmap(nullptr, st->arena_bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
                    -1, 0);
     void* m = mmap(nullptr, st->arena_bytes + kGranularity, PROT_NONE,
@@ -661,15 +661,15 @@ uint64_t EnqueueLocked(Stream* st, Op op) {
   Ctx* c = st->ctx;
   if (st->legacy) {
     for (Stream* b : c->streams) {
-      if (b != st && b->Blocking() && b->enqueued > b->completed) {
-        op.deps.emplace_back(b, b->enqueued);
-        Join(&st->vc, b->vc);
-      }
+      if (b == st || !b->Blocking()) continue;
+      Join(&st->vc, b->vc);
+      if (b->enqueued > b->completed) op.deps.emplace_back(b, b->enqueued);
     }
-  } else if (st->Blocking() && c->legacy != nullptr && c->legacy != st &&
-             c->legacy->enqueued > c->legacy->completed) {
-    op.deps.emplace_back(c->legacy, c->legacy->enqueued);
+  } else if (st->Blocking() && c->legacy != nullptr && c->legacy != st) {
     Join(&st->vc, c->legacy->vc);
+    if (c->legacy->enqueued > c->legacy->completed) {
+      op.deps.emplace_back(c->legacy, c->legacy->enqueued);
+    }
   }
   for (const auto& [dep, seq] : op.deps) {
     (void)seq;
@@ -881,6 +881,15 @@ void ReleasePrimary(int device, std::unique_lock<std::mutex>& l) {
 
 bool ValidDevice(CUdevice d) { return d >= 0 && d < S().devices; }
 
+// Read at each use (not once), so one process can load "old drivers" after new ones.
+int DriverVersion() {
+  return static_cast<int>(EnvU64("VGPU_CUDASIM_DRIVER_VERSION", S().driver_version));
+}
+bool NoPools() {
+  const char* np = std::getenv("VGPU_CUDASIM_NO_POOLS");
+  return S().no_pools || (np != nullptr && std::strcmp(np, "1") == 0);
+}
+
 CUresult CUDAAPI Init(unsigned int flags) {
   if (t_in_callback) return CUDA_ERROR_NOT_PERMITTED;
   if (flags != 0) return CUDA_ERROR_INVALID_VALUE;
@@ -893,7 +902,7 @@ CUresult CUDAAPI Init(unsigned int flags) {
 CUresult CUDAAPI DriverGetVersion(int* v) {
   if (t_in_callback) return CUDA_ERROR_NOT_PERMITTED;
   if (v == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  *v = S().driver_version;
+  *v = DriverVersion();
   return CUDA_SUCCESS;
 }
 CUresult CUDAAPI DeviceGetCount(int* n) {
@@ -945,7 +954,7 @@ CUresult CUDAAPI DeviceGetAttribute(int* v, CUdevice_attribute a, CUdevice d) {
       *v = 0;
       break;
     case CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED:
-      *v = S().no_pools || S().driver_version < 11020 ? 0 : 1;
+      *v = NoPools() || DriverVersion() < 11020 ? 0 : 1;
       break;
     case CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED:
     case CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING:
@@ -2418,12 +2427,12 @@ VGPU_CUDASIM_EXPORT CUresult cuGetProcAddress_v2(const char* symbol, void** pfn,
   using namespace vgpu::cudasim;
   (void)flags;
   if (symbol == nullptr || pfn == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  const State& s = S();
-  const bool hide_pools = (s.no_pools && IsPoolEntryPoint(symbol));
+  const bool hide_pools = NoPools() && IsPoolEntryPoint(symbol);
+  const int driver_version = DriverVersion();
   for (const Entry& e : kEntries) {
     if (std::strcmp(e.name, symbol) != 0) continue;
     // Entry points newer than the pretended driver are absent.
-    if (hide_pools || e.version > s.driver_version) break;
+    if (hide_pools || e.version > driver_version) break;
     if (cuda_version < e.version) {
       *pfn = nullptr;
       if (status != nullptr) *status = CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT;
