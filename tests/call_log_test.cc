@@ -239,10 +239,11 @@ TEST(CallLogTest, LinesFromManyThreadsStayWhole) {
   }
 }
 
-#if VGPU_HAVE_CUDA
+#if VGPU_HAVE_CUDA && defined(VGPU_CUDASIM_LIBDIR)
 
 TEST(CallLogDriverTest, EveryDriverCallIsLoggedWithArgumentsAndResult) {
-  absl::StatusOr<std::unique_ptr<CudaDriver>> driver = LoadCudaDriver(VGPU_FAKE_LIBCUDA);
+  absl::StatusOr<std::unique_ptr<CudaDriver>> driver =
+      LoadCudaDriver(std::string(VGPU_CUDASIM_LIBDIR) + "/libcuda.so.1");
   ASSERT_THAT(driver.status(), IsOk());
   const CudaDriver& d = **driver;
   const size_t before = LogLines().size();

@@ -67,19 +67,14 @@ elseif(TARGET cudasim_test)
 endif()
 
 # --- h2: call_log_test and cudasim_libs_test ---
-# call_log_test: the call log's formatting needs no CUDA; its driver part runs on the fake
-# libcuda, its cuBLAS/NCCL part on the simulator. cudasim_libs_test drives the simulator's
+# call_log_test: the call log's formatting needs no CUDA; its driver, cuBLAS and NCCL parts
+# run on the simulator. cudasim_libs_test drives the simulator's
 # cuBLAS and NCCL libraries directly through dlopen.
 get_property(_vgpu_h2_cuda_built GLOBAL PROPERTY VGPU_CUDA_BACKEND_BUILT)
 if(TARGET call_log_test)
   if(_vgpu_h2_cuda_built)
     target_include_directories(call_log_test PRIVATE ${VGPU_CUDA_INCLUDE_DIR})
     target_compile_definitions(call_log_test PRIVATE VGPU_HAVE_CUDA=1)
-    if(TARGET vgpu_fake_libcuda)
-      add_dependencies(call_log_test vgpu_fake_libcuda)
-      target_compile_definitions(call_log_test
-        PRIVATE VGPU_FAKE_LIBCUDA="$<TARGET_FILE:vgpu_fake_libcuda>")
-    endif()
     if(TARGET vgpu_cudasim)
       add_dependencies(call_log_test vgpu_cudasim)
       target_compile_definitions(call_log_test

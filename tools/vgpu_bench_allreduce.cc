@@ -56,6 +56,9 @@ absl::StatusOr<Result> Run(const BenchArgs& args) {
     card.logical_devices.push_back(LogicalDeviceConfig::Bytes(per_device));
   }
   config.logical_devices.push_back(card);
+  // Only card 0: on a machine with more cards, the others' default logical devices would join
+  // the all-reduce and the replica count would no longer be --devices.
+  config.visible_devices = std::vector<int>{0};
   config.allow_growth = true;
   VGPU_ASSIGN_OR_RETURN(std::unique_ptr<Runtime> runtime, Runtime::Create(config, platform));
   std::vector<LogicalDevice*> gpus = runtime->gpus();

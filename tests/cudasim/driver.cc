@@ -251,6 +251,11 @@ struct State {
   bool no_pools = false;
   uint64_t latency_us = 50;
   RaceMode races = RaceMode::kError;
+  // VGPU_CUDASIM_MUTATE, for the mutation check (tests/cudasim_mutation_test.sh): the driver
+  // accepts and then drops every cuEventRecord or every cuStreamWaitEvent, which is what
+  // deleting the platform's call (or making Stream::WaitEvent a no-op) would do.
+  bool drop_event_record = false;
+  bool drop_stream_wait = false;
   FILE* trace = nullptr;
 
   bool initialized = false;
@@ -333,6 +338,18 @@ State& S() {
     if (const char* r = std::getenv("VGPU_CUDASIM_RACES"); r != nullptr) {
       if (std::strcmp(r, "abort") == 0) st->races = RaceMode::kAbort;
       if (std::strcmp(r, "warn") == 0) st->races = RaceMode::kWarn;
+    }
+    if (const char* m = std::getenv("VGPU_CUDASIM_MUTATE"); m != nullptr && *m != '\0') {
+      st->drop_event_record = std::strcmp(m, "drop_event_record") == 0;
+      st->drop_stream_wait = std::strcmp(m, "drop_stream_wait") == 0;
+      if (!st->drop_event_record && !st->drop_stream_wait) {
+        std::fprintf(stderr,
+                     "cudasim: unknown VGPU_CUDASIM_MUTATE=%s (drop_event_record or "
+                     "drop_stream_wait)\n",
+                     m);
+        std::abort();
+      }
+      std::fprintf(stderr, "cudasim: mutation %s is on\n", m);
     }
     if (const char* t = std::getenv("VGPU_CUDASIM_TRACE"); t != nullptr && *t != '\0') {
       st->trace = std::fopen(t, "w");
@@ -1313,7 +1330,7 @@ CUresult CUDAAPI StreamWaitEvent(CUstream h, CUevent e, unsigned int flags) {
   auto* ev = reinterpret_cast<Event*>(e);
   if (!ev->alive) return CUDA_ERROR_INVALID_HANDLE;
   // The event may belong to another context or device (cuda.h). Never recorded: no-op.
-  if (ev->stream == nullptr) return CUDA_SUCCESS;
+  if (ev->stream == nullptr || s.drop_stream_wait) return CUDA_SUCCESS;
   Op op;
   op.kind = Op::kWait;
   op.what = "cuStreamWaitEvent";
@@ -1376,6 +1393,7 @@ CUresult CUDAAPI EventRecord(CUevent e, CUstream h) {
   Stream* st = nullptr;
   if (CUresult r = ResolveStream(h, &st); r != CUDA_SUCCESS) return r;
   if (st->ctx != ev->ctx) return CUDA_ERROR_INVALID_HANDLE;  // must share a context
+  if (S().drop_event_record) return CUDA_SUCCESS;
   ev->stream = st;
   ev->seq = st->enqueued;
   ev->vc = st->vc;
