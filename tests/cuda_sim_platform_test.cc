@@ -74,12 +74,14 @@ class CudaSimPlatformTest : public ::testing::Test {
     platform_ = nullptr;
     std::remove(log_path_->c_str());
     delete log_path_;
+    unsetenv("VGPU_CUDA_CALL_LOG");  // the death tests' children would write it again
   }
   void SetUp() override {
     ASSERT_EQ(platform_->DeviceCount(), 2) << platform_->Summary();
     exec0_ = static_cast<cuda::CudaExecutor*>(*platform_->GetExecutor(0));
     exec1_ = static_cast<cuda::CudaExecutor*>(*platform_->GetExecutor(1));
     log_start_ = LogText().size();
+    ASSERT_GT(log_start_, 0u) << "no call log at " << *log_path_;
   }
   void TearDown() override {
     // No call of the platform may be refused for being made in a host callback.
