@@ -1,5 +1,5 @@
-// vgpu-bench replay: replays an allocation trace (tools/traces/README.md format) on an allocator and
-// reports speed against malloc/free and the smallest limit the trace reliably fits in.
+// vgpu-bench replay: replays an allocation trace (tools/traces/README.md format) on an allocator
+// and reports speed against malloc/free and the smallest limit the trace reliably fits in.
 #include <sys/wait.h>
 #include <unistd.h>
 
