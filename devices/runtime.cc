@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "allocator/factory.h"
+#include "runtime/bytes.h"
 #include "runtime/status.h"
 #include "runtime/user_text.h"
 
@@ -73,6 +74,9 @@ absl::StatusOr<std::unique_ptr<Runtime>> Runtime::Create(const RuntimeConfig& co
   rt->platform_ = platform;
   rt->config_ = config;
   std::map<int, int> position;  // physical ordinal -> next list position
+  // A collective over the physical devices in use (NCCL) takes buffers on each of them that no
+  // allocator sees: every logical device keeps room for them in its own limit.
+  const int ranks = static_cast<int>(executors.size());
   for (const ResolvedLogicalDevice& r : resolved) {
     Executor* executor = executors[r.physical_ordinal];
     LogicalDeviceInfo info;
@@ -84,7 +88,21 @@ absl::StatusOr<std::unique_ptr<Runtime>> Runtime::Create(const RuntimeConfig& co
     info.priority = r.priority;
     info.allow_growth = config.allow_growth;
     info.allocator_kind = std::string(AllocatorKindName(config.allocator));
+    info.collective_reserve = executor->CollectiveBufferBytes(ranks);
     const std::string label = absl::StrCat(info.name, " (physical GPU ", r.physical_ordinal, ")");
+    Blas* blas = nullptr;
+    uint64_t workspace = 0;
+    if (absl::StatusOr<Blas*> b = executor->GetBlas(); b.ok() && (*b)->WorkspaceBytes() > 0) {
+      blas = *b;
+      workspace = blas->WorkspaceBytes();
+    }  // no BLAS library: nothing of it to charge
+    if (r.memory_limit <= info.collective_reserve + workspace) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          label, ": its limit ", FormatBytes(r.memory_limit),
+          " leaves nothing after vgpu's own device memory on it (",
+          FormatBytes(info.collective_reserve), " of NCCL buffers for ", ranks,
+          " devices + a BLAS workspace of ", FormatBytes(workspace), "); give it more memory"));
+    }
     StreamOptions so;
     so.priority = r.priority;
     int pos = position[r.physical_ordinal]++;
@@ -99,7 +117,7 @@ absl::StatusOr<std::unique_ptr<Runtime>> Runtime::Create(const RuntimeConfig& co
     DeviceAllocatorOptions ao;
     ao.kind = config.allocator;
     ao.device_name = label;
-    ao.memory_limit = r.memory_limit;
+    ao.memory_limit = r.memory_limit - info.collective_reserve;
     ao.allow_growth = config.allow_growth;
     ao.stream = stream->get();  // async: frees in order with the device's work
     absl::StatusOr<std::unique_ptr<Allocator>> allocator = CreateDeviceAllocator(executor, ao);
@@ -109,6 +127,10 @@ absl::StatusOr<std::unique_ptr<Runtime>> Runtime::Create(const RuntimeConfig& co
     rt->owned_.push_back(std::make_unique<LogicalDevice>(
         std::move(info), executor, *std::move(stream), *std::move(allocator)));
     rt->gpus_.push_back(rt->owned_.back().get());
+    if (blas != nullptr) {
+      absl::Status s = rt->owned_.back()->SetUpBlasWorkspace(blas, workspace);
+      if (!s.ok()) return Annotate(s, absl::StrCat(label, ": its BLAS workspace"));
+    }
   }
 
   // CPU:0 uses the first visible physical device for pinned memory and copies.

@@ -118,6 +118,17 @@ class Blas {
   virtual absl::Status Saxpy(Stream* stream, int n, float alpha, const float* x, float* y) = 0;
   // x = alpha * x
   virtual absl::Status Sscal(Stream* stream, int n, float alpha, float* x) = 0;
+
+  // The workspace the library needs per stream (cuBLAS: 32 MiB on cc >= 9.0, else 4 MiB; 0
+  // where there is none). Without SetWorkspace the library takes it from the device itself,
+  // outside every allocator.
+  virtual uint64_t WorkspaceBytes() const { return 0; }
+  // Work of this Blas on `stream` uses [workspace, workspace + bytes) of the stream's device
+  // (memory the caller allocated, e.g. from a logical device's allocator, and keeps alive),
+  // or the library's own again with nullptr. No-op where WorkspaceBytes() is 0.
+  virtual absl::Status SetWorkspace(Stream* stream, void* workspace, uint64_t bytes) {
+    return absl::OkStatus();
+  }
 };
 
 class Kernels;  // runtime/kernels.h
@@ -193,6 +204,11 @@ class Executor {
   // Whether that access is also enabled now (cuda: cuCtxEnablePeerAccess, done by the platform
   // for every capable pair at start). Platforms with nothing to enable: CanAccessPeer.
   virtual bool PeerAccessEnabled(const Executor& other) const { return CanAccessPeer(other); }
+
+  // Device memory a collective library (NCCL) takes for itself per rank when this device
+  // joins a communicator of `ranks` devices, outside every allocator: the runtime keeps it
+  // free in the logical device's budget. 0 where collectives take no device memory.
+  virtual uint64_t CollectiveBufferBytes(int ranks) const { return 0; }
 
   virtual absl::StatusOr<Blas*> GetBlas() = 0;
   virtual absl::StatusOr<Kernels*> GetKernels() = 0;

@@ -20,6 +20,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "runtime/kernels.h"
+#include "runtime/nccl.h"
 #include "runtime/platform.h"
 #include "runtime/status_matchers.h"
 
@@ -74,12 +75,14 @@ class CudaSimPlatformTest : public ::testing::Test {
     platform_ = nullptr;
     std::remove(log_path_->c_str());
     delete log_path_;
+    unsetenv("VGPU_CUDA_CALL_LOG");  // the death tests' children would write it again
   }
   void SetUp() override {
     ASSERT_EQ(platform_->DeviceCount(), 2) << platform_->Summary();
     exec0_ = static_cast<cuda::CudaExecutor*>(*platform_->GetExecutor(0));
     exec1_ = static_cast<cuda::CudaExecutor*>(*platform_->GetExecutor(1));
     log_start_ = LogText().size();
+    ASSERT_GT(log_start_, 0u) << "no call log at " << *log_path_;
   }
   void TearDown() override {
     // No call of the platform may be refused for being made in a host callback.
@@ -309,6 +312,70 @@ TEST_F(CudaSimPlatformTest, VmmMapsContiguousRunsInOneCall) {
   EXPECT_EQ(Counter("map_calls") - maps, 1u);
   EXPECT_EQ(Counter("set_access_calls") - access, 1u);
   ASSERT_THAT((*alloc)->Deallocate(*p), IsOk());
+}
+
+// Bug 8: vgpu's own device memory on a logical device is in its limit: the cuBLAS workspace
+// comes from its allocator (cublasSetWorkspace after every cublasSetStream) and NCCL's
+// buffers are kept out of its allocator's limit. So cuBLAS calls and an NCCL all-reduce take
+// no device memory beyond what the runtime accounted when it was created.
+TEST_F(CudaSimPlatformTest, RuntimeFootprintIsInTheLogicalDeviceBudget) {
+  RuntimeConfig config;
+  auto logical = ParseLogicalDevices("0:256MiB;1:256MiB");
+  ASSERT_THAT(logical, IsOk());
+  config.logical_devices = *logical;
+  auto rt = Runtime::Create(config, platform_);
+  ASSERT_THAT(rt, IsOk());
+  ASSERT_EQ((*rt)->gpus().size(), 2u);
+  for (LogicalDevice* d : (*rt)->gpus()) {
+    const LogicalDeviceInfo& i = d->info();
+    const uint64_t limit = uint64_t{256} << 20;
+    EXPECT_EQ(i.memory_limit, limit);
+    EXPECT_EQ(i.blas_workspace, (*d->executor()->GetBlas())->WorkspaceBytes());
+    EXPECT_GT(i.blas_workspace, 0u);
+    EXPECT_EQ(i.collective_reserve, d->executor()->CollectiveBufferBytes(2));
+    EXPECT_GT(i.collective_reserve, 0u);
+    const AllocatorStats st = d->allocator()->Stats();
+    EXPECT_LE(st.bytes_limit + i.collective_reserve, limit);
+    EXPECT_GE(st.bytes_in_use, i.blas_workspace);  // the workspace is the allocator's
+  }
+  const uint64_t used0 = Counter("device_used_bytes:0"), used1 = Counter("device_used_bytes:1");
+  // cuBLAS on each device's own stream, then an all-reduce over both.
+  std::vector<void*> owned;
+  std::vector<AllReduceBuffer> buffers;
+  std::vector<Executor*> executors;
+  for (LogicalDevice* d : (*rt)->gpus()) {
+    auto a = d->allocator()->AllocateRaw(16 * sizeof(float));
+    auto c = d->allocator()->AllocateRaw(16 * sizeof(float));
+    ASSERT_THAT(a, IsOk());
+    ASSERT_THAT(c, IsOk());
+    owned.push_back(*a);
+    owned.push_back(*c);
+    ASSERT_THAT(d->stream()->Memset32(*a, 0x3f800000u, 16), IsOk());  // 1.0f
+    Blas* blas = *d->executor()->GetBlas();
+    const float* x = static_cast<const float*>(*a);
+    ASSERT_THAT(blas->Sgemm(d->stream(), Transpose::kNo, Transpose::kNo, 4, 4, 4, 1.0f, x, 4, x, 4,
+                            0.0f, static_cast<float*>(*c), 4),
+                IsOk());
+    buffers.push_back({d->stream(), static_cast<float*>(*c)});
+    executors.push_back(d->executor());
+  }
+  {
+    auto comm = NcclCommunicator::Create(executors);
+    ASSERT_THAT(comm, IsOk());
+    ASSERT_THAT((*comm)->AllReduce(buffers, 16, AllReduceOp::kSum), IsOk());
+    for (LogicalDevice* d : (*rt)->gpus()) ASSERT_THAT(d->stream()->Synchronize(), IsOk());
+    std::vector<float> back(16, 0.0f);
+    LogicalDevice* d0 = (*rt)->gpus()[0];
+    ASSERT_THAT(d0->stream()->MemcpyD2H(back.data(), buffers[0].data, 64), IsOk());
+    ASSERT_THAT(d0->stream()->Synchronize(), IsOk());
+    EXPECT_EQ(back[0], 8.0f);  // 4 per rank, summed over 2
+    // Nothing beyond the NCCL buffers each device's budget kept for them.
+    EXPECT_LE(Counter("device_used_bytes:0") - used0, (*rt)->gpus()[0]->info().collective_reserve);
+    EXPECT_LE(Counter("device_used_bytes:1") - used1, (*rt)->gpus()[1]->info().collective_reserve);
+  }
+  for (size_t i = 0; i < owned.size(); ++i) {
+    ASSERT_THAT((*rt)->gpus()[i / 2]->allocator()->Deallocate(owned[i]), IsOk());
+  }
 }
 
 // Bug 4: a driver older than the oldest whose entry points vgpu loads (12.0) leaves the

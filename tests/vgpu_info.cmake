@@ -55,7 +55,7 @@ add_test(NAME vgpu_info_flags_json
   COMMAND $<TARGET_FILE:vgpu-info> --platform=host --host-devices=2x8GiB --memory-fraction=0.5
           --json)
 set_tests_properties(vgpu_info_flags_json PROPERTIES LABELS unit
-  PASS_REGULAR_EXPRESSION "\"memory_limit\":4294967296.*\"bytes_in_use\":0,\"bytes_reserved\":0,\"peak_bytes_in_use\":0,\"sources\":{\"memory_limit\":\"flag\".*\"name\":\"memory_fraction\",\"env\":\"VGPU_MEMORY_FRACTION\",\"value\":\"0.5\",\"source\":\"flag\".*\"links\":\\[{\"a\":\"/job:localhost/replica:0/task:0/device:GPU:0\",\"b\":\"/job:localhost/replica:0/task:0/device:GPU:1\",\"kind\":\"peer\"}\\]}")
+  PASS_REGULAR_EXPRESSION "\"memory_limit\":4294967296.*\"bytes_in_use\":0,\"bytes_reserved\":0,\"peak_bytes_in_use\":0,[^{]*\"sources\":{\"memory_limit\":\"flag\".*\"name\":\"memory_fraction\",\"env\":\"VGPU_MEMORY_FRACTION\",\"value\":\"0.5\",\"source\":\"flag\".*\"links\":\\[{\"a\":\"/job:localhost/replica:0/task:0/device:GPU:0\",\"b\":\"/job:localhost/replica:0/task:0/device:GPU:1\",\"kind\":\"peer\",\"peer_capable\":true,\"peer_enabled\":true}\\]}")
 
 # Bad flags and bad flag values: exit 2, the flag named.
 foreach(bad "--bogus|unknown flag \"--bogus\"" "--memory-fraction=1.5|--memory-fraction=1.5: must be in \\(0, 1\\]"

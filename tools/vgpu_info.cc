@@ -241,7 +241,10 @@ int main(int argc, char** argv) {
       vgpu::AllocatorStats st = d->allocator()->Stats();
       w.Field("bytes_in_use", st.bytes_in_use)
           .Field("bytes_reserved", st.bytes_reserved)
-          .Field("peak_bytes_in_use", st.peak_bytes_in_use);
+          .Field("peak_bytes_in_use", st.peak_bytes_in_use)
+          .Field("runtime_overhead_bytes", i.runtime_overhead())
+          .Field("blas_workspace_bytes", i.blas_workspace)
+          .Field("collective_reserve_bytes", i.collective_reserve);
       w.Key("sources")
           .BeginObject()
           .Field("memory_limit", dsrc(so.memory_limit, limit_flagged))
@@ -315,6 +318,14 @@ int main(int argc, char** argv) {
         std::string(dsrc(so.allow_growth, growth_flagged)).c_str(),
         vgpu::FormatBytes(st.bytes_in_use).c_str(), vgpu::FormatBytes(st.bytes_reserved).c_str(),
         vgpu::FormatBytes(st.peak_bytes_in_use).c_str());
+    if (i.runtime_overhead() > 0) {
+      // vgpu's own memory inside the limit: the BLAS workspace is in use in the allocator,
+      // the NCCL buffers are kept out of its limit.
+      std::printf("      runtime overhead %s in the limit: BLAS workspace %s, NCCL buffers %s\n",
+                  vgpu::FormatBytes(i.runtime_overhead()).c_str(),
+                  vgpu::FormatBytes(i.blas_workspace).c_str(),
+                  vgpu::FormatBytes(i.collective_reserve).c_str());
+    }
   }
   if (gpus.size() > 1) {
     // A matrix as `nvidia-smi topo -m`: SAME = same physical device, PEER = peer access

@@ -162,6 +162,25 @@ class CudaBlas : public Blas {
                [&](cublasHandle_t h) { return api_->sscal(h, n, &alpha, x, 1); });
   }
 
+  // cuBLAS 12/13's default workspace (cuBLAS docs, "cuBLAS workspace").
+  uint64_t WorkspaceBytes() const override {
+    return executor_->compute_capability_major() >= 9 ? uint64_t{32} << 20 : uint64_t{4} << 20;
+  }
+  absl::Status SetWorkspace(Stream* stream, void* workspace, uint64_t bytes) override {
+    CudaStream* s = AsCudaStream(stream);
+    if (s == nullptr || s->cuda_executor() != executor_) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("SetWorkspace: the stream does not belong to ", executor_->label()));
+    }
+    std::lock_guard<std::mutex> l(mu_);
+    if (workspace == nullptr) {
+      workspaces_.erase(s->handle());
+    } else {
+      workspaces_[s->handle()] = {workspace, bytes};
+    }
+    return absl::OkStatus();
+  }
+
  private:
   // (partition generation, SM partition): -1 is the primary context, as for kernel modules.
   using Key = std::pair<uint64_t, int>;
@@ -198,6 +217,12 @@ class CudaBlas : public Blas {
     VGPU_ASSIGN_OR_RETURN(cublasHandle_t handle, HandleLocked(key, s->context()));
     VGPU_RETURN_IF_ERROR(ToStatus(api_->set_stream(handle, s->handle()),
                                   absl::StrCat(executor_->label(), ": cublasSetStream")));
+    // cublasSetStream resets the handle to the library's own workspace: set ours again.
+    if (auto w = workspaces_.find(s->handle()); w != workspaces_.end()) {
+      VGPU_RETURN_IF_ERROR(ToStatus(api_->set_workspace(handle, w->second.first, w->second.second),
+                                    absl::StrCat(executor_->label(), ": cublasSetWorkspace of ",
+                                                 w->second.second, " bytes")));
+    }
     return ToStatus(call(handle), absl::StrCat(executor_->label(), ": ", what));
   }
 
@@ -205,6 +230,7 @@ class CudaBlas : public Blas {
   const CublasApi* api_;
   std::mutex mu_;
   std::map<Key, Entry> handles_;
+  std::map<CUstream, std::pair<void*, uint64_t>> workspaces_;  // SetWorkspace, per stream
 };
 
 }  // namespace

@@ -212,6 +212,11 @@ class CudaExecutor : public Executor {
   // Whether Init enabled peer access from this device to `other` (cuCtxEnablePeerAccess);
   // CanAccessPeer says whether the hardware could. Same device: true.
   bool PeerAccessEnabled(const Executor& other) const override;
+  // NCCL 2.28's defaults: 8 MiB of rank state, then a send and a receive buffer of
+  // NCCL_BUFFSIZE (4 MiB) per channel (at least 2) for each peer. More channels (NVLink
+  // systems) take more: an estimate from below.
+  uint64_t CollectiveBufferBytes(int ranks) const override;
+  int compute_capability_major() const { return cc_major_; }
   // Called by CudaPlatform::Init once every executor exists.
   void SetPeerAccessEnabled(int cuda_device) { peers_enabled_.insert(cuda_device); }
 
@@ -258,6 +263,7 @@ class CudaExecutor : public Executor {
   CUcontext context_ = nullptr;
   std::string label_;
   int sm_count_ = 0;
+  int cc_major_ = 0;
   int least_priority_ = 0;
   int greatest_priority_ = 0;
   bool vmm_supported_ = false;

@@ -419,6 +419,9 @@ absl::Status CudaExecutor::Init() {
   VGPU_RETURN_IF_ERROR(ToStatus(
       d.cuDeviceGetAttribute(&sm_count_, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, device_),
       Where("cuDeviceGetAttribute(MULTIPROCESSOR_COUNT)")));
+  VGPU_RETURN_IF_ERROR(ToStatus(
+      d.cuDeviceGetAttribute(&cc_major_, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, device_),
+      Where("cuDeviceGetAttribute(COMPUTE_CAPABILITY_MAJOR)")));
   VGPU_RETURN_IF_ERROR(
       ToStatus(d.cuCtxGetStreamPriorityRange(&least_priority_, &greatest_priority_),
                Where("cuCtxGetStreamPriorityRange")));
@@ -925,6 +928,13 @@ bool CudaExecutor::PeerAccessEnabled(const Executor& other) const {
   if (peer == nullptr || peer->platform_ != platform_) return false;
   if (peer->device_ == device_) return true;
   return peers_enabled_.contains(static_cast<int>(peer->device_));
+}
+
+uint64_t CudaExecutor::CollectiveBufferBytes(int ranks) const {
+  if (ranks < 2) return 0;
+  constexpr uint64_t kRankState = uint64_t{8} << 20, kBuffSize = uint64_t{4} << 20;
+  constexpr uint64_t kChannels = 2;
+  return kRankState + kBuffSize * 2 * kChannels * static_cast<uint64_t>(ranks - 1);
 }
 
 bool CudaExecutor::CanAccessPeer(const Executor& other) const {
