@@ -258,7 +258,7 @@ struct State {
   bool drop_stream_wait = false;
   FILE* trace = nullptr;
 
-  bool initialized = false;
+  std::atomic<bool> initialized{false};
   Device device[kMaxDevices];
 
   // Address arena: device addresses [arena, arena + arena_bytes) are PROT_NONE forever; the
@@ -355,9 +355,10 @@ State& S() {
       st->trace = std::fopen(t, "w");
     }
     for (int d = 0; d < st->devices; ++d) st->device[d].capacity = bytes;
-    // Room for every device's memory several times over (VMM reservations, next-fit reuse).
+    // Room for every device's memory three times over (VMM reservations, next-fit reuse);
+    // kept small because sanitizers limit the address space (each test loads several copies).
     st->arena_bytes = std::min<uint64_t>(
-        RoundUp(4 * bytes * std::max(st->devices, 1) + 64 * kGiB, kGranularity), 1024 * kGiB);
+        RoundUp(3 * bytes * std::max(st->devices, 1) + 8 * kGiB, kGranularity), 1024 * kGiB);
     void* a = mmap(nullptr, st->arena_bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
                    -1, 0);
     void* m = mmap(nullptr, st->arena_bytes + kGranularity, PROT_NONE,
