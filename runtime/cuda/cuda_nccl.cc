@@ -197,8 +197,8 @@ absl::StatusOr<std::unique_ptr<NcclCommunicator>> CreateNcclCommunicator(
   std::vector<ncclComm_t> comms(executors.size(), nullptr);
   VGPU_RETURN_IF_ERROR(NcclStatus(
       api, api->comm_init_all(comms.data(), static_cast<int>(comms.size()), devices.data()),
-      absl::StrCat("ncclCommInitAll over ", comms.size(), " device(s) (", api->library, ", NCCL ",
-                   NcclVersionText(api->version), ")")));
+      absl::StrCat("ncclCommInitAll over CUDA device(s) ", absl::StrJoin(devices, ","), " (",
+                   api->library, ", NCCL ", NcclVersionText(api->version), ")")));
   return std::unique_ptr<NcclCommunicator>(
       std::make_unique<CudaNcclCommunicator>(api, std::move(cuda_executors), std::move(comms)));
 }
