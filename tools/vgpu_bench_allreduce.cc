@@ -40,18 +40,25 @@ struct Result {
 };
 
 absl::StatusOr<Result> Run(const BenchArgs& args) {
-  VGPU_ASSIGN_OR_RETURN(Platform * platform, GetPlatform(args.platform.empty() ? "host" : args.platform));
+  VGPU_ASSIGN_OR_RETURN(Platform * platform,
+                        GetPlatform(args.platform.empty() ? "host" : args.platform));
   if (platform->DeviceCount() == 0) {
-    return absl::FailedPreconditionError(absl::StrCat("platform ", platform->name(),
-                                                      " has no device: ", platform->Summary()));
+    return absl::FailedPreconditionError(
+        absl::StrCat("platform ", platform->name(), " has no device: ", platform->Summary()));
   }
   const uint64_t count = args.size / sizeof(float);
   const uint64_t bytes = count * sizeof(float);
   RuntimeConfig config;
   PhysicalDeviceConfig card;
   card.ordinal = 0;
-  // Room for the replica buffer and the baseline's scratch buffer, plus allocator slack.
-  const uint64_t per_device = 2 * bytes + (uint64_t{16} << 20);
+  // Room for the replica buffer and the baseline's scratch buffer, plus allocator slack, plus
+  // what vgpu itself keeps on each logical device (BLAS workspace, collective buffers; 0 on
+  // host): the limit holds all of it.
+  VGPU_ASSIGN_OR_RETURN(Executor * card0, platform->GetExecutor(0));
+  uint64_t overhead = card0->CollectiveBufferBytes(args.devices);
+  if (absl::StatusOr<Blas*> blas = card0->GetBlas(); blas.ok())
+    overhead += (*blas)->WorkspaceBytes();
+  const uint64_t per_device = 2 * bytes + (uint64_t{16} << 20) + overhead;
   for (int i = 0; i < args.devices; ++i) {
     card.logical_devices.push_back(LogicalDeviceConfig::Bytes(per_device));
   }
@@ -62,7 +69,8 @@ absl::StatusOr<Result> Run(const BenchArgs& args) {
   config.allow_growth = true;
   VGPU_ASSIGN_OR_RETURN(std::unique_ptr<Runtime> runtime, Runtime::Create(config, platform));
   std::vector<LogicalDevice*> gpus = runtime->gpus();
-  VGPU_ASSIGN_OR_RETURN(strategies::AllReduceAlgorithm algorithm, strategies::ParseAllReduceAlgorithm(args.algorithm));
+  VGPU_ASSIGN_OR_RETURN(strategies::AllReduceAlgorithm algorithm,
+                        strategies::ParseAllReduceAlgorithm(args.algorithm));
   VGPU_ASSIGN_OR_RETURN(std::unique_ptr<strategies::AllReducer> reducer,
                         strategies::AllReducer::Create(gpus, algorithm));
 
@@ -85,7 +93,8 @@ absl::StatusOr<Result> Run(const BenchArgs& args) {
   for (size_t i = 0; i < gpus.size(); ++i) {
     float probe[2] = {0, 0};
     VGPU_RETURN_IF_ERROR(gpus[i]->stream()->MemcpyD2H(&probe[0], ptrs[i], sizeof(float)));
-    VGPU_RETURN_IF_ERROR(gpus[i]->stream()->MemcpyD2H(&probe[1], ptrs[i] + count - 1, sizeof(float)));
+    VGPU_RETURN_IF_ERROR(
+        gpus[i]->stream()->MemcpyD2H(&probe[1], ptrs[i] + count - 1, sizeof(float)));
     VGPU_RETURN_IF_ERROR(gpus[i]->stream()->Synchronize());
     if (probe[0] != expected || probe[1] != expected) {
       return absl::InternalError(absl::StrCat("all-reduce result on ", gpus[i]->name(), " is ",
@@ -126,10 +135,11 @@ int RunAllReduce(const BenchArgs& args) {
   // Bytes read + written: every replica's buffer is read once and written once.
   const double moved = 2.0 * static_cast<double>(bytes) * args.devices;
   const double bw = moved / r->allreduce_s / 1e9, base = moved / r->memcpy_s / 1e9;
-  std::printf("all-reduce of %d x %s (%s): %.3f ms, %.2f GB/s read+written; D2D copies of the "
-              "same buffers: %.3f ms, %.2f GB/s; ratio %.2f\n",
-              args.devices, FormatBytes(bytes).c_str(), r->algorithm.c_str(),
-              r->allreduce_s * 1e3, bw, r->memcpy_s * 1e3, base, bw / base);
+  std::printf(
+      "all-reduce of %d x %s (%s): %.3f ms, %.2f GB/s read+written; D2D copies of the "
+      "same buffers: %.3f ms, %.2f GB/s; ratio %.2f\n",
+      args.devices, FormatBytes(bytes).c_str(), r->algorithm.c_str(), r->allreduce_s * 1e3, bw,
+      r->memcpy_s * 1e3, base, bw / base);
   JsonWriter w;
   w.BeginObject()
       .Field("platform", args.platform.empty() ? "host" : args.platform)
