@@ -69,19 +69,6 @@ Registry& Handles() {
   return *r;
 }
 
-// The driver's own entry points, fetched through cuGetProcAddress_v2 as any client does.
-template <typename Fn>
-Fn DriverFunction(const char* name, int version) {
-  void* fn = nullptr;
-  CUdriverProcAddressQueryResult found;
-  if (cuGetProcAddress_v2(name, &fn, version, CU_GET_PROC_ADDRESS_DEFAULT, &found) !=
-          CUDA_SUCCESS ||
-      found != CU_GET_PROC_ADDRESS_SUCCESS) {
-    return nullptr;
-  }
-  return reinterpret_cast<Fn>(fn);
-}
-
 uint64_t DefaultWorkspaceBytes(int device) {
   using GetAttribute = CUresult (*)(int*, CUdevice_attribute, CUdevice);
   static GetAttribute get = DriverFunction<GetAttribute>("cuDeviceGetAttribute", 2000);

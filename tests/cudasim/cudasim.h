@@ -74,6 +74,20 @@ struct ProfileInfo {
 };
 VGPU_CUDASIM_EXPORT ProfileInfo Profile();
 
+// A Driver API entry point fetched through cuGetProcAddress_v2, as cuBLAS and NCCL fetch theirs
+// (nullptr when the simulated driver does not offer it, e.g. an "old driver").
+template <typename Fn>
+Fn DriverFunction(const char* name, int version) {
+  void* fn = nullptr;
+  CUdriverProcAddressQueryResult found;
+  if (cuGetProcAddress_v2(name, &fn, version, CU_GET_PROC_ADDRESS_DEFAULT, &found) !=
+          CUDA_SUCCESS ||
+      found != CU_GET_PROC_ADDRESS_SUCCESS) {
+    return nullptr;
+  }
+  return reinterpret_cast<Fn>(fn);
+}
+
 // A line in the simulator's own trace (VGPU_CUDASIM_TRACE=FILE), for debugging.
 VGPU_CUDASIM_EXPORT void Trace(const std::string& line);
 

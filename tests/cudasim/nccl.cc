@@ -195,19 +195,6 @@ struct GroupState {
 
 thread_local GroupState g_group;
 
-// Driver entry points NCCL itself would use, through cuGetProcAddress_v2.
-template <typename Fn>
-Fn DriverFunction(const char* name, int version) {
-  void* fn = nullptr;
-  CUdriverProcAddressQueryResult found;
-  if (cuGetProcAddress_v2(name, &fn, version, CU_GET_PROC_ADDRESS_DEFAULT, &found) !=
-          CUDA_SUCCESS ||
-      found != CU_GET_PROC_ADDRESS_SUCCESS) {
-    return nullptr;
-  }
-  return reinterpret_cast<Fn>(fn);
-}
-
 // The device's PCI bus id as NCCL's busIdToInt64 reads "0000:01:00.0": its hex digits.
 std::string BusIdText(int device) {
   using GetBusId = CUresult (*)(char*, int, CUdevice);
