@@ -19,18 +19,15 @@ if(TARGET vgpu_cudasim)
     endif()
   endforeach()
 
-  # vgpu-info on one simulated H100: the plain selftest (no settings: the default headroom must
-  # leave the context, modules and libraries room), then 4 and 8 logical devices.
-  add_test(NAME vgpu_info_selftest_on_cudasim_h100_defaults
-    COMMAND ${_cs_h100} $<TARGET_FILE:vgpu-info> --selftest)
+  # vgpu-info on one simulated H100 with 4 and 8 logical devices (the plain selftest with no
+  # settings is cuda_sim_vgpu_info_selftest_h100_defaults in tests/cuda.cmake).
   add_test(NAME vgpu_info_selftest_on_cudasim_h100_4
     COMMAND ${_cs_h100} $<TARGET_FILE:vgpu-info> --selftest
             --logical-devices 0:1GiB,1GiB,1GiB,1GiB)
   add_test(NAME vgpu_info_selftest_on_cudasim_h100_8
     COMMAND ${_cs_h100} $<TARGET_FILE:vgpu-info> --selftest
             --logical-devices 0:1GiB,1GiB,1GiB,1GiB,1GiB,1GiB,1GiB,1GiB)
-  set_tests_properties(vgpu_info_selftest_on_cudasim_h100_defaults vgpu_info_selftest_on_cudasim_h100_4
-    vgpu_info_selftest_on_cudasim_h100_8 PROPERTIES LABELS "cudasim;unit" TIMEOUT 600
+  set_tests_properties(vgpu_info_selftest_on_cudasim_h100_4 vgpu_info_selftest_on_cudasim_h100_8 PROPERTIES LABELS "cudasim;unit" TIMEOUT 600
     PASS_REGULAR_EXPRESSION "Selftest: [0-9]+ check\\(s\\), 0 failed: PASS")
   # --json: one physical device of 132 SMs and four logical GPUs.
   add_test(NAME vgpu_info_json_on_cudasim_h100
