@@ -71,6 +71,12 @@ absl::StatusOr<Platform*> GetPlatform(absl::string_view name) {
       absl::StrCat("unknown platform ", QuoteUserText(name), " (expected host, cuda or auto)"));
 }
 
+absl::StatusOr<Platform*> AutoPlatform() {
+  Platform* cuda = CudaPlatformSingleton();
+  if (cuda->DeviceCount() > 0) return cuda;
+  return HostPlatformSingleton();
+}
+
 absl::StatusOr<Platform*> DefaultPlatform() {
   const char* env = std::getenv("VGPU_PLATFORM");
   std::string choice = env == nullptr ? "auto" : absl::AsciiStrToLower(StripUserValue(env));
@@ -81,11 +87,7 @@ absl::StatusOr<Platform*> DefaultPlatform() {
         ": empty value; unset VGPU_PLATFORM for the default (auto), or give a value, e.g. "
         "VGPU_PLATFORM=host"));
   }
-  if (choice == "auto") {
-    Platform* cuda = CudaPlatformSingleton();
-    if (cuda->DeviceCount() > 0) return cuda;
-    return HostPlatformSingleton();
-  }
+  if (choice == "auto") return AutoPlatform();
   if (choice != "host" && choice != "cuda") {
     return absl::InvalidArgumentError(
         absl::StrCat("VGPU_PLATFORM=", QuoteUserText(env), ": expected auto, cuda or host"));

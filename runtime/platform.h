@@ -237,6 +237,8 @@ class Platform {
 absl::StatusOr<Platform*> GetPlatform(absl::string_view name);
 // VGPU_PLATFORM=auto|cuda|host (default auto: cuda when it has a device, else host).
 absl::StatusOr<Platform*> DefaultPlatform();
+// The "auto" rule alone, whatever VGPU_PLATFORM says: cuda when it has a device, else host.
+absl::StatusOr<Platform*> AutoPlatform();
 
 }  // namespace vgpu
 

@@ -81,12 +81,7 @@ absl::StatusOr<Devices> MakeDevices(const Flags& f) {
   if (f.platform.empty()) {
     VGPU_ASSIGN_OR_RETURN(platform, DefaultPlatform());
   } else if (f.platform == "auto") {
-    VGPU_ASSIGN_OR_RETURN(Platform * cuda, GetPlatform("cuda"));
-    if (cuda->DeviceCount() > 0) {
-      platform = cuda;
-    } else {
-      VGPU_ASSIGN_OR_RETURN(platform, GetPlatform("host"));
-    }
+    VGPU_ASSIGN_OR_RETURN(platform, AutoPlatform());
   } else {
     VGPU_ASSIGN_OR_RETURN(platform, GetPlatform(f.platform));
   }
