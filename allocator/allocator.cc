@@ -1,11 +1,11 @@
-#include "allocator/allocator.h"
+#include "vgpu/allocator/allocator.h"
 
 #include <cstdio>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "runtime/bytes.h"
+#include "vgpu/runtime/bytes.h"
 
 namespace vgpu {
 

@@ -1,13 +1,13 @@
-#include "allocator/async_allocator.h"
+#include "vgpu/allocator/async_allocator.h"
 
 #include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "allocator/factory.h"
-#include "runtime/bytes.h"
-#include "runtime/status.h"
+#include "vgpu/allocator/factory.h"
+#include "vgpu/runtime/bytes.h"
+#include "vgpu/runtime/status.h"
 
 namespace vgpu {
 namespace {

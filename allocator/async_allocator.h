@@ -32,9 +32,9 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "allocator/allocator.h"
-#include "allocator/factory.h"
-#include "runtime/platform.h"
+#include "vgpu/allocator/allocator.h"
+#include "vgpu/allocator/factory.h"
+#include "vgpu/runtime/platform.h"
 
 namespace vgpu {
 

@@ -1,4 +1,4 @@
-#include "allocator/bfc_allocator.h"
+#include "vgpu/allocator/bfc_allocator.h"
 
 #include <algorithm>
 #include <bit>
@@ -8,7 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "runtime/bytes.h"
+#include "vgpu/runtime/bytes.h"
 
 namespace vgpu {
 namespace {

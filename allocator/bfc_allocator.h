@@ -31,9 +31,9 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "allocator/allocator.h"
-#include "allocator/ptr_map.h"
-#include "allocator/sub_allocator.h"
+#include "vgpu/allocator/allocator.h"
+#include "vgpu/allocator/ptr_map.h"
+#include "vgpu/allocator/sub_allocator.h"
 
 namespace vgpu {
 

@@ -1,15 +1,15 @@
-#include "allocator/factory.h"
+#include "vgpu/allocator/factory.h"
 
 #include <utility>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
-#include "allocator/async_allocator.h"
-#include "allocator/bfc_allocator.h"
-#include "allocator/sub_allocators.h"
-#include "allocator/vmm_allocator.h"
-#include "runtime/status.h"
-#include "runtime/user_text.h"
+#include "vgpu/allocator/async_allocator.h"
+#include "vgpu/allocator/bfc_allocator.h"
+#include "vgpu/allocator/sub_allocators.h"
+#include "vgpu/allocator/vmm_allocator.h"
+#include "vgpu/runtime/status.h"
+#include "vgpu/runtime/user_text.h"
 
 namespace vgpu {
 

@@ -12,8 +12,8 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "allocator/allocator.h"
-#include "runtime/platform.h"
+#include "vgpu/allocator/allocator.h"
+#include "vgpu/runtime/platform.h"
 
 namespace vgpu {
 

@@ -1,11 +1,11 @@
-#include "allocator/memory_history.h"
+#include "vgpu/allocator/memory_history.h"
 
 #include <algorithm>
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "runtime/json.h"
+#include "vgpu/runtime/json.h"
 
 namespace vgpu {
 

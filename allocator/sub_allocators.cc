@@ -1,11 +1,11 @@
-#include "allocator/sub_allocators.h"
+#include "vgpu/allocator/sub_allocators.h"
 
 #include <cstdlib>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "runtime/bytes.h"
-#include "runtime/status.h"
+#include "vgpu/runtime/bytes.h"
+#include "vgpu/runtime/status.h"
 
 namespace vgpu {
 namespace {

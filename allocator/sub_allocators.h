@@ -16,8 +16,8 @@
 #include <string>
 
 #include "absl/container/flat_hash_map.h"
-#include "allocator/sub_allocator.h"
-#include "runtime/platform.h"
+#include "vgpu/allocator/sub_allocator.h"
+#include "vgpu/runtime/platform.h"
 
 namespace vgpu {
 

@@ -1,4 +1,4 @@
-#include "allocator/trace.h"
+#include "vgpu/allocator/trace.h"
 
 #include <time.h>
 
@@ -11,11 +11,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
-#include "runtime/bytes.h"
-#include "runtime/file_io.h"
-#include "runtime/numbers.h"
-#include "runtime/status.h"
-#include "runtime/user_text.h"
+#include "vgpu/runtime/bytes.h"
+#include "vgpu/runtime/file_io.h"
+#include "vgpu/runtime/numbers.h"
+#include "vgpu/runtime/status.h"
+#include "vgpu/runtime/user_text.h"
 
 namespace vgpu {
 namespace {

@@ -21,7 +21,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "allocator/allocator.h"
+#include "vgpu/allocator/allocator.h"
 
 namespace vgpu {
 

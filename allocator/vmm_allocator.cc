@@ -1,4 +1,4 @@
-#include "allocator/vmm_allocator.h"
+#include "vgpu/allocator/vmm_allocator.h"
 
 #include <algorithm>
 #include <bit>
@@ -7,10 +7,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "allocator/bfc_allocator.h"
-#include "allocator/sub_allocator.h"
-#include "runtime/bytes.h"
-#include "runtime/status.h"
+#include "vgpu/allocator/bfc_allocator.h"
+#include "vgpu/allocator/sub_allocator.h"
+#include "vgpu/runtime/bytes.h"
+#include "vgpu/runtime/status.h"
 
 namespace vgpu {
 namespace {

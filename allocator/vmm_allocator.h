@@ -36,10 +36,10 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "allocator/allocator.h"
-#include "allocator/factory.h"
-#include "allocator/vmm_backend.h"
-#include "runtime/platform.h"
+#include "vgpu/allocator/allocator.h"
+#include "vgpu/allocator/factory.h"
+#include "vgpu/allocator/vmm_backend.h"
+#include "vgpu/runtime/platform.h"
 
 namespace vgpu {
 

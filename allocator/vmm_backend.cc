@@ -1,10 +1,10 @@
-#include "allocator/vmm_backend.h"
+#include "vgpu/allocator/vmm_backend.h"
 
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "runtime/bytes.h"
-#include "runtime/status.h"
+#include "vgpu/runtime/bytes.h"
+#include "vgpu/runtime/status.h"
 
 namespace vgpu {
 namespace {

@@ -19,7 +19,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "runtime/platform.h"
+#include "vgpu/runtime/platform.h"
 
 namespace vgpu {
 

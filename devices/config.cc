@@ -1,4 +1,4 @@
-#include "devices/config.h"
+#include "vgpu/devices/config.h"
 
 #include <algorithm>
 #include <cmath>
@@ -16,10 +16,10 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
-#include "runtime/bytes.h"
-#include "runtime/numbers.h"
-#include "runtime/status.h"
-#include "runtime/user_text.h"
+#include "vgpu/runtime/bytes.h"
+#include "vgpu/runtime/numbers.h"
+#include "vgpu/runtime/status.h"
+#include "vgpu/runtime/user_text.h"
 
 namespace vgpu {
 namespace {

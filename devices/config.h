@@ -33,8 +33,8 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
-#include "allocator/factory.h"
-#include "runtime/platform.h"
+#include "vgpu/allocator/factory.h"
+#include "vgpu/runtime/platform.h"
 
 namespace vgpu {
 

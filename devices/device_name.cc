@@ -1,4 +1,4 @@
-#include "devices/device_name.h"
+#include "vgpu/devices/device_name.h"
 
 #include <cstdint>
 #include <string>
@@ -7,7 +7,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
-#include "runtime/user_text.h"
+#include "vgpu/runtime/user_text.h"
 
 namespace vgpu {
 namespace {

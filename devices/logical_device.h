@@ -11,8 +11,8 @@
 #include <memory>
 #include <string>
 
-#include "allocator/allocator.h"
-#include "runtime/platform.h"
+#include "vgpu/allocator/allocator.h"
+#include "vgpu/runtime/platform.h"
 
 namespace vgpu {
 

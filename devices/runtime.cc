@@ -1,4 +1,4 @@
-#include "devices/runtime.h"
+#include "vgpu/devices/runtime.h"
 
 #include <cstdio>
 #include <map>
@@ -6,10 +6,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "allocator/factory.h"
-#include "runtime/bytes.h"
-#include "runtime/status.h"
-#include "runtime/user_text.h"
+#include "vgpu/allocator/factory.h"
+#include "vgpu/runtime/bytes.h"
+#include "vgpu/runtime/status.h"
+#include "vgpu/runtime/user_text.h"
 
 namespace vgpu {
 namespace {

@@ -20,10 +20,10 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "devices/config.h"
-#include "devices/device_name.h"
-#include "devices/logical_device.h"
-#include "runtime/platform.h"
+#include "vgpu/devices/config.h"
+#include "vgpu/devices/device_name.h"
+#include "vgpu/devices/logical_device.h"
+#include "vgpu/runtime/platform.h"
 
 namespace vgpu {
 

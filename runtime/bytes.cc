@@ -1,4 +1,4 @@
-#include "runtime/bytes.h"
+#include "vgpu/runtime/bytes.h"
 
 #include <cmath>
 #include <limits>
@@ -7,7 +7,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "runtime/user_text.h"
+#include "vgpu/runtime/user_text.h"
 
 namespace vgpu {
 

@@ -1,4 +1,4 @@
-#include "runtime/file_io.h"
+#include "vgpu/runtime/file_io.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -11,7 +11,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "runtime/bytes.h"
+#include "vgpu/runtime/bytes.h"
 
 namespace vgpu {
 namespace {

@@ -13,7 +13,7 @@
 
 #include "absl/status/status.h"
 #include "absl/types/span.h"
-#include "runtime/platform.h"
+#include "vgpu/runtime/platform.h"
 
 namespace vgpu {
 

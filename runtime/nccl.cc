@@ -1,12 +1,12 @@
-#include "runtime/nccl.h"
+#include "vgpu/runtime/nccl.h"
 
 #include <string>
 
 #include "absl/strings/str_cat.h"
-#include "runtime/host/host_collectives.h"
+#include "vgpu/runtime/host/host_collectives.h"
 
 #if VGPU_HAVE_CUDA
-#include "runtime/cuda/cuda_nccl.h"
+#include "vgpu/runtime/cuda/cuda_nccl.h"
 #endif
 
 namespace vgpu {

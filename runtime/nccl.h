@@ -21,7 +21,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "runtime/platform.h"
+#include "vgpu/runtime/platform.h"
 
 namespace vgpu {
 

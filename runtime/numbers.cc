@@ -1,4 +1,4 @@
-#include "runtime/numbers.h"
+#include "vgpu/runtime/numbers.h"
 
 #include <charconv>
 #include <cmath>
@@ -8,7 +8,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
-#include "runtime/user_text.h"
+#include "vgpu/runtime/user_text.h"
 
 namespace vgpu {
 namespace {

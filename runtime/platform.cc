@@ -1,13 +1,13 @@
-#include "runtime/platform.h"
+#include "vgpu/runtime/platform.h"
 
 #include <cstdlib>
 #include <mutex>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
-#include "runtime/cuda/cuda_platform.h"
-#include "runtime/host/host_platform.h"
-#include "runtime/user_text.h"
+#include "vgpu/runtime/cuda/cuda_platform.h"
+#include "vgpu/runtime/host/host_platform.h"
+#include "vgpu/runtime/user_text.h"
 
 namespace vgpu {
 namespace {

@@ -1,4 +1,4 @@
-#include "runtime/user_text.h"
+#include "vgpu/runtime/user_text.h"
 
 #include <algorithm>
 

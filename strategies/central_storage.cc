@@ -1,13 +1,13 @@
-#include "strategies/central_storage.h"
+#include "vgpu/strategies/central_storage.h"
 
 #include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "runtime/kernels.h"
-#include "runtime/status.h"
-#include "strategies/mirrored.h"
-#include "strategies/replica_eval.h"
+#include "vgpu/runtime/kernels.h"
+#include "vgpu/runtime/status.h"
+#include "vgpu/strategies/mirrored.h"
+#include "vgpu/strategies/replica_eval.h"
 
 namespace vgpu {
 namespace strategies {

@@ -15,8 +15,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "strategies/step_accounting.h"
-#include "strategies/strategy.h"
+#include "vgpu/strategies/step_accounting.h"
+#include "vgpu/strategies/strategy.h"
 
 namespace vgpu {
 namespace strategies {

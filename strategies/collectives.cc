@@ -1,4 +1,4 @@
-#include "strategies/collectives.h"
+#include "vgpu/strategies/collectives.h"
 
 #include <algorithm>
 #include <map>
@@ -7,8 +7,8 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
-#include "runtime/kernels.h"
-#include "runtime/status.h"
+#include "vgpu/runtime/kernels.h"
+#include "vgpu/runtime/status.h"
 
 namespace vgpu {
 namespace strategies {

@@ -25,8 +25,8 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
-#include "devices/logical_device.h"
-#include "runtime/nccl.h"
+#include "vgpu/devices/logical_device.h"
+#include "vgpu/runtime/nccl.h"
 
 namespace vgpu {
 namespace strategies {

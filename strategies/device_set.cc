@@ -1,11 +1,11 @@
-#include "strategies/device_set.h"
+#include "vgpu/strategies/device_set.h"
 
 #include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "runtime/bytes.h"
-#include "runtime/status.h"
+#include "vgpu/runtime/bytes.h"
+#include "vgpu/runtime/status.h"
 
 namespace vgpu {
 namespace strategies {

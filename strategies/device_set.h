@@ -17,9 +17,9 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-#include "allocator/allocator.h"
-#include "devices/logical_device.h"
-#include "runtime/platform.h"
+#include "vgpu/allocator/allocator.h"
+#include "vgpu/devices/logical_device.h"
+#include "vgpu/runtime/platform.h"
 
 namespace vgpu {
 namespace strategies {

@@ -1,4 +1,4 @@
-#include "strategies/idx.h"
+#include "vgpu/strategies/idx.h"
 
 #include <sys/stat.h>
 #include <zlib.h>
@@ -9,9 +9,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "runtime/bytes.h"
-#include "runtime/file_io.h"
-#include "runtime/status.h"
+#include "vgpu/runtime/bytes.h"
+#include "vgpu/runtime/file_io.h"
+#include "vgpu/runtime/status.h"
 
 namespace vgpu {
 namespace strategies {

@@ -1,13 +1,13 @@
-#include "strategies/mirrored.h"
+#include "vgpu/strategies/mirrored.h"
 
 #include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "runtime/bytes.h"
-#include "runtime/kernels.h"
-#include "runtime/status.h"
-#include "strategies/replica_eval.h"
+#include "vgpu/runtime/bytes.h"
+#include "vgpu/runtime/kernels.h"
+#include "vgpu/runtime/status.h"
+#include "vgpu/strategies/replica_eval.h"
 
 namespace vgpu {
 namespace strategies {

@@ -23,9 +23,9 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "strategies/collectives.h"
-#include "strategies/step_accounting.h"
-#include "strategies/strategy.h"
+#include "vgpu/strategies/collectives.h"
+#include "vgpu/strategies/step_accounting.h"
+#include "vgpu/strategies/strategy.h"
 
 namespace vgpu {
 namespace strategies {

@@ -1,4 +1,4 @@
-#include "strategies/model_parallel.h"
+#include "vgpu/strategies/model_parallel.h"
 
 #include <algorithm>
 #include <limits>
@@ -9,9 +9,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
-#include "runtime/bytes.h"
-#include "runtime/numbers.h"
-#include "runtime/status.h"
+#include "vgpu/runtime/bytes.h"
+#include "vgpu/runtime/numbers.h"
+#include "vgpu/runtime/status.h"
 
 namespace vgpu {
 namespace strategies {

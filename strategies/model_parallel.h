@@ -21,8 +21,8 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "strategies/step_accounting.h"
-#include "strategies/strategy.h"
+#include "vgpu/strategies/step_accounting.h"
+#include "vgpu/strategies/strategy.h"
 
 namespace vgpu {
 namespace strategies {

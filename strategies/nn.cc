@@ -1,4 +1,4 @@
-#include "strategies/nn.h"
+#include "vgpu/strategies/nn.h"
 
 #include <cmath>
 #include <random>
@@ -6,7 +6,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
-#include "runtime/status.h"
+#include "vgpu/runtime/status.h"
 
 namespace vgpu {
 namespace strategies {

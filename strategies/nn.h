@@ -23,9 +23,9 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
-#include "devices/logical_device.h"
-#include "runtime/kernels.h"
-#include "strategies/tensor.h"
+#include "vgpu/devices/logical_device.h"
+#include "vgpu/runtime/kernels.h"
+#include "vgpu/strategies/tensor.h"
 
 namespace vgpu {
 namespace strategies {

@@ -1,8 +1,8 @@
-#include "strategies/replica_eval.h"
+#include "vgpu/strategies/replica_eval.h"
 
 #include <algorithm>
 
-#include "runtime/status.h"
+#include "vgpu/runtime/status.h"
 
 namespace vgpu {
 namespace strategies {

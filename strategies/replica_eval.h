@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "strategies/nn.h"
-#include "strategies/strategy.h"
+#include "vgpu/strategies/nn.h"
+#include "vgpu/strategies/strategy.h"
 
 namespace vgpu {
 namespace strategies {

@@ -10,8 +10,8 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
-#include "strategies/nn.h"
-#include "strategies/strategy.h"
+#include "vgpu/strategies/nn.h"
+#include "vgpu/strategies/strategy.h"
 
 namespace vgpu {
 namespace strategies {

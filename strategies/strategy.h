@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "devices/logical_device.h"
-#include "strategies/nn.h"
+#include "vgpu/devices/logical_device.h"
+#include "vgpu/strategies/nn.h"
 
 namespace vgpu {
 namespace strategies {

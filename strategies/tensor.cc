@@ -1,4 +1,4 @@
-#include "strategies/tensor.h"
+#include "vgpu/strategies/tensor.h"
 
 #include <cstring>
 #include <memory>
@@ -6,7 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "runtime/status.h"
+#include "vgpu/runtime/status.h"
 
 namespace vgpu {
 namespace strategies {

@@ -13,8 +13,8 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "allocator/allocator.h"
-#include "devices/logical_device.h"
+#include "vgpu/allocator/allocator.h"
+#include "vgpu/devices/logical_device.h"
 
 namespace vgpu {
 namespace strategies {

@@ -7,12 +7,12 @@
 #include <thread>
 #include <vector>
 
-#include "allocator/bfc_allocator.h"
-#include "allocator/sub_allocators.h"
-#include "allocator/trace.h"
+#include "vgpu/allocator/bfc_allocator.h"
+#include "vgpu/allocator/sub_allocators.h"
+#include "vgpu/allocator/trace.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "runtime/status_matchers.h"
+#include "vgpu/runtime/status_matchers.h"
 
 namespace vgpu {
 namespace {

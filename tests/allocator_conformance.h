@@ -25,10 +25,10 @@
 #include <utility>
 #include <vector>
 
-#include "allocator/allocator.h"
+#include "vgpu/allocator/allocator.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "runtime/status_matchers.h"
+#include "vgpu/runtime/status_matchers.h"
 
 namespace vgpu::testing {
 

@@ -2,11 +2,11 @@
 // device memory (growth off and on), the factory's vmm and async allocators, and pinned host
 // memory. Label gpu: every test skips without a CUDA device; CI runs it on the CUDA simulator
 // (tests/cudasim.cmake), where a skip fails the run.
-#include "allocator/bfc_allocator.h"
-#include "allocator/factory.h"
-#include "allocator/sub_allocators.h"
-#include "runtime/platform.h"
-#include "tests/allocator_conformance.h"
+#include "vgpu/allocator/bfc_allocator.h"
+#include "vgpu/allocator/factory.h"
+#include "vgpu/allocator/sub_allocators.h"
+#include "vgpu/runtime/platform.h"
+#include "vgpu/tests/allocator_conformance.h"
 
 namespace vgpu::testing {
 namespace {

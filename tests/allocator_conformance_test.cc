@@ -1,11 +1,11 @@
 // The allocator conformance suite (tests/allocator_conformance.h) on BFCAllocator over every
 // sub-allocator that works here, and on the allocators the factory builds.
-#include "tests/allocator_conformance.h"
+#include "vgpu/tests/allocator_conformance.h"
 
-#include "allocator/bfc_allocator.h"
-#include "allocator/factory.h"
-#include "allocator/sub_allocators.h"
-#include "runtime/platform.h"
+#include "vgpu/allocator/bfc_allocator.h"
+#include "vgpu/allocator/factory.h"
+#include "vgpu/allocator/sub_allocators.h"
+#include "vgpu/runtime/platform.h"
 
 namespace vgpu::testing {
 namespace {

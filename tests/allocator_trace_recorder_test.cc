@@ -8,13 +8,13 @@
 #include <utility>
 #include <vector>
 
-#include "allocator/bfc_allocator.h"
-#include "allocator/sub_allocators.h"
-#include "allocator/trace.h"
-#include "allocator/vmm_allocator.h"
+#include "vgpu/allocator/bfc_allocator.h"
+#include "vgpu/allocator/sub_allocators.h"
+#include "vgpu/allocator/trace.h"
+#include "vgpu/allocator/vmm_allocator.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "runtime/status_matchers.h"
+#include "vgpu/runtime/status_matchers.h"
 
 namespace vgpu {
 namespace {

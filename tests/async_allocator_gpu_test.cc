@@ -6,12 +6,12 @@
 #include <memory>
 #include <vector>
 
-#include "allocator/async_allocator.h"
+#include "vgpu/allocator/async_allocator.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "runtime/bytes.h"
-#include "runtime/platform.h"
-#include "runtime/status_matchers.h"
+#include "vgpu/runtime/bytes.h"
+#include "vgpu/runtime/platform.h"
+#include "vgpu/runtime/status_matchers.h"
 
 namespace vgpu {
 namespace {

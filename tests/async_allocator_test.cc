@@ -2,7 +2,7 @@
 // stream-ordered pool: the conformance suite, the limit and its OOM message, bad frees that
 // change nothing, stream order of frees, trim-and-retry when the card is full, stats and
 // events, threads, and VGPU_ALLOCATOR=async for 4 logical devices on one card.
-#include "allocator/async_allocator.h"
+#include "vgpu/allocator/async_allocator.h"
 
 #include <atomic>
 #include <future>
@@ -15,15 +15,15 @@
 #include <utility>
 #include <vector>
 
-#include "allocator/factory.h"
-#include "devices/config.h"
-#include "devices/runtime.h"
+#include "vgpu/allocator/factory.h"
+#include "vgpu/devices/config.h"
+#include "vgpu/devices/runtime.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "runtime/bytes.h"
-#include "runtime/host/host_platform.h"
-#include "runtime/status_matchers.h"
-#include "tests/allocator_conformance.h"
+#include "vgpu/runtime/bytes.h"
+#include "vgpu/runtime/host/host_platform.h"
+#include "vgpu/runtime/status_matchers.h"
+#include "vgpu/tests/allocator_conformance.h"
 
 namespace vgpu {
 namespace {

@@ -6,11 +6,11 @@
 #include <string>
 
 #include "bad_input_catalogue.h"
-#include "devices/config.h"
-#include "devices/device_name.h"
-#include "devices/runtime.h"
-#include "runtime/bytes.h"
-#include "runtime/host/host_platform.h"
+#include "vgpu/devices/config.h"
+#include "vgpu/devices/device_name.h"
+#include "vgpu/devices/runtime.h"
+#include "vgpu/runtime/bytes.h"
+#include "vgpu/runtime/host/host_platform.h"
 
 namespace vgpu::testing {
 namespace {

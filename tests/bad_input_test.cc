@@ -13,17 +13,17 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
-#include "allocator/bfc_allocator.h"
-#include "allocator/factory.h"
-#include "allocator/sub_allocators.h"
-#include "allocator/trace.h"
+#include "vgpu/allocator/bfc_allocator.h"
+#include "vgpu/allocator/factory.h"
+#include "vgpu/allocator/sub_allocators.h"
+#include "vgpu/allocator/trace.h"
 #include "bad_input_catalogue.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "runtime/bytes.h"
-#include "runtime/host/host_platform.h"
-#include "runtime/kernels.h"
-#include "runtime/status_matchers.h"
+#include "vgpu/runtime/bytes.h"
+#include "vgpu/runtime/host/host_platform.h"
+#include "vgpu/runtime/kernels.h"
+#include "vgpu/runtime/status_matchers.h"
 
 namespace vgpu::testing {
 namespace {

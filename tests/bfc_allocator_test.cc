@@ -1,7 +1,7 @@
 // Exact placement tests of BFCAllocator on FakeSubAllocator (addresses, splits, merges, growth
 // steps, limit, GC), failure injection, error cases, a randomized test that checks every
 // invariant after every operation, and threads.
-#include "allocator/bfc_allocator.h"
+#include "vgpu/allocator/bfc_allocator.h"
 
 #include <algorithm>
 #include <memory>
@@ -9,10 +9,10 @@
 #include <thread>
 #include <vector>
 
-#include "allocator/sub_allocators.h"
+#include "vgpu/allocator/sub_allocators.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "runtime/status_matchers.h"
+#include "vgpu/runtime/status_matchers.h"
 
 namespace vgpu {
 namespace {

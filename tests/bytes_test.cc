@@ -1,10 +1,10 @@
-#include "runtime/bytes.h"
+#include "vgpu/runtime/bytes.h"
 
 #include <string>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "runtime/status_matchers.h"
+#include "vgpu/runtime/status_matchers.h"
 
 namespace vgpu {
 namespace {

@@ -3,7 +3,7 @@
 // every Driver API, cuBLAS and NCCL call they make (driver: the fake libcuda; cuBLAS and NCCL:
 // the CUDA simulator's libraries, when built). The log is switched on for this whole binary
 // before main, as the variable is read once per process.
-#include "runtime/cuda/call_log.h"
+#include "vgpu/runtime/cuda/call_log.h"
 
 #include <unistd.h>
 
@@ -19,13 +19,13 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "runtime/status_matchers.h"
+#include "vgpu/runtime/status_matchers.h"
 
 #if VGPU_HAVE_CUDA
-#include "runtime/cuda/cuda_driver.h"
-#include "runtime/cuda/cuda_platform.h"
-#include "runtime/nccl.h"
-#include "runtime/platform.h"
+#include "vgpu/runtime/cuda/cuda_driver.h"
+#include "vgpu/runtime/cuda/cuda_platform.h"
+#include "vgpu/runtime/nccl.h"
+#include "vgpu/runtime/platform.h"
 #endif
 
 namespace vgpu::cuda::call_log {

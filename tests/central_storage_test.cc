@@ -1,5 +1,5 @@
 // CentralStorageStrategy: variables on CPU:0, compute on the GPUs, equal to one device.
-#include "strategies/central_storage.h"
+#include "vgpu/strategies/central_storage.h"
 
 #include <memory>
 #include <random>
@@ -7,11 +7,11 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "runtime/host/host_kernels.h"
-#include "runtime/host/host_platform.h"
-#include "runtime/status_matchers.h"
-#include "strategies/device_set.h"
-#include "strategies/mirrored.h"
+#include "vgpu/runtime/host/host_kernels.h"
+#include "vgpu/runtime/host/host_platform.h"
+#include "vgpu/runtime/status_matchers.h"
+#include "vgpu/strategies/device_set.h"
+#include "vgpu/strategies/mirrored.h"
 
 namespace vgpu::strategies {
 namespace {

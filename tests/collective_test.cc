@@ -7,11 +7,11 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "runtime/host/host_platform.h"
-#include "runtime/status_matchers.h"
-#include "strategies/collectives.h"
-#include "strategies/device_set.h"
-#include "strategies/tensor.h"
+#include "vgpu/runtime/host/host_platform.h"
+#include "vgpu/runtime/status_matchers.h"
+#include "vgpu/strategies/collectives.h"
+#include "vgpu/strategies/device_set.h"
+#include "vgpu/strategies/tensor.h"
 
 namespace vgpu::strategies {
 namespace {

@@ -3,11 +3,11 @@
 #include <string>
 #include <vector>
 
-#include "devices/config.h"
+#include "vgpu/devices/config.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "runtime/bytes.h"
-#include "runtime/status_matchers.h"
+#include "vgpu/runtime/bytes.h"
+#include "vgpu/runtime/status_matchers.h"
 
 namespace vgpu {
 namespace {

@@ -8,15 +8,15 @@
 #include <utility>
 #include <vector>
 
-#include "allocator/async_allocator.h"
-#include "allocator/factory.h"
+#include "vgpu/allocator/async_allocator.h"
+#include "vgpu/allocator/factory.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "runtime/platform.h"
-#include "runtime/status_matchers.h"
+#include "vgpu/runtime/platform.h"
+#include "vgpu/runtime/status_matchers.h"
 
 #if VGPU_HAVE_CUDA
-#include "runtime/cuda/cuda_platform.h"
+#include "vgpu/runtime/cuda/cuda_platform.h"
 #endif
 
 namespace vgpu {

@@ -12,13 +12,13 @@
 #include "cuda_test_util.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "runtime/kernels.h"
-#include "runtime/nccl.h"
-#include "runtime/platform.h"
-#include "runtime/status_matchers.h"
+#include "vgpu/runtime/kernels.h"
+#include "vgpu/runtime/nccl.h"
+#include "vgpu/runtime/platform.h"
+#include "vgpu/runtime/status_matchers.h"
 
 #if VGPU_HAVE_CUDA
-#include "runtime/cuda/cuda_platform.h"
+#include "vgpu/runtime/cuda/cuda_platform.h"
 #endif
 
 namespace vgpu {

@@ -11,10 +11,10 @@
 #include "cuda_test_util.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "runtime/kernels.h"
-#include "runtime/nccl.h"
-#include "runtime/platform.h"
-#include "runtime/status_matchers.h"
+#include "vgpu/runtime/kernels.h"
+#include "vgpu/runtime/nccl.h"
+#include "vgpu/runtime/platform.h"
+#include "vgpu/runtime/status_matchers.h"
 
 namespace vgpu {
 namespace {

@@ -10,16 +10,16 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "runtime/host/host_platform.h"
-#include "runtime/nccl.h"
-#include "runtime/platform.h"
-#include "runtime/status_matchers.h"
+#include "vgpu/runtime/host/host_platform.h"
+#include "vgpu/runtime/nccl.h"
+#include "vgpu/runtime/platform.h"
+#include "vgpu/runtime/status_matchers.h"
 
 #if VGPU_HAVE_CUDA
-#include "runtime/cuda/cuda_driver.h"
-#include "runtime/cuda/cuda_fatbin.h"
-#include "runtime/cuda/cuda_platform.h"
-#include "runtime/cuda/dynamic_library.h"
+#include "vgpu/runtime/cuda/cuda_driver.h"
+#include "vgpu/runtime/cuda/cuda_fatbin.h"
+#include "vgpu/runtime/cuda/cuda_platform.h"
+#include "vgpu/runtime/cuda/dynamic_library.h"
 #endif
 
 namespace vgpu {

@@ -19,18 +19,18 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "runtime/kernels.h"
-#include "runtime/nccl.h"
-#include "runtime/platform.h"
-#include "runtime/status_matchers.h"
+#include "vgpu/runtime/kernels.h"
+#include "vgpu/runtime/nccl.h"
+#include "vgpu/runtime/platform.h"
+#include "vgpu/runtime/status_matchers.h"
 
 #if VGPU_HAVE_CUDA
-#include "allocator/factory.h"
-#include "allocator/vmm_allocator.h"
-#include "devices/config.h"
-#include "devices/runtime.h"
-#include "runtime/cuda/cuda_executor.h"
-#include "runtime/cuda/cuda_platform.h"
+#include "vgpu/allocator/factory.h"
+#include "vgpu/allocator/vmm_allocator.h"
+#include "vgpu/devices/config.h"
+#include "vgpu/devices/runtime.h"
+#include "vgpu/runtime/cuda/cuda_executor.h"
+#include "vgpu/runtime/cuda/cuda_platform.h"
 #endif
 
 namespace vgpu {

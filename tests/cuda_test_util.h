@@ -17,10 +17,10 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "runtime/host/host_platform.h"
-#include "runtime/kernels.h"
-#include "runtime/platform.h"
-#include "runtime/status_matchers.h"
+#include "vgpu/runtime/host/host_platform.h"
+#include "vgpu/runtime/kernels.h"
+#include "vgpu/runtime/platform.h"
+#include "vgpu/runtime/status_matchers.h"
 
 namespace vgpu::testing {
 

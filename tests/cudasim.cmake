@@ -7,7 +7,7 @@ get_property(_vgpu_sim_cuda_built GLOBAL PROPERTY VGPU_CUDA_BACKEND_BUILT)
 if(_vgpu_sim_cuda_built)
   set(_vgpu_sim_dir ${PROJECT_SOURCE_DIR}/tests/cudasim)
   add_library(vgpu_cudasim_cuda SHARED ${_vgpu_sim_dir}/driver.cc ${_vgpu_sim_dir}/kernels.cc)
-  target_include_directories(vgpu_cudasim_cuda PUBLIC ${VGPU_CUDA_INCLUDE_DIR} ${PROJECT_SOURCE_DIR})
+  target_include_directories(vgpu_cudasim_cuda PUBLIC ${VGPU_CUDA_INCLUDE_DIR} ${VGPU_INCLUDE_ROOT})
   target_link_libraries(vgpu_cudasim_cuda PRIVATE Threads::Threads)
   set_target_properties(vgpu_cudasim_cuda PROPERTIES CXX_VISIBILITY_PRESET hidden
                                                      VISIBILITY_INLINES_HIDDEN ON)

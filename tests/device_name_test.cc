@@ -1,10 +1,10 @@
-#include "devices/device_name.h"
+#include "vgpu/devices/device_name.h"
 
 #include <string>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "runtime/status_matchers.h"
+#include "vgpu/runtime/status_matchers.h"
 
 namespace vgpu {
 namespace {

@@ -1,6 +1,6 @@
 // runtime/file_io.h: only regular files under their cap are read; everything else fails
 // promptly with a message naming the file (issue 12: /dev/zero read forever, a FIFO blocked).
-#include "runtime/file_io.h"
+#include "vgpu/runtime/file_io.h"
 
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -15,7 +15,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "runtime/status_matchers.h"
+#include "vgpu/runtime/status_matchers.h"
 
 namespace vgpu {
 namespace {

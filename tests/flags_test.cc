@@ -1,7 +1,7 @@
 // tools/flags.h (the tools' one command-line mechanism) and each tool's parse function built on
 // it: the rules of issue 12 item 10, the tuning knobs (item 1), vgpu-train's counts and
 // hyper-parameters (items 5 and 11).
-#include "tools/flags.h"
+#include "vgpu/tools/flags.h"
 
 #include <cmath>
 #include <limits>
@@ -12,11 +12,11 @@
 #include "absl/status/status.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "runtime/status_matchers.h"
-#include "tests/bad_input_catalogue.h"
-#include "tools/info_flags.h"
-#include "tools/train_flags.h"
-#include "tools/vgpu_bench.h"
+#include "vgpu/runtime/status_matchers.h"
+#include "vgpu/tests/bad_input_catalogue.h"
+#include "vgpu/tools/info_flags.h"
+#include "vgpu/tools/train_flags.h"
+#include "vgpu/tools/vgpu_bench.h"
 
 namespace vgpu::flags {
 namespace {

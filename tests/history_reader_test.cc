@@ -1,14 +1,14 @@
 // tools/history_reader.h: the timeline's strict history reader and bounded renderer (issue 12
 // items 2 and 13: hangs on 1e999 / 5e-318, dropped -1, NUL in a name, index 1e999, 20 000
 // names making a 44 MB SVG).
-#include "tools/history_reader.h"
+#include "vgpu/tools/history_reader.h"
 
 #include <string>
 
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "runtime/status_matchers.h"
+#include "vgpu/runtime/status_matchers.h"
 
 namespace vgpu_info {
 namespace {

@@ -1,4 +1,4 @@
-#include "runtime/host/host_platform.h"
+#include "vgpu/runtime/host/host_platform.h"
 
 #include <cstdlib>
 #include <thread>
@@ -6,8 +6,8 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "platform_conformance.h"
-#include "runtime/bytes.h"
-#include "runtime/status_matchers.h"
+#include "vgpu/runtime/bytes.h"
+#include "vgpu/runtime/status_matchers.h"
 
 namespace vgpu {
 namespace {

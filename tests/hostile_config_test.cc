@@ -11,20 +11,20 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "allocator/bfc_allocator.h"
-#include "allocator/factory.h"
-#include "allocator/sub_allocators.h"
-#include "allocator/vmm_allocator.h"
-#include "allocator/vmm_backend.h"
-#include "devices/config.h"
-#include "devices/runtime.h"
+#include "vgpu/allocator/bfc_allocator.h"
+#include "vgpu/allocator/factory.h"
+#include "vgpu/allocator/sub_allocators.h"
+#include "vgpu/allocator/vmm_allocator.h"
+#include "vgpu/allocator/vmm_backend.h"
+#include "vgpu/devices/config.h"
+#include "vgpu/devices/runtime.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "runtime/bytes.h"
-#include "runtime/host/host_platform.h"
-#include "runtime/status.h"
-#include "runtime/status_matchers.h"
-#include "runtime/user_text.h"
+#include "vgpu/runtime/bytes.h"
+#include "vgpu/runtime/host/host_platform.h"
+#include "vgpu/runtime/status.h"
+#include "vgpu/runtime/status_matchers.h"
+#include "vgpu/runtime/user_text.h"
 
 namespace vgpu {
 namespace {

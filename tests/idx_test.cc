@@ -1,6 +1,6 @@
 // IDX reader: gzip and plain files, clear errors naming the file and the problem, and a short
 // training smoke test on a slice of Fashion-MNIST when it is installed.
-#include "strategies/idx.h"
+#include "vgpu/strategies/idx.h"
 
 #include <sys/stat.h>
 #include <zlib.h>
@@ -12,11 +12,11 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "runtime/host/host_kernels.h"
-#include "runtime/host/host_platform.h"
-#include "runtime/status_matchers.h"
-#include "strategies/device_set.h"
-#include "strategies/mirrored.h"
+#include "vgpu/runtime/host/host_kernels.h"
+#include "vgpu/runtime/host/host_platform.h"
+#include "vgpu/runtime/status_matchers.h"
+#include "vgpu/strategies/device_set.h"
+#include "vgpu/strategies/mirrored.h"
 
 namespace vgpu::strategies {
 namespace {

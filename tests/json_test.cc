@@ -1,4 +1,4 @@
-#include "runtime/json.h"
+#include "vgpu/runtime/json.h"
 
 #include <limits>
 

@@ -9,14 +9,14 @@
 #include <thread>
 #include <vector>
 
-#include "allocator/factory.h"
-#include "devices/config.h"
-#include "devices/runtime.h"
+#include "vgpu/allocator/factory.h"
+#include "vgpu/devices/config.h"
+#include "vgpu/devices/runtime.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "runtime/bytes.h"
-#include "runtime/host/host_platform.h"
-#include "runtime/status_matchers.h"
+#include "vgpu/runtime/bytes.h"
+#include "vgpu/runtime/host/host_platform.h"
+#include "vgpu/runtime/status_matchers.h"
 
 namespace vgpu {
 namespace {

@@ -1,13 +1,13 @@
 // MemoryHistory: events from an allocator, ring-buffer wrap-around, JSON export.
-#include "allocator/memory_history.h"
+#include "vgpu/allocator/memory_history.h"
 
 #include <memory>
 
-#include "allocator/bfc_allocator.h"
-#include "allocator/sub_allocators.h"
+#include "vgpu/allocator/bfc_allocator.h"
+#include "vgpu/allocator/sub_allocators.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "runtime/status_matchers.h"
+#include "vgpu/runtime/status_matchers.h"
 
 namespace vgpu {
 namespace {

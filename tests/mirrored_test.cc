@@ -1,6 +1,6 @@
 // MirroredStrategy: replicas bitwise equal after every step, the global batch split with the
 // remainder kept, and N replicas equivalent to one device with the same global batch.
-#include "strategies/mirrored.h"
+#include "vgpu/strategies/mirrored.h"
 
 #include <cmath>
 #include <cstring>
@@ -10,10 +10,10 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "runtime/host/host_kernels.h"
-#include "runtime/host/host_platform.h"
-#include "runtime/status_matchers.h"
-#include "strategies/device_set.h"
+#include "vgpu/runtime/host/host_kernels.h"
+#include "vgpu/runtime/host/host_platform.h"
+#include "vgpu/runtime/status_matchers.h"
+#include "vgpu/strategies/device_set.h"
 
 namespace vgpu::strategies {
 namespace {

@@ -1,6 +1,6 @@
 // Model-parallel placement policies, the placement report, and layer-by-layer training across
 // devices (equal to one device).
-#include "strategies/model_parallel.h"
+#include "vgpu/strategies/model_parallel.h"
 
 #include <cmath>
 #include <memory>
@@ -9,11 +9,11 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "runtime/host/host_kernels.h"
-#include "runtime/host/host_platform.h"
-#include "runtime/status_matchers.h"
-#include "strategies/device_set.h"
-#include "strategies/mirrored.h"
+#include "vgpu/runtime/host/host_kernels.h"
+#include "vgpu/runtime/host/host_platform.h"
+#include "vgpu/runtime/status_matchers.h"
+#include "vgpu/strategies/device_set.h"
+#include "vgpu/strategies/mirrored.h"
 
 namespace vgpu::strategies {
 namespace {

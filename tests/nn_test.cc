@@ -1,6 +1,6 @@
 // nn: Dense/ReLU/softmax-xent forward and backward on a device against a float64 host
 // reference, Glorot init, optimizers, and the stage/chain plumbing.
-#include "strategies/nn.h"
+#include "vgpu/strategies/nn.h"
 
 #include <cmath>
 #include <memory>
@@ -9,10 +9,10 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "runtime/host/host_platform.h"
-#include "runtime/status_matchers.h"
-#include "strategies/device_set.h"
-#include "strategies/tensor.h"
+#include "vgpu/runtime/host/host_platform.h"
+#include "vgpu/runtime/status_matchers.h"
+#include "vgpu/strategies/device_set.h"
+#include "vgpu/strategies/tensor.h"
 
 namespace vgpu::strategies {
 namespace {

@@ -1,5 +1,5 @@
 // Strict number parsing (runtime/numbers.h): what users type is read exactly, the rest refused.
-#include "runtime/numbers.h"
+#include "vgpu/runtime/numbers.h"
 
 #include <clocale>
 #include <cstdlib>
@@ -7,7 +7,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "runtime/status_matchers.h"
+#include "vgpu/runtime/status_matchers.h"
 
 namespace vgpu {
 namespace {

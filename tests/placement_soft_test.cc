@@ -5,12 +5,12 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "devices/runtime.h"
+#include "vgpu/devices/runtime.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "runtime/bytes.h"
-#include "runtime/host/host_platform.h"
-#include "runtime/status_matchers.h"
+#include "vgpu/runtime/bytes.h"
+#include "vgpu/runtime/host/host_platform.h"
+#include "vgpu/runtime/status_matchers.h"
 
 namespace vgpu {
 namespace {

@@ -20,9 +20,9 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "runtime/kernels.h"
-#include "runtime/platform.h"
-#include "runtime/status_matchers.h"
+#include "vgpu/runtime/kernels.h"
+#include "vgpu/runtime/platform.h"
+#include "vgpu/runtime/status_matchers.h"
 
 namespace vgpu::testing {
 

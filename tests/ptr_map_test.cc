@@ -1,4 +1,4 @@
-#include "allocator/ptr_map.h"
+#include "vgpu/allocator/ptr_map.h"
 
 #include <cstdint>
 #include <random>

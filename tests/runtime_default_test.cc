@@ -3,11 +3,11 @@
 // default runtime is process state, so the order of these steps matters.
 #include <cstdlib>
 
-#include "devices/runtime.h"
+#include "vgpu/devices/runtime.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "runtime/bytes.h"
-#include "runtime/status_matchers.h"
+#include "vgpu/runtime/bytes.h"
+#include "vgpu/runtime/status_matchers.h"
 
 namespace vgpu {
 namespace {

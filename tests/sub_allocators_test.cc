@@ -1,15 +1,15 @@
 // Sub-allocators (fake, host device, pinned, host memory) and the allocator factory.
-#include "allocator/sub_allocators.h"
+#include "vgpu/allocator/sub_allocators.h"
 
 #include <cstring>
 #include <memory>
 
-#include "allocator/bfc_allocator.h"
-#include "allocator/factory.h"
+#include "vgpu/allocator/bfc_allocator.h"
+#include "vgpu/allocator/factory.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "runtime/host/host_platform.h"
-#include "runtime/status_matchers.h"
+#include "vgpu/runtime/host/host_platform.h"
+#include "vgpu/runtime/status_matchers.h"
 
 namespace vgpu {
 namespace {

@@ -1,14 +1,14 @@
 // Tensor: allocation from the device's allocator, copies host<->device and device<->device.
-#include "strategies/tensor.h"
+#include "vgpu/strategies/tensor.h"
 
 #include <memory>
 #include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "runtime/host/host_platform.h"
-#include "runtime/status_matchers.h"
-#include "strategies/device_set.h"
+#include "vgpu/runtime/host/host_platform.h"
+#include "vgpu/runtime/status_matchers.h"
+#include "vgpu/strategies/device_set.h"
 
 namespace vgpu::strategies {
 namespace {

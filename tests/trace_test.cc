@@ -1,16 +1,16 @@
 // Trace parsing (with errors naming the line), recording from an allocator, and replay.
-#include "allocator/trace.h"
+#include "vgpu/allocator/trace.h"
 
 #include <cstdlib>
 #include <fstream>
 #include <memory>
 #include <string>
 
-#include "allocator/bfc_allocator.h"
-#include "allocator/sub_allocators.h"
+#include "vgpu/allocator/bfc_allocator.h"
+#include "vgpu/allocator/sub_allocators.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "runtime/status_matchers.h"
+#include "vgpu/runtime/status_matchers.h"
 
 namespace vgpu {
 namespace {

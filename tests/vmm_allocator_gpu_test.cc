@@ -5,12 +5,12 @@
 #include <memory>
 #include <vector>
 
-#include "allocator/vmm_allocator.h"
+#include "vgpu/allocator/vmm_allocator.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "runtime/platform.h"
-#include "runtime/status_matchers.h"
-#include "tests/vmm_test_util.h"
+#include "vgpu/runtime/platform.h"
+#include "vgpu/runtime/status_matchers.h"
+#include "vgpu/tests/vmm_test_util.h"
 
 namespace vgpu {
 namespace {

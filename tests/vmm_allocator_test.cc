@@ -1,6 +1,6 @@
 // Tests of the vmm allocator: exact granule accounting on the fake backend, real memory
 // through stitched mappings on the host platform, randomized invariants, threads, errors.
-#include "allocator/vmm_allocator.h"
+#include "vgpu/allocator/vmm_allocator.h"
 
 #include <cstring>
 #include <memory>
@@ -10,15 +10,15 @@
 #include <vector>
 
 #include "absl/strings/str_format.h"
-#include "allocator/factory.h"
-#include "allocator/vmm_backend.h"
+#include "vgpu/allocator/factory.h"
+#include "vgpu/allocator/vmm_backend.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "runtime/bytes.h"
-#include "runtime/host/host_platform.h"
-#include "runtime/status_matchers.h"
-#include "tests/allocator_conformance.h"
-#include "tests/vmm_test_util.h"
+#include "vgpu/runtime/bytes.h"
+#include "vgpu/runtime/host/host_platform.h"
+#include "vgpu/runtime/status_matchers.h"
+#include "vgpu/tests/allocator_conformance.h"
+#include "vgpu/tests/vmm_test_util.h"
 
 namespace vgpu {
 namespace {

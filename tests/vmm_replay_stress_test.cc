@@ -12,7 +12,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "allocator/vmm_allocator.h"
+#include "vgpu/allocator/vmm_allocator.h"
 #include "gtest/gtest.h"
 
 namespace vgpu {

@@ -11,12 +11,12 @@
 #include <memory>
 #include <vector>
 
-#include "allocator/factory.h"
-#include "allocator/vmm_allocator.h"
+#include "vgpu/allocator/factory.h"
+#include "vgpu/allocator/vmm_allocator.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "runtime/platform.h"
-#include "runtime/status_matchers.h"
+#include "vgpu/runtime/platform.h"
+#include "vgpu/runtime/status_matchers.h"
 
 namespace vgpu::testing {
 

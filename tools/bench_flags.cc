@@ -6,11 +6,11 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "runtime/bytes.h"
-#include "runtime/numbers.h"
-#include "runtime/status.h"
-#include "tools/flags.h"
-#include "tools/vgpu_bench.h"
+#include "vgpu/runtime/bytes.h"
+#include "vgpu/runtime/numbers.h"
+#include "vgpu/runtime/status.h"
+#include "vgpu/tools/flags.h"
+#include "vgpu/tools/vgpu_bench.h"
 
 namespace vgpu::bench {
 namespace {

@@ -1,4 +1,4 @@
-#include "tools/flags.h"
+#include "vgpu/tools/flags.h"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -15,11 +15,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "devices/config.h"
-#include "runtime/bytes.h"
-#include "runtime/numbers.h"
-#include "runtime/status.h"
-#include "runtime/user_text.h"
+#include "vgpu/devices/config.h"
+#include "vgpu/runtime/bytes.h"
+#include "vgpu/runtime/numbers.h"
+#include "vgpu/runtime/status.h"
+#include "vgpu/runtime/user_text.h"
 
 namespace vgpu::flags {
 namespace {

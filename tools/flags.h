@@ -31,7 +31,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
-#include "runtime/user_text.h"
+#include "vgpu/runtime/user_text.h"
 
 namespace vgpu::flags {
 

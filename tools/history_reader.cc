@@ -1,4 +1,4 @@
-#include "tools/history_reader.h"
+#include "vgpu/tools/history_reader.h"
 
 #include <algorithm>
 #include <charconv>
@@ -16,9 +16,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "runtime/bytes.h"
-#include "runtime/numbers.h"
-#include "runtime/user_text.h"
+#include "vgpu/runtime/bytes.h"
+#include "vgpu/runtime/numbers.h"
+#include "vgpu/runtime/user_text.h"
 
 namespace vgpu_info {
 namespace {

@@ -1,12 +1,12 @@
-#include "tools/info_flags.h"
+#include "vgpu/tools/info_flags.h"
 
 #include <cstdint>
 
 #include "absl/strings/str_cat.h"
-#include "devices/config.h"
-#include "runtime/host/host_platform.h"
-#include "runtime/status.h"
-#include "tools/flags.h"
+#include "vgpu/devices/config.h"
+#include "vgpu/runtime/host/host_platform.h"
+#include "vgpu/runtime/status.h"
+#include "vgpu/tools/flags.h"
 
 namespace vgpu_info {
 namespace {

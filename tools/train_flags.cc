@@ -1,4 +1,4 @@
-#include "tools/train_flags.h"
+#include "vgpu/tools/train_flags.h"
 
 #include <algorithm>
 #include <cmath>
@@ -7,10 +7,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
-#include "devices/device_name.h"
-#include "runtime/numbers.h"
-#include "runtime/status.h"
-#include "tools/flags.h"
+#include "vgpu/devices/device_name.h"
+#include "vgpu/runtime/numbers.h"
+#include "vgpu/runtime/status.h"
+#include "vgpu/tools/flags.h"
 
 namespace vgpu {
 namespace {

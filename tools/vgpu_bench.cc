@@ -9,7 +9,7 @@
 // Each ends with one JSON line. The command line is parsed by ParseBenchArgs (bench_flags.cc,
 // tools/flags.h rules); the allocator of a kind is built by MakeBenchAllocator; the tuning knobs
 // (VGPU_BFC_*, VGPU_VMM_* or their flags) are read by ReadBenchTuning.
-#include "tools/vgpu_bench.h"
+#include "vgpu/tools/vgpu_bench.h"
 
 #include <cstdio>
 #include <cstdlib>
@@ -17,13 +17,13 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "allocator/async_allocator.h"
-#include "allocator/bfc_allocator.h"
-#include "allocator/sub_allocators.h"
-#include "allocator/vmm_allocator.h"
-#include "runtime/bytes.h"
-#include "runtime/status.h"
-#include "tools/flags.h"
+#include "vgpu/allocator/async_allocator.h"
+#include "vgpu/allocator/bfc_allocator.h"
+#include "vgpu/allocator/sub_allocators.h"
+#include "vgpu/allocator/vmm_allocator.h"
+#include "vgpu/runtime/bytes.h"
+#include "vgpu/runtime/status.h"
+#include "vgpu/tools/flags.h"
 
 namespace vgpu::bench {
 

@@ -14,8 +14,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "allocator/allocator.h"
-#include "runtime/platform.h"
+#include "vgpu/allocator/allocator.h"
+#include "vgpu/runtime/platform.h"
 
 namespace vgpu::bench {
 

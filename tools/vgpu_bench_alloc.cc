@@ -12,9 +12,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "runtime/bytes.h"
-#include "runtime/json.h"
-#include "tools/vgpu_bench.h"
+#include "vgpu/runtime/bytes.h"
+#include "vgpu/runtime/json.h"
+#include "vgpu/tools/vgpu_bench.h"
 
 namespace vgpu::bench {
 namespace {

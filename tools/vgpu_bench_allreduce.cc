@@ -15,14 +15,14 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "devices/config.h"
-#include "devices/runtime.h"
-#include "runtime/bytes.h"
-#include "runtime/json.h"
-#include "runtime/kernels.h"
-#include "runtime/status.h"
-#include "strategies/collectives.h"
-#include "tools/vgpu_bench.h"
+#include "vgpu/devices/config.h"
+#include "vgpu/devices/runtime.h"
+#include "vgpu/runtime/bytes.h"
+#include "vgpu/runtime/json.h"
+#include "vgpu/runtime/kernels.h"
+#include "vgpu/runtime/status.h"
+#include "vgpu/strategies/collectives.h"
+#include "vgpu/tools/vgpu_bench.h"
 
 namespace vgpu::bench {
 namespace {

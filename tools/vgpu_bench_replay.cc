@@ -11,12 +11,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "allocator/memory_history.h"
-#include "allocator/trace.h"
-#include "allocator/vmm_allocator.h"
-#include "runtime/bytes.h"
-#include "runtime/json.h"
-#include "tools/vgpu_bench.h"
+#include "vgpu/allocator/memory_history.h"
+#include "vgpu/allocator/trace.h"
+#include "vgpu/allocator/vmm_allocator.h"
+#include "vgpu/runtime/bytes.h"
+#include "vgpu/runtime/json.h"
+#include "vgpu/tools/vgpu_bench.h"
 
 namespace vgpu::bench {
 namespace {

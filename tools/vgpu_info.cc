@@ -7,7 +7,7 @@
 // selftest check fails, 2 for a bad flag or configuration.
 // The configuration is validated exactly as Runtime::Create does, but the devices are built
 // with growth on, so looking at a machine never takes its memory.
-#include "tools/vgpu_info.h"
+#include "vgpu/tools/vgpu_info.h"
 
 #include <cstdio>
 #include <cstdlib>
@@ -21,15 +21,15 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "devices/config.h"
-#include "devices/runtime.h"
-#include "runtime/bytes.h"
-#include "runtime/host/host_platform.h"
-#include "runtime/json.h"
-#include "runtime/numbers.h"
-#include "runtime/platform.h"
-#include "tools/flags.h"
-#include "tools/info_flags.h"
+#include "vgpu/devices/config.h"
+#include "vgpu/devices/runtime.h"
+#include "vgpu/runtime/bytes.h"
+#include "vgpu/runtime/host/host_platform.h"
+#include "vgpu/runtime/json.h"
+#include "vgpu/runtime/numbers.h"
+#include "vgpu/runtime/platform.h"
+#include "vgpu/tools/flags.h"
+#include "vgpu/tools/info_flags.h"
 
 namespace {
 

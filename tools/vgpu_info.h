@@ -5,7 +5,7 @@
 
 #include <string>
 
-#include "devices/runtime.h"
+#include "vgpu/devices/runtime.h"
 
 namespace vgpu_info {
 

@@ -16,11 +16,11 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "allocator/memory_history.h"
-#include "runtime/bytes.h"
-#include "runtime/status.h"
-#include "strategies/collectives.h"
-#include "tools/vgpu_info.h"
+#include "vgpu/allocator/memory_history.h"
+#include "vgpu/runtime/bytes.h"
+#include "vgpu/runtime/status.h"
+#include "vgpu/strategies/collectives.h"
+#include "vgpu/tools/vgpu_info.h"
 
 namespace vgpu_info {
 namespace {

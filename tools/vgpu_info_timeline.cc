@@ -11,11 +11,11 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
-#include "runtime/file_io.h"
-#include "tools/flags.h"
-#include "tools/history_reader.h"
-#include "tools/info_flags.h"
-#include "tools/vgpu_info.h"
+#include "vgpu/runtime/file_io.h"
+#include "vgpu/tools/flags.h"
+#include "vgpu/tools/history_reader.h"
+#include "vgpu/tools/info_flags.h"
+#include "vgpu/tools/vgpu_info.h"
 
 namespace vgpu_info {
 namespace {

@@ -1,4 +1,4 @@
-#include "runtime/cuda/call_log.h"
+#include "vgpu/runtime/cuda/call_log.h"
 
 #include <fcntl.h>
 #include <unistd.h>

@@ -10,10 +10,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "runtime/cuda/call_log.h"
-#include "runtime/cuda/cuda_executor.h"
-#include "runtime/cuda/dynamic_library.h"
-#include "runtime/status.h"
+#include "vgpu/runtime/cuda/call_log.h"
+#include "vgpu/runtime/cuda/cuda_executor.h"
+#include "vgpu/runtime/cuda/dynamic_library.h"
+#include "vgpu/runtime/status.h"
 
 namespace vgpu::cuda {
 namespace {

@@ -1,10 +1,10 @@
-#include "runtime/cuda/cuda_driver.h"
+#include "vgpu/runtime/cuda/cuda_driver.h"
 
 #include <atomic>
 
 #include "absl/strings/str_cat.h"
-#include "runtime/cuda/call_log.h"
-#include "runtime/cuda/dynamic_library.h"
+#include "vgpu/runtime/cuda/call_log.h"
+#include "vgpu/runtime/cuda/dynamic_library.h"
 
 namespace vgpu::cuda {
 namespace {

@@ -23,9 +23,9 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
-#include "runtime/cuda/cuda_driver.h"
-#include "runtime/platform.h"
-#include "runtime/status.h"
+#include "vgpu/runtime/cuda/cuda_driver.h"
+#include "vgpu/runtime/platform.h"
+#include "vgpu/runtime/status.h"
 
 namespace vgpu::cuda {
 

@@ -4,9 +4,9 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
-#include "runtime/cuda/cuda_executor.h"
-#include "runtime/kernels.h"
-#include "runtime/status.h"
+#include "vgpu/runtime/cuda/cuda_executor.h"
+#include "vgpu/runtime/kernels.h"
+#include "vgpu/runtime/status.h"
 
 namespace vgpu::cuda {
 namespace {

@@ -8,7 +8,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "runtime/nccl.h"
+#include "vgpu/runtime/nccl.h"
 
 namespace vgpu::cuda {
 

@@ -1,4 +1,4 @@
-#include "runtime/cuda/cuda_platform.h"
+#include "vgpu/runtime/cuda/cuda_platform.h"
 
 #include <algorithm>
 #include <cstring>
@@ -6,12 +6,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "runtime/bytes.h"
-#include "runtime/cuda/cuda_executor.h"
-#include "runtime/cuda/cuda_fatbin.h"
-#include "runtime/cuda/dynamic_library.h"
-#include "runtime/kernels.h"
-#include "runtime/status.h"
+#include "vgpu/runtime/bytes.h"
+#include "vgpu/runtime/cuda/cuda_executor.h"
+#include "vgpu/runtime/cuda/cuda_fatbin.h"
+#include "vgpu/runtime/cuda/dynamic_library.h"
+#include "vgpu/runtime/kernels.h"
+#include "vgpu/runtime/status.h"
 
 namespace vgpu {
 namespace cuda {

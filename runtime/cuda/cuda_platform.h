@@ -10,7 +10,7 @@
 
 #include <memory>
 
-#include "runtime/platform.h"
+#include "vgpu/runtime/platform.h"
 
 namespace vgpu {
 

@@ -1,4 +1,4 @@
-#include "runtime/cuda/dynamic_library.h"
+#include "vgpu/runtime/cuda/dynamic_library.h"
 
 #include <dlfcn.h>
 #include <sys/stat.h>

@@ -8,7 +8,7 @@ file(GLOB VGPU_CUDA_SOURCES CONFIGURE_DEPENDS ${CMAKE_CURRENT_LIST_DIR}/*.cc)
 # language target, so CMAKE_CXX_FLAGS (sanitizers!) never reach nvcc, and CMake needs no
 # CUDA language support.
 set(VGPU_CUDA_FATBIN ${PROJECT_BINARY_DIR}/generated/vgpu_kernels.fatbin)
-set(VGPU_CUDA_FATBIN_HEADER ${PROJECT_BINARY_DIR}/generated/runtime/cuda/kernels_fatbin.h)
+set(VGPU_CUDA_FATBIN_HEADER ${PROJECT_BINARY_DIR}/generated/vgpu/runtime/cuda/kernels_fatbin.h)
 set(VGPU_NVCC_FLAGS --fatbin -O3 -std=c++17
     -gencode arch=compute_90,code=sm_90 -gencode arch=compute_80,code=compute_80)
 add_custom_command(

@@ -1,4 +1,4 @@
-#include "runtime/host/host_collectives.h"
+#include "vgpu/runtime/host/host_collectives.h"
 
 #include <algorithm>
 #include <cstring>
@@ -7,8 +7,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "runtime/host/host_platform.h"
-#include "runtime/status.h"
+#include "vgpu/runtime/host/host_platform.h"
+#include "vgpu/runtime/status.h"
 
 namespace vgpu::host {
 namespace {

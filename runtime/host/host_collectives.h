@@ -19,8 +19,8 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "runtime/nccl.h"
-#include "runtime/platform.h"
+#include "vgpu/runtime/nccl.h"
+#include "vgpu/runtime/platform.h"
 
 namespace vgpu::host {
 

@@ -1,4 +1,4 @@
-#include "runtime/host/host_kernels.h"
+#include "vgpu/runtime/host/host_kernels.h"
 
 #include <cblas.h>
 #if defined(__x86_64__)
@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "runtime/host/host_platform.h"
+#include "vgpu/runtime/host/host_platform.h"
 
 // The hot loops are compiled for AVX-512, AVX2 and baseline x86-64, picked at load time
 // (GCC function multi-versioning), with -O3 vectorisation. The build itself stays portable (no

@@ -7,7 +7,7 @@
 
 #include <memory>
 
-#include "runtime/kernels.h"
+#include "vgpu/runtime/kernels.h"
 
 namespace vgpu {
 

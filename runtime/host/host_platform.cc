@@ -1,4 +1,4 @@
-#include "runtime/host/host_platform.h"
+#include "vgpu/runtime/host/host_platform.h"
 
 #include <cblas.h>
 #include <fcntl.h>
@@ -22,12 +22,12 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
-#include "runtime/bytes.h"
-#include "runtime/file_io.h"
-#include "runtime/host/host_kernels.h"
-#include "runtime/numbers.h"
-#include "runtime/status.h"
-#include "runtime/user_text.h"
+#include "vgpu/runtime/bytes.h"
+#include "vgpu/runtime/file_io.h"
+#include "vgpu/runtime/host/host_kernels.h"
+#include "vgpu/runtime/numbers.h"
+#include "vgpu/runtime/status.h"
+#include "vgpu/runtime/user_text.h"
 
 namespace vgpu {
 namespace {

@@ -19,7 +19,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
-#include "runtime/platform.h"
+#include "vgpu/runtime/platform.h"
 
 namespace vgpu {
 

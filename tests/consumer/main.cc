@@ -1,8 +1,8 @@
 // A separate project that finds the installed vgpu with find_package(vgpu).
 #include <cstdio>
 
-#include "allocator/allocator.h"
-#include "runtime/platform.h"
+#include "vgpu/allocator/allocator.h"
+#include "vgpu/runtime/platform.h"
 
 int main() {
   auto platform = vgpu::GetPlatform("host");

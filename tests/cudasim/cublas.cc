@@ -38,7 +38,7 @@
 #include <string>
 #include <vector>
 
-#include "tests/cudasim/cudasim.h"
+#include "vgpu/tests/cudasim/cudasim.h"
 
 namespace vgpu::cudasim {
 namespace {

@@ -48,8 +48,8 @@
 #include <utility>
 #include <vector>
 
-#include "tests/cudasim/cudasim.h"
-#include "tests/cudasim/internal.h"
+#include "vgpu/tests/cudasim/cudasim.h"
+#include "vgpu/tests/cudasim/internal.h"
 
 namespace vgpu::cudasim {
 namespace {

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "tests/cudasim/cudasim.h"
+#include "vgpu/tests/cudasim/cudasim.h"
 
 namespace vgpu::cudasim {
 

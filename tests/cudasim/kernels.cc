@@ -8,7 +8,7 @@
 #include <cstring>
 #include <set>
 
-#include "tests/cudasim/internal.h"
+#include "vgpu/tests/cudasim/internal.h"
 
 namespace vgpu::cudasim {
 namespace {

@@ -54,7 +54,7 @@
 #include <thread>
 #include <vector>
 
-#include "tests/cudasim/cudasim.h"
+#include "vgpu/tests/cudasim/cudasim.h"
 
 namespace vgpu::cudasim {
 namespace {

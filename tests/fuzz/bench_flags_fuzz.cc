@@ -4,8 +4,8 @@
 #include <cmath>
 #include <map>
 
-#include "tests/fuzz/flags_fuzz_util.h"
-#include "tools/vgpu_bench.h"
+#include "vgpu/tests/fuzz/flags_fuzz_util.h"
+#include "vgpu/tools/vgpu_bench.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::vector<std::string> args = vgpu_fuzz::SplitArgs(data, size);

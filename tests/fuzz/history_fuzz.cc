@@ -6,7 +6,7 @@
 #include <string>
 
 #include "absl/strings/string_view.h"
-#include "tools/history_reader.h"
+#include "vgpu/tools/history_reader.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   absl::string_view text(reinterpret_cast<const char*>(data), size);

@@ -7,7 +7,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "strategies/idx.h"
+#include "vgpu/strategies/idx.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static const std::string path = "/tmp/vgpu_idx_fuzz_" + std::to_string(getpid());

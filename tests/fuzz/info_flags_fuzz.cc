@@ -1,7 +1,7 @@
 // Fuzzes vgpu-info's command lines (ParseInfoFlags, ParseTimelineFlags): never crashes; refusals
 // are InvalidArgument, non-empty and bounded; --memory-history is only accepted with --selftest.
-#include "tests/fuzz/flags_fuzz_util.h"
-#include "tools/info_flags.h"
+#include "vgpu/tests/fuzz/flags_fuzz_util.h"
+#include "vgpu/tools/info_flags.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   absl::StatusOr<vgpu_info::InfoFlags> f =

@@ -5,7 +5,7 @@
 #include <string>
 
 #include "absl/container/flat_hash_map.h"
-#include "allocator/trace.h"
+#include "vgpu/allocator/trace.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::string text(reinterpret_cast<const char*>(data), size);

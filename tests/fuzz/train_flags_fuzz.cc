@@ -3,8 +3,8 @@
 // a bounded device count).
 #include <cmath>
 
-#include "tests/fuzz/flags_fuzz_util.h"
-#include "tools/train_flags.h"
+#include "vgpu/tests/fuzz/flags_fuzz_util.h"
+#include "vgpu/tools/train_flags.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   absl::StatusOr<vgpu::TrainFlags> f =
