@@ -1,7 +1,7 @@
 # One include root: every header is included as "vgpu/<folder>/<file>.h", in the build tree
 # and once installed. The build tree gets it from ${PROJECT_BINARY_DIR}/include/vgpu, whose
-# entries are links to the source folders (the design card keeps runtime/, allocator/, ... at
-# the top of the repository); an install copies the public headers to <prefix>/include/vgpu.
+# entries are links to the source folders (runtime/, allocator/, ... stay at the top of the
+# repository, docs/architecture.md); an install copies the public headers to <prefix>/include/vgpu.
 set(VGPU_INCLUDE_ROOT ${PROJECT_BINARY_DIR}/include)
 file(MAKE_DIRECTORY ${VGPU_INCLUDE_ROOT}/vgpu)
 foreach(dir runtime allocator devices strategies tools tests)

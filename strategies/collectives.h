@@ -1,5 +1,5 @@
 // Cross-device all-reduce over float buffers of logical devices, with the algorithm chosen by
-// topology (design.md section 6) and overridable:
+// topology (the all-reduce table in docs/strategies.md) and overridable:
 //   kLocal        all replicas on one physical device: one SumN pass over the N buffers (all
 //                 logical devices of a physical device share its memory), then broadcast by
 //                 device-to-device copies; streams ordered with events, nothing blocks the host.
@@ -37,7 +37,7 @@ absl::string_view AllReduceAlgorithmName(AllReduceAlgorithm algorithm);
 // "auto" | "local" | "nccl" | "hierarchical" | "via-host"; InvalidArgument otherwise.
 absl::StatusOr<AllReduceAlgorithm> ParseAllReduceAlgorithm(absl::string_view text);
 
-// The design.md table: local when every device is a GPU of the same physical device; NCCL with
+// The table (docs/strategies.md): local when every device is a GPU of the same physical device; NCCL with
 // one GPU per physical device and hierarchical with several physical devices holding several
 // each (cuda and host); via-host otherwise (CPU devices, mixed platforms).
 AllReduceAlgorithm ChooseAllReduceAlgorithm(absl::Span<LogicalDevice* const> devices);

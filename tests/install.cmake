@@ -7,3 +7,9 @@ add_test(NAME install_consumer
     -DGENERATOR=${CMAKE_GENERATOR}
     -P ${CMAKE_CURRENT_SOURCE_DIR}/consumer/run.cmake)
 set_tests_properties(install_consumer PROPERTIES LABELS install TIMEOUT 600)
+
+# Every header in a library folder is listed public or private, and public headers include
+# only public ones (cmake/VgpuPublicHeaders.cmake says how to add a header).
+add_test(NAME public_headers
+  COMMAND ${CMAKE_COMMAND} -DSRC=${PROJECT_SOURCE_DIR} -P ${PROJECT_SOURCE_DIR}/cmake/CheckPublicHeaders.cmake)
+set_tests_properties(public_headers PROPERTIES LABELS unit)

@@ -1,6 +1,7 @@
 #!/bin/sh
-# Runs vgpu-train and checks its contract: exit 0, a last line of JSON with the design.md keys,
-# and (with MIN_ACCURACY) test_accuracy at or above the bar.
+# Runs vgpu-train and checks its contract: exit 0, a last line of JSON with the keys that
+# docs/strategies.md lists for vgpu-train, and (with MIN_ACCURACY) test_accuracy at or above
+# the bar.
 # usage: vgpu_train_check.sh VGPU_TRAIN MIN_ACCURACY|- [vgpu-train flags...]
 train="$1"
 min="$2"
