@@ -269,12 +269,12 @@ absl::StatusOr<LogicalDevice*> Runtime::Place(absl::string_view spec,
 }
 
 void Runtime::SetPlacementLogSink(std::function<void(absl::string_view)> sink) {
-  std::lock_guard<std::mutex> lock(log_mu_);
+  absl::MutexLock lock(&log_mu_);
   log_sink_ = std::move(sink);
 }
 
 void Runtime::Log(absl::string_view line) const {
-  std::lock_guard<std::mutex> lock(log_mu_);
+  absl::MutexLock lock(&log_mu_);
   if (log_sink_) {
     log_sink_(line);
   } else {
@@ -285,9 +285,9 @@ void Runtime::Log(absl::string_view line) const {
 namespace {
 
 struct DefaultState {
-  std::mutex mu;
-  std::optional<RuntimeConfig> config;  // from SetDefaultRuntimeConfig
-  Runtime* runtime = nullptr;           // leaked on purpose: lives until exit
+  absl::Mutex mu;
+  std::optional<RuntimeConfig> config ABSL_GUARDED_BY(mu);  // from SetDefaultRuntimeConfig
+  Runtime* runtime ABSL_GUARDED_BY(mu) = nullptr;           // leaked on purpose: lives until exit
 };
 
 DefaultState& Default() {
@@ -299,7 +299,7 @@ DefaultState& Default() {
 
 absl::StatusOr<Runtime*> DefaultRuntime() {
   DefaultState& d = Default();
-  std::lock_guard<std::mutex> lock(d.mu);
+  absl::MutexLock lock(&d.mu);
   if (d.runtime != nullptr) return d.runtime;
   RuntimeConfig config;
   if (d.config) {
@@ -314,7 +314,7 @@ absl::StatusOr<Runtime*> DefaultRuntime() {
 
 absl::Status SetDefaultRuntimeConfig(const RuntimeConfig& config) {
   DefaultState& d = Default();
-  std::lock_guard<std::mutex> lock(d.mu);
+  absl::MutexLock lock(&d.mu);
   if (d.runtime != nullptr) {
     return absl::FailedPreconditionError(
         "the default runtime's configuration cannot be modified after it has been "

@@ -12,14 +12,15 @@
 
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
 #include "vgpu/devices/config.h"
 #include "vgpu/devices/device_name.h"
 #include "vgpu/devices/logical_device.h"
@@ -80,12 +81,13 @@ class Runtime {
   // SM partition, and where each came from.
   DeviceSettingSources SourcesOf(const LogicalDevice& device) const;
   // Where placement log lines go (default: stderr). Safe to call concurrently with Place.
-  void SetPlacementLogSink(std::function<void(absl::string_view line)> sink);
+  void SetPlacementLogSink(std::function<void(absl::string_view line)> sink)
+      ABSL_LOCKS_EXCLUDED(log_mu_);
 
  private:
   Runtime() = default;
   std::string DeviceList() const;
-  void Log(absl::string_view line) const;
+  void Log(absl::string_view line) const ABSL_LOCKS_EXCLUDED(log_mu_);
 
   Platform* platform_ = nullptr;
   RuntimeConfig config_;
@@ -94,8 +96,8 @@ class Runtime {
   std::vector<LogicalDevice*> gpus_;
   LogicalDevice* cpu_ = nullptr;
   std::vector<DeviceName> parsed_names_;  // parallel to all_
-  mutable std::mutex log_mu_;
-  std::function<void(absl::string_view)> log_sink_;  // guarded by log_mu_
+  mutable absl::Mutex log_mu_;
+  std::function<void(absl::string_view)> log_sink_ ABSL_GUARDED_BY(log_mu_);
 };
 
 // The process-wide runtime: created on first call from the config given to
