@@ -24,27 +24,6 @@
 namespace vgpu {
 namespace {
 
-struct SettingInfo {
-  absl::string_view name;
-  absl::string_view env;
-  absl::string_view example;  // a valid value, for the empty-value error
-};
-
-const std::vector<SettingInfo>& Settings() {
-  static const auto* settings = new std::vector<SettingInfo>{
-      {kSettingVisibleDevices, "VGPU_VISIBLE_DEVICES", "0,1"},
-      {kSettingLogicalDevices, "VGPU_LOGICAL_DEVICES", "0:1GiB,1GiB"},
-      {kSettingMemoryFraction, "VGPU_MEMORY_FRACTION", "0.4"},
-      {kSettingAllowGrowth, "VGPU_ALLOW_GROWTH", "true"},
-      {kSettingReservedMemory, "VGPU_RESERVED_MEMORY", "512MiB"},
-      {kSettingAllocator, "VGPU_ALLOCATOR", "bfc"},
-      {kSettingSmPartition, "VGPU_SM_PARTITION", "0:33,33"},
-      {kSettingSoftPlacement, "VGPU_SOFT_PLACEMENT", "true"},
-      {kSettingLogPlacement, "VGPU_LOG_PLACEMENT", "true"},
-  };
-  return *settings;
-}
-
 absl::StatusOr<int> ParseOrdinal(absl::string_view text, absl::string_view what) {
   absl::string_view t = absl::StripAsciiWhitespace(text);
   // Digits only (no sign), and a bound so a huge number is refused here, not wrapped.
@@ -111,59 +90,11 @@ std::string DescribeLimit(const LogicalDeviceConfig& d) {
 
 }  // namespace
 
-absl::string_view ConfigSourceName(ConfigSource source) {
-  switch (source) {
-    case ConfigSource::kDefault:
-      return "default";
-    case ConfigSource::kEnvironment:
-      return "environment";
-    case ConfigSource::kApi:
-      return "api";
-  }
-  return "unknown";
-}
-
-const std::vector<absl::string_view>& AllSettings() {
-  static const auto* names = [] {
-    auto* v = new std::vector<absl::string_view>;
-    for (const SettingInfo& s : Settings()) v->push_back(s.name);
-    return v;
-  }();
-  return *names;
-}
-
-absl::string_view SettingEnvVar(absl::string_view setting) {
-  for (const SettingInfo& s : Settings()) {
-    if (s.name == setting) return s.env;
-  }
-  return "";
-}
-
 ConfigSource RuntimeConfig::SourceOf(absl::string_view setting) const {
   auto it = sources.find(setting);
   if (it != sources.end()) return it->second;
-  static const RuntimeConfig* defaults = new RuntimeConfig();
-  bool differs = false;
-  if (setting == kSettingVisibleDevices) {
-    differs = visible_devices != defaults->visible_devices;
-  } else if (setting == kSettingLogicalDevices) {
-    differs = !logical_devices.empty();
-  } else if (setting == kSettingMemoryFraction) {
-    differs = memory_fraction.has_value();
-  } else if (setting == kSettingAllowGrowth) {
-    differs = allow_growth != defaults->allow_growth;
-  } else if (setting == kSettingReservedMemory) {
-    differs = reserved_memory != defaults->reserved_memory;
-  } else if (setting == kSettingAllocator) {
-    differs = allocator != defaults->allocator;
-  } else if (setting == kSettingSmPartition) {
-    differs = !sm_partitions.empty();
-  } else if (setting == kSettingSoftPlacement) {
-    differs = soft_placement != defaults->soft_placement;
-  } else if (setting == kSettingLogPlacement) {
-    differs = log_placement != defaults->log_placement;
-  }
-  return differs ? ConfigSource::kApi : ConfigSource::kDefault;
+  const Setting* s = FindSetting(setting);
+  return s == nullptr || s->is_default(*this) ? ConfigSource::kDefault : ConfigSource::kApi;
 }
 
 absl::StatusOr<std::vector<int>> ParseVisibleDevices(absl::string_view text) {
@@ -315,84 +246,47 @@ std::string FormatLogicalDevices(absl::Span<const PhysicalDeviceConfig> devices)
   return absl::StrJoin(groups, ";");
 }
 
-std::string FormatSetting(const RuntimeConfig& c, absl::string_view setting) {
-  auto boolean = [](bool b) { return std::string(b ? "true" : "false"); };
-  if (setting == kSettingVisibleDevices) {
-    return c.visible_devices ? absl::StrJoin(*c.visible_devices, ",") : "all";
-  }
-  if (setting == kSettingLogicalDevices) {
-    return c.logical_devices.empty() ? "one per physical device"
-                                     : FormatLogicalDevices(c.logical_devices);
-  }
-  if (setting == kSettingMemoryFraction) {
-    return c.memory_fraction ? absl::StrCat(*c.memory_fraction) : "unset";
-  }
-  if (setting == kSettingAllowGrowth) return boolean(c.allow_growth);
-  if (setting == kSettingReservedMemory) return FormatBytes(c.reserved_memory);
-  if (setting == kSettingAllocator) return std::string(AllocatorKindName(c.allocator));
-  if (setting == kSettingSmPartition) {
-    if (c.sm_partitions.empty()) return "none";
-    std::vector<std::string> groups;
-    for (const SmPartitionConfig& p : c.sm_partitions) {
-      groups.push_back(absl::StrCat(p.ordinal, ":", absl::StrJoin(p.sm_counts, ",")));
-    }
-    return absl::StrJoin(groups, ";");
-  }
-  if (setting == kSettingSoftPlacement) return boolean(c.soft_placement);
-  if (setting == kSettingLogPlacement) return boolean(c.log_placement);
-  return "";
+namespace {
+std::optional<std::string> ProcessEnvironment(const char* name) {
+  const char* v = std::getenv(name);
+  if (v == nullptr) return std::nullopt;
+  return std::string(v);
 }
+}  // namespace
 
 absl::StatusOr<RuntimeConfig> RuntimeConfig::FromEnvironment() {
-  return FromEnvironment([](const char* name) -> std::optional<std::string> {
-    const char* v = std::getenv(name);
-    if (v == nullptr) return std::nullopt;
-    return std::string(v);
-  });
+  return FromEnvironment(ProcessEnvironment);
 }
 
 absl::StatusOr<RuntimeConfig> RuntimeConfig::FromEnvironment(const EnvLookup& getenv) {
+  return FromEnvironmentAndFlags(RuntimeConfig(), getenv);
+}
+
+absl::StatusOr<RuntimeConfig> RuntimeConfig::FromEnvironmentAndFlags(const RuntimeConfig& flags) {
+  return FromEnvironmentAndFlags(flags, ProcessEnvironment);
+}
+
+absl::StatusOr<RuntimeConfig> RuntimeConfig::FromEnvironmentAndFlags(const RuntimeConfig& flags,
+                                                                     const EnvLookup& getenv) {
   RuntimeConfig c;
-  for (const SettingInfo& s : Settings()) {
+  for (const Setting& s : SettingsTable()) {
+    if (flags.SourceOf(s.name) == ConfigSource::kFlag) {
+      s.copy(flags, c);
+      c.sources[std::string(s.name)] = ConfigSource::kFlag;
+      continue;
+    }
     std::string env(s.env);
     std::optional<std::string> value = getenv(env.c_str());
     if (!value) continue;
     // An empty value is an error, never a silent default: "VGPU_X=" in a script is usually a
-    // variable that expanded to nothing. The one exception is VGPU_VISIBLE_DEVICES, where
-    // empty means "no GPUs", as CUDA_VISIBLE_DEVICES="" does.
-    if (StripUserValue(*value).empty() && s.name != kSettingVisibleDevices) {
+    // variable that expanded to nothing. The exception (VGPU_VISIBLE_DEVICES, where empty
+    // means "no GPUs", as CUDA_VISIBLE_DEVICES="" does) says so in its row.
+    if (StripUserValue(*value).empty() && !s.empty_allowed) {
       return absl::InvalidArgumentError(
           absl::StrCat(env, "=", QuoteUserText(*value), ": empty value; unset ", env,
                        " for the default, or give a value, e.g. ", env, "=", s.example));
     }
-    absl::Status st;
-    auto set = [&](auto parsed, auto& field) {
-      if (!parsed.ok()) {
-        st = parsed.status();
-      } else {
-        field = *std::move(parsed);
-      }
-    };
-    if (s.name == kSettingVisibleDevices) {
-      set(ParseVisibleDevices(*value), c.visible_devices);
-    } else if (s.name == kSettingLogicalDevices) {
-      set(ParseLogicalDevices(*value), c.logical_devices);
-    } else if (s.name == kSettingMemoryFraction) {
-      set(ParseMemoryFraction(*value), c.memory_fraction);
-    } else if (s.name == kSettingAllowGrowth) {
-      set(ParseBool(*value), c.allow_growth);
-    } else if (s.name == kSettingReservedMemory) {
-      set(ParseReservedMemory(*value), c.reserved_memory);
-    } else if (s.name == kSettingAllocator) {
-      set(ParseAllocatorKind(*value), c.allocator);
-    } else if (s.name == kSettingSmPartition) {
-      set(ParseSmPartitions(*value), c.sm_partitions);
-    } else if (s.name == kSettingSoftPlacement) {
-      set(ParseBool(*value), c.soft_placement);
-    } else if (s.name == kSettingLogPlacement) {
-      set(ParseBool(*value), c.log_placement);
-    }
-    if (!st.ok()) {
+    if (absl::Status st = s.parse(*value, c); !st.ok()) {
       return absl::Status(st.code(),
                           absl::StrCat(env, "=", QuoteUserText(*value), ": ", st.message()));
     }
@@ -401,68 +295,83 @@ absl::StatusOr<RuntimeConfig> RuntimeConfig::FromEnvironment(const EnvLookup& ge
   return c;
 }
 
-absl::StatusOr<std::vector<ResolvedLogicalDevice>> ResolveLogicalDevices(
-    const RuntimeConfig& config, absl::Span<const PhysicalDeviceInfo> physical) {
-  const int count = static_cast<int>(physical.size());
-  auto known = [&](int ordinal) { return ordinal >= 0 && ordinal < count; };
-  auto known_list = [&] {
+// ---- ResolveLogicalDevices, step by step ---------------------------------------------------
+// 1. the visible physical devices; 2. the memory fraction; 3. the explicit logical devices
+// and 4. the SM partitions, each checked against them; then, per visible card, 5. its logical
+// devices' limits, 6. their sum against the card and 7. its SM partition.
+namespace {
+
+// What the platform has, for the "unknown ordinal" messages.
+struct PhysicalDevices {
+  int count = 0;
+  bool Known(int ordinal) const { return ordinal >= 0 && ordinal < count; }
+  std::string List() const {
     return count == 0 ? std::string("the platform has no physical devices")
                       : absl::StrCat("the platform has physical devices 0..", count - 1);
-  };
+  }
+};
 
-  // Visible devices: known, unique.
+bool Contains(const std::vector<int>& v, int x) {
+  return std::find(v.begin(), v.end(), x) != v.end();
+}
+
+// Step 1: the visible physical devices (known, each once), in the configured order.
+absl::StatusOr<std::vector<int>> VisibleOrdinals(const RuntimeConfig& config,
+                                                 const PhysicalDevices& have) {
   std::vector<int> visible;
-  if (config.visible_devices) {
-    std::set<int> seen;
-    for (int o : *config.visible_devices) {
-      if (!known(o)) {
-        return absl::NotFoundError(absl::StrCat("visible devices name physical device ", o,
-                                                ", but ", known_list(),
-                                                "; fix VGPU_VISIBLE_DEVICES"));
-      }
-      if (!seen.insert(o).second) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("visible devices list physical device ", o, " twice; list it once"));
-      }
-      visible.push_back(o);
-    }
-  } else {
-    for (int o = 0; o < count; ++o) visible.push_back(o);
+  if (!config.visible_devices) {
+    for (int o = 0; o < have.count; ++o) visible.push_back(o);
+    return visible;
   }
-  auto is_visible = [&](int o) {
-    return std::find(visible.begin(), visible.end(), o) != visible.end();
-  };
-
-  // Memory fraction.
-  if (config.memory_fraction) {
-    double f = *config.memory_fraction;
-    if (!(f > 0.0 && f <= 1.0)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "memory fraction ", f, " is outside (0, 1]; use e.g. VGPU_MEMORY_FRACTION=0.4"));
+  std::set<int> seen;
+  for (int o : *config.visible_devices) {
+    if (!have.Known(o)) {
+      return absl::NotFoundError(absl::StrCat("visible devices name physical device ", o, ", but ",
+                                              have.List(), "; fix VGPU_VISIBLE_DEVICES"));
     }
-    if (!config.logical_devices.empty()) {
+    if (!seen.insert(o).second) {
       return absl::InvalidArgumentError(
-          absl::StrCat("memory fraction ", f, " and explicit logical devices (",
-                       FormatLogicalDevices(config.logical_devices),
-                       ") both set; use one: VGPU_MEMORY_FRACTION or VGPU_LOGICAL_DEVICES"));
+          absl::StrCat("visible devices list physical device ", o, " twice; list it once"));
     }
+    visible.push_back(o);
   }
+  return visible;
+}
 
-  // Explicit logical devices: known, visible, unique, non-zero.
-  std::map<int, const PhysicalDeviceConfig*> explicit_devices;
+// Step 2: a memory fraction is in (0, 1] and not given together with logical devices.
+absl::Status CheckMemoryFraction(const RuntimeConfig& config) {
+  if (!config.memory_fraction) return absl::OkStatus();
+  const double f = *config.memory_fraction;
+  if (!(f > 0.0 && f <= 1.0)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "memory fraction ", f, " is outside (0, 1]; use e.g. VGPU_MEMORY_FRACTION=0.4"));
+  }
+  if (!config.logical_devices.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("memory fraction ", f, " and explicit logical devices (",
+                     FormatLogicalDevices(config.logical_devices),
+                     ") both set; use one: VGPU_MEMORY_FRACTION or VGPU_LOGICAL_DEVICES"));
+  }
+  return absl::OkStatus();
+}
+
+// Step 3: explicit logical devices, by physical ordinal: known, visible, each once, non-empty.
+absl::StatusOr<std::map<int, const PhysicalDeviceConfig*>> ExplicitDevices(
+    const RuntimeConfig& config, const PhysicalDevices& have, const std::vector<int>& visible) {
+  std::map<int, const PhysicalDeviceConfig*> by_ordinal;
   for (const PhysicalDeviceConfig& p : config.logical_devices) {
-    if (!known(p.ordinal)) {
+    if (!have.Known(p.ordinal)) {
       return absl::NotFoundError(absl::StrCat("logical devices are configured for physical device ",
-                                              p.ordinal, ", but ", known_list(),
+                                              p.ordinal, ", but ", have.List(),
                                               "; fix VGPU_LOGICAL_DEVICES"));
     }
-    if (!is_visible(p.ordinal)) {
+    if (!Contains(visible, p.ordinal)) {
       return absl::InvalidArgumentError(
           absl::StrCat("logical devices are configured for physical device ", p.ordinal,
                        ", which is not visible (visible: ", absl::StrJoin(visible, ","),
                        "); add it to VGPU_VISIBLE_DEVICES or drop its group"));
     }
-    if (!explicit_devices.emplace(p.ordinal, &p).second) {
+    if (!by_ordinal.emplace(p.ordinal, &p).second) {
       return absl::InvalidArgumentError(
           absl::StrCat("logical devices list physical device ", p.ordinal, " twice; list it once"));
     }
@@ -471,192 +380,261 @@ absl::StatusOr<std::vector<ResolvedLogicalDevice>> ResolveLogicalDevices(
           absl::StrCat("physical device ", p.ordinal, " has an empty logical device list"));
     }
   }
+  return by_ordinal;
+}
 
-  std::map<int, const SmPartitionConfig*> partitions;
+// Step 4: SM partitions, by physical ordinal: known, visible, each once.
+absl::StatusOr<std::map<int, const SmPartitionConfig*>> SmPartitions(
+    const RuntimeConfig& config, const PhysicalDevices& have, const std::vector<int>& visible) {
+  std::map<int, const SmPartitionConfig*> by_ordinal;
   for (const SmPartitionConfig& s : config.sm_partitions) {
-    if (!known(s.ordinal)) {
+    if (!have.Known(s.ordinal)) {
       return absl::NotFoundError(absl::StrCat("SM partitions are configured for physical device ",
-                                              s.ordinal, ", but ", known_list(),
+                                              s.ordinal, ", but ", have.List(),
                                               "; fix VGPU_SM_PARTITION"));
     }
-    if (!is_visible(s.ordinal)) {
+    if (!Contains(visible, s.ordinal)) {
       return absl::InvalidArgumentError(
           absl::StrCat("SM partitions are configured for physical device ", s.ordinal,
                        ", which is not visible; add it to VGPU_VISIBLE_DEVICES or drop its group"));
     }
-    if (!partitions.emplace(s.ordinal, &s).second) {
+    if (!by_ordinal.emplace(s.ordinal, &s).second) {
       return absl::InvalidArgumentError(
           absl::StrCat("SM partitions list physical device ", s.ordinal, " twice; list it once"));
     }
   }
+  return by_ordinal;
+}
+
+// One visible card as steps 5-7 see it.
+struct Card {
+  int ordinal = 0;
+  const PhysicalDeviceInfo* info = nullptr;
+  std::string dev;  // "physical device 0 (NAME)", the messages' subject
+  uint64_t total = 0;
+  uint64_t reserve = 0;    // the configured reserved memory
+  uint64_t unit = 1;       // derived limits are whole multiples of this (a granule)
+  uint64_t page = 1;       // the platform rounds every Allocate up to this
+  uint64_t min_bytes = 0;  // the smallest logical device
+
+  Card(int o, const PhysicalDeviceInfo& i, const RuntimeConfig& config)
+      : ordinal(o),
+        info(&i),
+        dev(absl::StrCat("physical device ", o, " (", i.name, ")")),
+        total(i.total_bytes),
+        reserve(config.reserved_memory),
+        unit(std::max<uint64_t>({i.vmm_granularity, i.allocation_granularity, uint64_t{1}})),
+        page(std::max<uint64_t>(i.allocation_granularity, 1)),
+        min_bytes(std::max(kMinLogicalDeviceBytes, i.vmm_granularity)) {}
+
+  // Limits the runtime derives (percentages, fractions, all of the free memory) are rounded
+  // DOWN to a whole granule: the platform rounds every region it gives UP (a page for
+  // Allocate, a granule for physical memory), so an exact 40% + 60% would no longer fit once
+  // rounded. Limits given in bytes are kept; the capacity check (step 6) counts them as the
+  // platform rounds them. So whatever validates here, builds.
+  uint64_t RoundDown(long double bytes) const {
+    if (!(bytes > 0)) return 0;
+    if (bytes >= static_cast<long double>(total)) return total / unit * unit;
+    return static_cast<uint64_t>(bytes) / unit * unit;
+  }
+};
+
+// Step 5a: the card's listed logical devices (bytes, or a percentage of the card).
+absl::StatusOr<std::vector<ResolvedLogicalDevice>> ListedLimits(
+    const Card& card, const std::vector<LogicalDeviceConfig>& list) {
+  std::vector<ResolvedLogicalDevice> mine;
+  for (size_t i = 0; i < list.size(); ++i) {
+    const LogicalDeviceConfig& d = list[i];
+    ResolvedLogicalDevice r;
+    r.physical_ordinal = card.ordinal;
+    r.priority = d.priority;
+    if (d.memory_percent) {
+      double pct = *d.memory_percent;
+      if (!(pct > 0.0 && pct <= 100.0)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(card.dev, ": logical device ", i, " asks for ", FormatPercent(pct),
+                         "% of the card; a percentage must be in (0, 100]"));
+      }
+      r.memory_limit = card.RoundDown(static_cast<long double>(card.total) * pct / 100.0L);
+    } else {
+      r.memory_limit = d.memory_bytes;
+    }
+    if (r.memory_limit == 0 && !d.memory_percent) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(card.dev, ": logical device ", i, " has a zero memory limit (",
+                       DescribeLimit(d), "); give every logical device a positive size"));
+    }
+    if (r.memory_limit < card.min_bytes) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          card.dev, ": logical device ", i, " gets ", FormatBytes(r.memory_limit),
+          d.memory_percent
+              ? absl::StrCat(" (", DescribeLimit(d), " of ", FormatBytes(card.total), ")")
+              : std::string(),
+          ", below the minimum logical device size of ", FormatBytes(card.min_bytes),
+          "; give it at least ", CompactBytes(card.min_bytes)));
+    }
+    mine.push_back(r);
+  }
+  return mine;
+}
+
+// Step 5b: one logical device of `fraction` x the card's total.
+absl::StatusOr<ResolvedLogicalDevice> FractionLimit(const Card& card, double fraction) {
+  ResolvedLogicalDevice r;
+  r.physical_ordinal = card.ordinal;
+  r.memory_limit =
+      card.RoundDown(static_cast<long double>(card.total) * static_cast<long double>(fraction));
+  if (r.memory_limit < card.min_bytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(card.dev, ": memory fraction ", fraction, " of ", FormatBytes(card.total),
+                     " is ", FormatBytes(r.memory_limit),
+                     ", below the minimum logical device size of ", FormatBytes(card.min_bytes)));
+  }
+  return r;
+}
+
+// Step 5c: one logical device with all of the free memory but the reserve, as TensorFlow does
+// by default. With no reserve set, the platform's default reserve (cuda: room for the context,
+// module and libraries, see PhysicalDeviceInfo::default_reserve) stays free.
+absl::StatusOr<ResolvedLogicalDevice> FreeMemoryLimit(const Card& card,
+                                                      const RuntimeConfig& config) {
+  const uint64_t free = card.info->free_bytes;
+  const bool reserve_set = config.SourceOf(kSettingReservedMemory) != ConfigSource::kDefault;
+  const uint64_t kept = reserve_set ? config.reserved_memory : card.info->default_reserve;
+  if (free <= kept) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat(card.dev, ": only ", FormatBytes(free), " free, not more than the reserve ",
+                     FormatBytes(kept), reserve_set ? "" : " (the platform's default)",
+                     "; lower VGPU_RESERVED_MEMORY or free memory on the card"));
+  }
+  ResolvedLogicalDevice r;
+  r.physical_ordinal = card.ordinal;
+  r.memory_limit = (free - kept) / card.unit * card.unit;
+  if (r.memory_limit < card.min_bytes) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        card.dev, ": only ", FormatBytes(free - kept),
+        " free after the reserve, below the minimum logical device size of ",
+        FormatBytes(card.min_bytes), "; lower VGPU_RESERVED_MEMORY or free memory on the card"));
+  }
+  return r;
+}
+
+// Step 5: the card's logical devices and their limits, from whichever setting decides them.
+absl::StatusOr<std::vector<ResolvedLogicalDevice>> CardLimits(
+    const Card& card, const RuntimeConfig& config,
+    const std::map<int, const PhysicalDeviceConfig*>& listed) {
+  if (auto it = listed.find(card.ordinal); it != listed.end()) {
+    return ListedLimits(card, it->second->logical_devices);
+  }
+  VGPU_ASSIGN_OR_RETURN(ResolvedLogicalDevice r, config.memory_fraction
+                                                     ? FractionLimit(card, *config.memory_fraction)
+                                                     : FreeMemoryLimit(card, config));
+  return std::vector<ResolvedLogicalDevice>{r};
+}
+
+uint64_t SaturatingAdd(uint64_t a, uint64_t b) {
+  return b > std::numeric_limits<uint64_t>::max() - a ? std::numeric_limits<uint64_t>::max()
+                                                      : a + b;
+}
+
+// Step 6: the limits (as the platform rounds them) and the reserve fit in the card, and in
+// its free memory when growth is off (the whole limit is then taken at start).
+absl::Status CheckCapacity(const Card& card, const RuntimeConfig& config,
+                           const std::vector<ResolvedLogicalDevice>& mine) {
+  const uint64_t total = card.total, reserve = card.reserve, free = card.info->free_bytes;
+  uint64_t sum = 0, taken = 0;  // as configured; as the platform rounds it
+  std::vector<std::string> parts;
+  for (const ResolvedLogicalDevice& r : mine) {
+    // Saturating: absurd sizes must still fail the capacity check, not wrap around.
+    sum = SaturatingAdd(sum, r.memory_limit);
+    const uint64_t rounded = r.memory_limit % card.page == 0
+                                 ? r.memory_limit
+                                 : SaturatingAdd(r.memory_limit / card.page * card.page, card.page);
+    taken = SaturatingAdd(taken, rounded);
+    parts.push_back(FormatBytes(r.memory_limit));
+  }
+  std::string sum_text = absl::StrCat(
+      mine.size() > 1 ? absl::StrCat(absl::StrJoin(parts, " + "), " = ") : "", FormatBytes(sum),
+      reserve > 0 ? absl::StrCat(" + reserve ", FormatBytes(reserve)) : "");
+  std::string rounding = taken != sum ? absl::StrCat(", ", taken, " once rounded up to whole ",
+                                                     FormatBytes(card.page), " pages")
+                                      : "";
+  if (taken > total - reserve) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        card.dev, ": logical device limits ", sum_text, " exceed its capacity of ",
+        FormatBytes(total), " (", sum, reserve > 0 ? absl::StrCat(" + ", reserve) : "", " > ",
+        total, " bytes", rounding, "); shrink the limits in VGPU_LOGICAL_DEVICES or the reserve"));
+  }
+  if (!config.allow_growth && taken > (free > reserve ? free - reserve : 0)) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat(card.dev, ": logical device limits ", sum_text, " exceed its free memory of ",
+                     FormatBytes(free), " (", sum, reserve > 0 ? absl::StrCat(" + ", reserve) : "",
+                     " > ", free, " bytes", rounding,
+                     "), and without growth the whole limit is taken at start; free memory on the "
+                     "card, shrink the limits or set VGPU_ALLOW_GROWTH=true"));
+  }
+  return absl::OkStatus();
+}
+
+// Step 7: one SM count per logical device of the card, which together fit in its SMs as the
+// device rounds them (green contexts: at least the minimum partition, a multiple of the
+// alignment), so a split that cannot be made fails here, not late. Sets each sm_count.
+absl::Status ApplySmPartition(const Card& card, const std::vector<int>& counts,
+                              std::vector<ResolvedLogicalDevice>& mine) {
+  const PhysicalDeviceInfo& info = *card.info;
+  if (counts.size() != mine.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        card.dev, ": ", counts.size(), " SM partitions for ", mine.size(),
+        " logical devices; give one SM count per logical device in VGPU_SM_PARTITION"));
+  }
+  const int64_t min_sms = std::max(info.sm_partition_min, 1);
+  const int64_t align = std::max(info.sm_partition_alignment, 1);
+  int64_t sm_sum = 0;
+  std::vector<int64_t> rounded;
+  for (size_t i = 0; i < counts.size(); ++i) {
+    if (counts[i] <= 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          card.dev, ": SM count ", counts[i], " of logical device ", i, " must be positive"));
+    }
+    rounded.push_back(std::max<int64_t>(min_sms, (counts[i] + align - 1) / align * align));
+    sm_sum += rounded.back();
+    mine[i].sm_count = counts[i];
+  }
+  if (info.sm_count > 0 && sm_sum > info.sm_count) {
+    const bool rounds = rounded != std::vector<int64_t>(counts.begin(), counts.end());
+    return absl::InvalidArgumentError(absl::StrCat(
+        card.dev, ": SM partitions ", absl::StrJoin(counts, "+"),
+        rounds ? absl::StrCat(", rounded to the device's minimum partition of ", min_sms,
+                              " SMs and multiple of ", align, " as ", absl::StrJoin(rounded, "+"))
+               : std::string(),
+        " = ", sm_sum, " exceed its ", info.sm_count, " SMs; shrink VGPU_SM_PARTITION"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<ResolvedLogicalDevice>> ResolveLogicalDevices(
+    const RuntimeConfig& config, absl::Span<const PhysicalDeviceInfo> physical) {
+  const PhysicalDevices have{static_cast<int>(physical.size())};
+  VGPU_ASSIGN_OR_RETURN(std::vector<int> visible, VisibleOrdinals(config, have));
+  VGPU_RETURN_IF_ERROR(CheckMemoryFraction(config));
+  VGPU_ASSIGN_OR_RETURN(auto listed, ExplicitDevices(config, have, visible));
+  VGPU_ASSIGN_OR_RETURN(auto partitions, SmPartitions(config, have, visible));
 
   std::vector<ResolvedLogicalDevice> out;
   for (int o : visible) {
-    const PhysicalDeviceInfo& info = physical[o];
-    const std::string dev = absl::StrCat("physical device ", o, " (", info.name, ")");
-    const uint64_t total = info.total_bytes;
-    const uint64_t reserve = config.reserved_memory;
-    if (reserve >= total) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(dev, ": reserved memory ", FormatBytes(reserve), " leaves nothing of its ",
-                       FormatBytes(total), "; lower VGPU_RESERVED_MEMORY"));
-    }
-    // Limits the runtime derives (percentages, fractions, all of the free memory) are
-    // rounded DOWN to a whole granule: the platform rounds every region it gives UP (a page
-    // for Allocate, a granule for physical memory), so an exact 40% + 60% would no longer
-    // fit once rounded. Limits given in bytes are kept; the capacity checks below count them
-    // as the platform rounds them. So whatever validates here, builds.
-    const uint64_t unit =
-        std::max<uint64_t>({info.vmm_granularity, info.allocation_granularity, uint64_t{1}});
-    const uint64_t page = std::max<uint64_t>(info.allocation_granularity, 1);
-    const uint64_t min_bytes = std::max(kMinLogicalDeviceBytes, info.vmm_granularity);
-    auto round_down = [&](long double bytes) -> uint64_t {
-      if (!(bytes > 0)) return 0;
-      if (bytes >= static_cast<long double>(total)) return total / unit * unit;
-      return static_cast<uint64_t>(bytes) / unit * unit;
-    };
-    std::vector<ResolvedLogicalDevice> mine;
-    auto it = explicit_devices.find(o);
-    if (it != explicit_devices.end()) {
-      const auto& list = it->second->logical_devices;
-      for (size_t i = 0; i < list.size(); ++i) {
-        const LogicalDeviceConfig& d = list[i];
-        ResolvedLogicalDevice r;
-        r.physical_ordinal = o;
-        r.priority = d.priority;
-        if (d.memory_percent) {
-          double pct = *d.memory_percent;
-          if (!(pct > 0.0 && pct <= 100.0)) {
-            return absl::InvalidArgumentError(
-                absl::StrCat(dev, ": logical device ", i, " asks for ", FormatPercent(pct),
-                             "% of the card; a percentage must be in (0, 100]"));
-          }
-          r.memory_limit = round_down(static_cast<long double>(total) * pct / 100.0L);
-        } else {
-          r.memory_limit = d.memory_bytes;
-        }
-        if (r.memory_limit == 0 && !d.memory_percent) {
-          return absl::InvalidArgumentError(
-              absl::StrCat(dev, ": logical device ", i, " has a zero memory limit (",
-                           DescribeLimit(d), "); give every logical device a positive size"));
-        }
-        if (r.memory_limit < min_bytes) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              dev, ": logical device ", i, " gets ", FormatBytes(r.memory_limit),
-              d.memory_percent
-                  ? absl::StrCat(" (", DescribeLimit(d), " of ", FormatBytes(total), ")")
-                  : std::string(),
-              ", below the minimum logical device size of ", FormatBytes(min_bytes),
-              "; give it at least ", CompactBytes(min_bytes)));
-        }
-        mine.push_back(r);
-      }
-    } else if (config.memory_fraction) {
-      ResolvedLogicalDevice r;
-      r.physical_ordinal = o;
-      r.memory_limit = round_down(static_cast<long double>(total) *
-                                  static_cast<long double>(*config.memory_fraction));
-      if (r.memory_limit < min_bytes) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(dev, ": memory fraction ", *config.memory_fraction, " of ",
-                         FormatBytes(total), " is ", FormatBytes(r.memory_limit),
-                         ", below the minimum logical device size of ", FormatBytes(min_bytes)));
-      }
-      mine.push_back(r);
-    } else {
-      // All of the free memory but the reserve, as TensorFlow does by default. With no
-      // reserve set, the platform's default reserve (cuda: room for the context, module and
-      // libraries, see PhysicalDeviceInfo::default_reserve) stays free.
-      const bool reserve_set = config.SourceOf(kSettingReservedMemory) != ConfigSource::kDefault;
-      const uint64_t kept = reserve_set ? config.reserved_memory : info.default_reserve;
-      if (info.free_bytes <= kept) {
-        return absl::ResourceExhaustedError(absl::StrCat(
-            dev, ": only ", FormatBytes(info.free_bytes), " free, not more than the reserve ",
-            FormatBytes(kept), reserve_set ? "" : " (the platform's default)",
-            "; lower VGPU_RESERVED_MEMORY or free memory on the card"));
-      }
-      ResolvedLogicalDevice r;
-      r.physical_ordinal = o;
-      r.memory_limit = (info.free_bytes - kept) / unit * unit;
-      if (r.memory_limit < min_bytes) {
-        return absl::ResourceExhaustedError(absl::StrCat(
-            dev, ": only ", FormatBytes(info.free_bytes - kept),
-            " free after the reserve, below the minimum logical device size of ",
-            FormatBytes(min_bytes), "; lower VGPU_RESERVED_MEMORY or free memory on the card"));
-      }
-      mine.push_back(r);
-    }
-
-    uint64_t sum = 0, taken = 0;  // as configured; as the platform rounds it
-    std::vector<std::string> parts;
-    auto saturating_add = [](uint64_t a, uint64_t b) {
-      return b > std::numeric_limits<uint64_t>::max() - a ? std::numeric_limits<uint64_t>::max()
-                                                          : a + b;
-    };
-    for (const ResolvedLogicalDevice& r : mine) {
-      // Saturating: absurd sizes must still fail the capacity check, not wrap around.
-      sum = saturating_add(sum, r.memory_limit);
-      const uint64_t rounded = r.memory_limit % page == 0
-                                   ? r.memory_limit
-                                   : saturating_add(r.memory_limit / page * page, page);
-      taken = saturating_add(taken, rounded);
-      parts.push_back(FormatBytes(r.memory_limit));
-    }
-    std::string sum_text = absl::StrCat(
-        mine.size() > 1 ? absl::StrCat(absl::StrJoin(parts, " + "), " = ") : "", FormatBytes(sum),
-        reserve > 0 ? absl::StrCat(" + reserve ", FormatBytes(reserve)) : "");
-    std::string rounding = taken != sum ? absl::StrCat(", ", taken, " once rounded up to whole ",
-                                                       FormatBytes(page), " pages")
-                                        : "";
-    if (taken > total - reserve) {
+    const Card card(o, physical[o], config);
+    if (card.reserve >= card.total) {
       return absl::InvalidArgumentError(absl::StrCat(
-          dev, ": logical device limits ", sum_text, " exceed its capacity of ", FormatBytes(total),
-          " (", sum, reserve > 0 ? absl::StrCat(" + ", reserve) : "", " > ", total, " bytes",
-          rounding, "); shrink the limits in VGPU_LOGICAL_DEVICES or the reserve"));
+          card.dev, ": reserved memory ", FormatBytes(card.reserve), " leaves nothing of its ",
+          FormatBytes(card.total), "; lower VGPU_RESERVED_MEMORY"));
     }
-    if (!config.allow_growth &&
-        taken > (info.free_bytes > reserve ? info.free_bytes - reserve : 0)) {
-      return absl::ResourceExhaustedError(absl::StrCat(
-          dev, ": logical device limits ", sum_text, " exceed its free memory of ",
-          FormatBytes(info.free_bytes), " (", sum, reserve > 0 ? absl::StrCat(" + ", reserve) : "",
-          " > ", info.free_bytes, " bytes", rounding,
-          "), and without growth the whole limit is taken at start; free memory on the "
-          "card, shrink the limits or set VGPU_ALLOW_GROWTH=true"));
-    }
-
-    auto pit = partitions.find(o);
-    if (pit != partitions.end()) {
-      const std::vector<int>& counts = pit->second->sm_counts;
-      if (counts.size() != mine.size()) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            dev, ": ", counts.size(), " SM partitions for ", mine.size(),
-            " logical devices; give one SM count per logical device in VGPU_SM_PARTITION"));
-      }
-      // Counted as the device rounds them (green contexts: at least the minimum partition,
-      // a multiple of the alignment), so a split that cannot be made fails here, not late.
-      const int64_t min_sms = std::max(info.sm_partition_min, 1);
-      const int64_t align = std::max(info.sm_partition_alignment, 1);
-      int64_t sm_sum = 0;
-      std::vector<int64_t> rounded;
-      for (size_t i = 0; i < counts.size(); ++i) {
-        if (counts[i] <= 0) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              dev, ": SM count ", counts[i], " of logical device ", i, " must be positive"));
-        }
-        rounded.push_back(std::max<int64_t>(min_sms, (counts[i] + align - 1) / align * align));
-        sm_sum += rounded.back();
-        mine[i].sm_count = counts[i];
-      }
-      if (info.sm_count > 0 && sm_sum > info.sm_count) {
-        const bool rounds = rounded != std::vector<int64_t>(counts.begin(), counts.end());
-        return absl::InvalidArgumentError(absl::StrCat(
-            dev, ": SM partitions ", absl::StrJoin(counts, "+"),
-            rounds
-                ? absl::StrCat(", rounded to the device's minimum partition of ", min_sms,
-                               " SMs and multiple of ", align, " as ", absl::StrJoin(rounded, "+"))
-                : std::string(),
-            " = ", sm_sum, " exceed its ", info.sm_count, " SMs; shrink VGPU_SM_PARTITION"));
-      }
+    VGPU_ASSIGN_OR_RETURN(std::vector<ResolvedLogicalDevice> mine,
+                          CardLimits(card, config, listed));
+    VGPU_RETURN_IF_ERROR(CheckCapacity(card, config, mine));
+    if (auto p = partitions.find(o); p != partitions.end()) {
+      VGPU_RETURN_IF_ERROR(ApplySmPartition(card, p->second->sm_counts, mine));
     }
     for (ResolvedLogicalDevice& r : mine) {
       r.gpu_id = static_cast<int>(out.size());

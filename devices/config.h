@@ -1,21 +1,10 @@
 // The runtime's configuration: which physical devices are used, how each is split into
 // logical devices (hard memory limits, stream priorities, SM partitions), the allocator and
-// the placement behaviour. Filled by the API or read from the environment
-// (RuntimeConfig::FromEnvironment); checked and turned into concrete logical devices by
-// ResolveLogicalDevices before anything is allocated. Grammars and errors: docs/devices.md.
-//
-//   VGPU_VISIBLE_DEVICES=0,1                        physical ordinals used, in this order
-//   VGPU_LOGICAL_DEVICES="0:1GiB,1GiB@-1;1:40%,60%" per physical ordinal: SIZE[@PRIORITY],...
-//   VGPU_MEMORY_FRACTION=0.4                        one logical device per physical, 40%
-//   VGPU_ALLOW_GROWTH=true                          grow on demand up to the limit
-//   VGPU_RESERVED_MEMORY=512MiB                     left free on every physical device
-//                                                   (unset: the platform's default reserve
-//                                                   for the default "all free memory" limit;
-//                                                   cuda: max(512 MiB, 5% of the card), at
-//                                                   most half of it; host: 0)
-//   VGPU_ALLOCATOR=bfc|vmm|async
-//   VGPU_SM_PARTITION="0:33,33,66"                  SMs per logical device (cuda only)
-//   VGPU_SOFT_PLACEMENT=true, VGPU_LOG_PLACEMENT=true
+// the placement behaviour. Filled by the API, read from the environment
+// (RuntimeConfig::FromEnvironment) or from a tool's flags; each setting is one row of the
+// table in settings.h (variable, flag, parser, doc), and the config records where each value
+// came from. Checked and turned into concrete logical devices by ResolveLogicalDevices before
+// anything is allocated. Grammars and errors: docs/devices.md; the list of variables: README.
 //
 // Thread safety: RuntimeConfig is a plain value; the functions here are pure (FromEnvironment
 // reads the environment, which must not be modified concurrently).
@@ -34,6 +23,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "vgpu/allocator/factory.h"
+#include "vgpu/devices/settings.h"
 #include "vgpu/runtime/platform.h"
 
 namespace vgpu {
@@ -50,16 +40,14 @@ inline constexpr int kMaxStreamPriority = 1000;
 // least one block. Checked by ResolveLogicalDevices.
 inline constexpr uint64_t kMinLogicalDeviceBytes = uint64_t{2} << 20;
 
-// Where a setting came from, shown by vgpu-info.
-enum class ConfigSource { kDefault, kEnvironment, kApi };
-absl::string_view ConfigSourceName(ConfigSource source);  // "default", "environment", "api"
-
 // One logical device of a physical device: a limit in bytes or in percent of the card.
 struct LogicalDeviceConfig {
   uint64_t memory_bytes = 0;             // used when memory_percent is unset
   std::optional<double> memory_percent;  // of the card's total memory, in (0, 100]
   int priority = 0;                      // stream priority: lower = higher, as CUDA
   bool priority_given = false;           // written by the user (SIZE@PRIORITY or the API)
+
+  bool operator==(const LogicalDeviceConfig&) const = default;
 
   static LogicalDeviceConfig Bytes(uint64_t bytes, std::optional<int> priority = std::nullopt) {
     return {bytes, std::nullopt, priority.value_or(0), priority.has_value()};
@@ -72,27 +60,16 @@ struct LogicalDeviceConfig {
 struct PhysicalDeviceConfig {
   int ordinal = 0;
   std::vector<LogicalDeviceConfig> logical_devices;  // GPU ids in this order
+
+  bool operator==(const PhysicalDeviceConfig&) const = default;
 };
 
 struct SmPartitionConfig {
   int ordinal = 0;
   std::vector<int> sm_counts;  // one per logical device of `ordinal`, in order
-};
 
-// Names of the settings, for RuntimeConfig::sources and vgpu-info.
-inline constexpr absl::string_view kSettingVisibleDevices = "visible_devices";
-inline constexpr absl::string_view kSettingLogicalDevices = "logical_devices";
-inline constexpr absl::string_view kSettingMemoryFraction = "memory_fraction";
-inline constexpr absl::string_view kSettingAllowGrowth = "allow_growth";
-inline constexpr absl::string_view kSettingReservedMemory = "reserved_memory";
-inline constexpr absl::string_view kSettingAllocator = "allocator";
-inline constexpr absl::string_view kSettingSmPartition = "sm_partition";
-inline constexpr absl::string_view kSettingSoftPlacement = "soft_placement";
-inline constexpr absl::string_view kSettingLogPlacement = "log_placement";
-// All of them, in display order.
-const std::vector<absl::string_view>& AllSettings();
-// The environment variable of a setting ("VGPU_ALLOW_GROWTH"), "" for unknown names.
-absl::string_view SettingEnvVar(absl::string_view setting);
+  bool operator==(const SmPartitionConfig&) const = default;
+};
 
 struct RuntimeConfig {
   // Physical ordinals used, in this order (logical GPU ids follow it); nullopt = all.
@@ -114,17 +91,25 @@ struct RuntimeConfig {
   bool soft_placement = false;
   bool log_placement = false;
 
-  // Setting name -> source. Settings absent here count as "api" when they differ from the
-  // default and "default" otherwise (see SourceOf), so API users need not fill this.
+  // Setting name (kSetting..., settings.h) -> where its value came from. Settings absent
+  // here count as "api" when they differ from the default and "default" otherwise (see
+  // SourceOf), so API users need not fill this.
   std::map<std::string, ConfigSource, std::less<>> sources;
   ConfigSource SourceOf(absl::string_view setting) const;
 
-  // Reads the VGPU_* variables; InvalidArgument naming the variable and its value when one
-  // does not parse. Unset variables keep the defaults.
+  // Reads the VGPU_* variables (one per row of SettingsTable()); InvalidArgument naming the
+  // variable and its value when one does not parse. Unset variables keep the defaults.
   static absl::StatusOr<RuntimeConfig> FromEnvironment();
   // The same with an injectable lookup (tests); `getenv` returns nullopt for unset variables.
   using EnvLookup = std::function<std::optional<std::string>(const char* name)>;
   static absl::StatusOr<RuntimeConfig> FromEnvironment(const EnvLookup& getenv);
+  // What a tool runs with: each setting that `flags` has from a flag (SourceOf == kFlag, as
+  // FlagSet::RuntimeSettings records it) is taken from there, the others from the environment
+  // as FromEnvironment reads them. The flags win; an environment value they override is not
+  // read (so not refused either).
+  static absl::StatusOr<RuntimeConfig> FromEnvironmentAndFlags(const RuntimeConfig& flags);
+  static absl::StatusOr<RuntimeConfig> FromEnvironmentAndFlags(const RuntimeConfig& flags,
+                                                               const EnvLookup& getenv);
 };
 
 // The grammars (each InvalidArgument naming the bad part; whitespace around items ignored).
@@ -142,10 +127,6 @@ absl::StatusOr<uint64_t> ParseReservedMemory(absl::string_view text);
 absl::StatusOr<bool> ParseBool(absl::string_view text);
 // Inverse of ParseLogicalDevices (for messages and vgpu-info).
 std::string FormatLogicalDevices(absl::Span<const PhysicalDeviceConfig> devices);
-
-// The value of a setting as text, for vgpu-info ("all", "0:1073741824,1073741824", "0.4",
-// "unset", "true", "512 MiB", "bfc", ...); "" for unknown names.
-std::string FormatSetting(const RuntimeConfig& config, absl::string_view setting);
 
 // A logical GPU as the configuration defines it, limits in bytes.
 struct ResolvedLogicalDevice {

@@ -20,21 +20,28 @@ absl::Status Annotate(const absl::Status& s, absl::string_view context) {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Runtime>> Runtime::Create(const RuntimeConfig& config,
-                                                         Platform* platform) {
-  if (platform == nullptr) {
-    VGPU_ASSIGN_OR_RETURN(platform, DefaultPlatform());
-  }
-  // 1. Discover.
+// ---- Runtime::Create, step by step ---------------------------------------------------------
+// 1. describe the physical devices; 2. validate the configuration against them
+// (ResolveLogicalDevices); 3. open the executors in use and check the priorities; 4. partition
+// the SMs; 5. build each logical GPU; 6. build CPU:0; 7. index the device names for Find.
+// Steps 1-4 allocate nothing.
+namespace {
+
+// Step 1.
+absl::StatusOr<std::vector<PhysicalDeviceInfo>> DescribeAll(Platform* platform) {
   std::vector<PhysicalDeviceInfo> physical;
   for (int i = 0; i < platform->DeviceCount(); ++i) {
     absl::StatusOr<PhysicalDeviceInfo> info = platform->Describe(i);
     if (!info.ok()) return Annotate(info.status(), absl::StrCat("physical device ", i));
     physical.push_back(*std::move(info));
   }
-  // 2. Validate everything before anything is allocated.
-  VGPU_ASSIGN_OR_RETURN(std::vector<ResolvedLogicalDevice> resolved,
-                        ResolveLogicalDevices(config, physical));
+  return physical;
+}
+
+// Step 3: the executor of every physical device in use, by ordinal; each logical device's
+// priority must be in its device's stream priority range.
+absl::StatusOr<std::map<int, Executor*>> OpenExecutors(
+    Platform* platform, const std::vector<ResolvedLogicalDevice>& resolved) {
   std::map<int, Executor*> executors;
   for (const ResolvedLogicalDevice& r : resolved) {
     if (executors.count(r.physical_ordinal) == 0) {
@@ -52,10 +59,15 @@ absl::StatusOr<std::unique_ptr<Runtime>> Runtime::Create(const RuntimeConfig& co
           "] (lower = higher priority); fix the @PRIORITY in VGPU_LOGICAL_DEVICES"));
     }
   }
-  // SM partitions: one per logical device of each partitioned physical device, in order.
+  return executors;
+}
+
+// Step 4: the SMs each partitioned physical device gives its logical devices, in order.
+absl::StatusOr<std::map<int, std::vector<int>>> PartitionSms(
+    Platform* platform, const RuntimeConfig& config, const std::map<int, Executor*>& executors) {
   std::map<int, std::vector<int>> actual_sms;
   for (const SmPartitionConfig& p : config.sm_partitions) {
-    absl::StatusOr<std::vector<int>> sms = executors[p.ordinal]->PartitionSms(p.sm_counts);
+    absl::StatusOr<std::vector<int>> sms = executors.at(p.ordinal)->PartitionSms(p.sm_counts);
     if (!sms.ok()) {
       if (sms.status().code() == absl::StatusCode::kUnimplemented) {
         return absl::UnimplementedError(
@@ -68,8 +80,22 @@ absl::StatusOr<std::unique_ptr<Runtime>> Runtime::Create(const RuntimeConfig& co
     }
     actual_sms[p.ordinal] = *std::move(sms);
   }
+  return actual_sms;
+}
 
-  // 3. Build the devices.
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Runtime>> Runtime::Create(const RuntimeConfig& config,
+                                                         Platform* platform) {
+  if (platform == nullptr) {
+    VGPU_ASSIGN_OR_RETURN(platform, DefaultPlatform());
+  }
+  VGPU_ASSIGN_OR_RETURN(std::vector<PhysicalDeviceInfo> physical, DescribeAll(platform));
+  VGPU_ASSIGN_OR_RETURN(std::vector<ResolvedLogicalDevice> resolved,
+                        ResolveLogicalDevices(config, physical));
+  VGPU_ASSIGN_OR_RETURN(auto executors, OpenExecutors(platform, resolved));
+  VGPU_ASSIGN_OR_RETURN(auto actual_sms, PartitionSms(platform, config, executors));
+
   std::unique_ptr<Runtime> rt(new Runtime());
   rt->platform_ = platform;
   rt->config_ = config;
@@ -78,64 +104,76 @@ absl::StatusOr<std::unique_ptr<Runtime>> Runtime::Create(const RuntimeConfig& co
   // allocator sees: every logical device keeps room for them in its own limit.
   const int ranks = static_cast<int>(executors.size());
   for (const ResolvedLogicalDevice& r : resolved) {
-    Executor* executor = executors[r.physical_ordinal];
-    LogicalDeviceInfo info;
-    info.type = DeviceType::kGpu;
-    info.id = r.gpu_id;
-    info.name = DeviceName::Local("GPU", r.gpu_id).ToString();
-    info.physical_ordinal = r.physical_ordinal;
-    info.memory_limit = r.memory_limit;
-    info.priority = r.priority;
-    info.allow_growth = config.allow_growth;
-    info.allocator_kind = std::string(AllocatorKindName(config.allocator));
-    info.collective_reserve = executor->CollectiveBufferBytes(ranks);
-    const std::string label = absl::StrCat(info.name, " (physical GPU ", r.physical_ordinal, ")");
-    Blas* blas = nullptr;
-    uint64_t workspace = 0;
-    if (absl::StatusOr<Blas*> b = executor->GetBlas(); b.ok() && (*b)->WorkspaceBytes() > 0) {
-      blas = *b;
-      workspace = blas->WorkspaceBytes();
-    }  // no BLAS library: nothing of it to charge
-    if (r.memory_limit <= info.collective_reserve + workspace) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          label, ": its limit ", FormatBytes(r.memory_limit),
-          " leaves nothing after vgpu's own device memory on it (",
-          FormatBytes(info.collective_reserve), " of NCCL buffers for ", ranks,
-          " devices + a BLAS workspace of ", FormatBytes(workspace), "); give it more memory"));
-    }
-    StreamOptions so;
-    so.priority = r.priority;
-    int pos = position[r.physical_ordinal]++;
     auto sms = actual_sms.find(r.physical_ordinal);
-    if (sms != actual_sms.end()) {
-      so.sm_partition = pos;
-      info.sm_count = pos < static_cast<int>(sms->second.size()) ? sms->second[pos] : 0;
-    }
-    absl::StatusOr<std::unique_ptr<Stream>> stream = executor->CreateStream(so);
-    if (!stream.ok())
-      return Annotate(stream.status(), absl::StrCat(label, ": creating its stream"));
-    DeviceAllocatorOptions ao;
-    ao.kind = config.allocator;
-    ao.device_name = label;
-    ao.memory_limit = r.memory_limit - info.collective_reserve;
-    ao.allow_growth = config.allow_growth;
-    ao.stream = stream->get();  // async: frees in order with the device's work
-    absl::StatusOr<std::unique_ptr<Allocator>> allocator = CreateDeviceAllocator(executor, ao);
-    if (!allocator.ok()) {
-      return Annotate(allocator.status(), absl::StrCat(label, ": creating its allocator"));
-    }
-    rt->owned_.push_back(std::make_unique<LogicalDevice>(
-        std::move(info), executor, *std::move(stream), *std::move(allocator)));
-    rt->gpus_.push_back(rt->owned_.back().get());
-    if (blas != nullptr) {
-      absl::Status s = rt->owned_.back()->SetUpBlasWorkspace(blas, workspace);
-      if (!s.ok()) return Annotate(s, absl::StrCat(label, ": its BLAS workspace"));
-    }
+    VGPU_RETURN_IF_ERROR(rt->AddGpu(r, executors[r.physical_ordinal], ranks,
+                                    position[r.physical_ordinal]++,
+                                    sms == actual_sms.end() ? nullptr : &sms->second));
   }
-
   // CPU:0 uses the first visible physical device for pinned memory and copies.
-  Executor* host_executor = nullptr;
-  if (!resolved.empty()) host_executor = executors[resolved.front().physical_ordinal];
+  VGPU_RETURN_IF_ERROR(
+      rt->AddCpu(resolved.empty() ? nullptr : executors[resolved.front().physical_ordinal]));
+  VGPU_RETURN_IF_ERROR(rt->IndexNames());
+  return rt;
+}
+
+// Step 5: logical GPU `r`, the `position`-th of its physical device, with `sms` the SMs of
+// that device's partitions (nullptr: not partitioned).
+absl::Status Runtime::AddGpu(const ResolvedLogicalDevice& r, Executor* executor, int ranks,
+                             int position, const std::vector<int>* sms) {
+  LogicalDeviceInfo info;
+  info.type = DeviceType::kGpu;
+  info.id = r.gpu_id;
+  info.name = DeviceName::Local("GPU", r.gpu_id).ToString();
+  info.physical_ordinal = r.physical_ordinal;
+  info.memory_limit = r.memory_limit;
+  info.priority = r.priority;
+  info.allow_growth = config_.allow_growth;
+  info.allocator_kind = std::string(AllocatorKindName(config_.allocator));
+  info.collective_reserve = executor->CollectiveBufferBytes(ranks);
+  const std::string label = absl::StrCat(info.name, " (physical GPU ", r.physical_ordinal, ")");
+  Blas* blas = nullptr;
+  uint64_t workspace = 0;
+  if (absl::StatusOr<Blas*> b = executor->GetBlas(); b.ok() && (*b)->WorkspaceBytes() > 0) {
+    blas = *b;
+    workspace = blas->WorkspaceBytes();
+  }  // no BLAS library: nothing of it to charge
+  if (r.memory_limit <= info.collective_reserve + workspace) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        label, ": its limit ", FormatBytes(r.memory_limit),
+        " leaves nothing after vgpu's own device memory on it (",
+        FormatBytes(info.collective_reserve), " of NCCL buffers for ", ranks,
+        " devices + a BLAS workspace of ", FormatBytes(workspace), "); give it more memory"));
+  }
+  StreamOptions so;
+  so.priority = r.priority;
+  if (sms != nullptr) {
+    so.sm_partition = position;
+    info.sm_count = position < static_cast<int>(sms->size()) ? (*sms)[position] : 0;
+  }
+  absl::StatusOr<std::unique_ptr<Stream>> stream = executor->CreateStream(so);
+  if (!stream.ok()) return Annotate(stream.status(), absl::StrCat(label, ": creating its stream"));
+  DeviceAllocatorOptions ao;
+  ao.kind = config_.allocator;
+  ao.device_name = label;
+  ao.memory_limit = r.memory_limit - info.collective_reserve;
+  ao.allow_growth = config_.allow_growth;
+  ao.stream = stream->get();  // async: frees in order with the device's work
+  absl::StatusOr<std::unique_ptr<Allocator>> allocator = CreateDeviceAllocator(executor, ao);
+  if (!allocator.ok()) {
+    return Annotate(allocator.status(), absl::StrCat(label, ": creating its allocator"));
+  }
+  owned_.push_back(std::make_unique<LogicalDevice>(std::move(info), executor, *std::move(stream),
+                                                   *std::move(allocator)));
+  gpus_.push_back(owned_.back().get());
+  if (blas != nullptr) {
+    absl::Status s = owned_.back()->SetUpBlasWorkspace(blas, workspace);
+    if (!s.ok()) return Annotate(s, absl::StrCat(label, ": its BLAS workspace"));
+  }
+  return absl::OkStatus();
+}
+
+// Step 6: CPU:0, on `host_executor` (nullptr when there is no GPU) for pinned memory.
+absl::Status Runtime::AddCpu(Executor* host_executor) {
   LogicalDeviceInfo cpu;
   cpu.type = DeviceType::kCpu;
   cpu.id = 0;
@@ -149,17 +187,21 @@ absl::StatusOr<std::unique_ptr<Runtime>> Runtime::Create(const RuntimeConfig& co
   absl::StatusOr<std::unique_ptr<Allocator>> cpu_allocator =
       CreateHostMemoryAllocator(host_executor, cpu.name, 0);
   if (!cpu_allocator.ok()) return Annotate(cpu_allocator.status(), cpu.name);
-  rt->owned_.push_back(std::make_unique<LogicalDevice>(
+  owned_.push_back(std::make_unique<LogicalDevice>(
       std::move(cpu), host_executor, std::move(cpu_stream), *std::move(cpu_allocator)));
-  rt->cpu_ = rt->owned_.back().get();
+  cpu_ = owned_.back().get();
+  return absl::OkStatus();
+}
 
-  rt->all_ = rt->gpus_;
-  rt->all_.push_back(rt->cpu_);
-  for (LogicalDevice* d : rt->all_) {
+// Step 7: all_ (GPUs in id order, then CPU:0) and their parsed names, for Find and Place.
+absl::Status Runtime::IndexNames() {
+  all_ = gpus_;
+  all_.push_back(cpu_);
+  for (LogicalDevice* d : all_) {
     VGPU_ASSIGN_OR_RETURN(DeviceName n, DeviceName::Parse(d->name()));
-    rt->parsed_names_.push_back(std::move(n));
+    parsed_names_.push_back(std::move(n));
   }
-  return rt;
+  return absl::OkStatus();
 }
 
 Runtime::~Runtime() {

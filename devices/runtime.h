@@ -86,6 +86,11 @@ class Runtime {
 
  private:
   Runtime() = default;
+  // Runtime::Create's steps 5-7 (runtime.cc).
+  absl::Status AddGpu(const ResolvedLogicalDevice& r, Executor* executor, int ranks, int position,
+                      const std::vector<int>* sms);
+  absl::Status AddCpu(Executor* host_executor);
+  absl::Status IndexNames();
   std::string DeviceList() const;
   void Log(absl::string_view line) const ABSL_LOCKS_EXCLUDED(log_mu_);
 

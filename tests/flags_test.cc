@@ -10,8 +10,10 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "vgpu/devices/settings.h"
 #include "vgpu/runtime/status_matchers.h"
 #include "vgpu/tests/bad_input_catalogue.h"
 #include "vgpu/tools/info_flags.h"
@@ -404,12 +406,12 @@ TEST(InfoFlagsTest, FlagsFollowTheRules) {
   absl::StatusOr<vgpu_info::InfoFlags> f = vgpu_info::ParseInfoFlags(
       {"--allow-growth=false", "--json", "--platform", "host", "--memory-fraction=0.5"});
   ASSERT_THAT(f, IsOk());
-  ASSERT_TRUE(f->allow_growth.has_value());
-  EXPECT_FALSE(*f->allow_growth);
+  ASSERT_EQ(f->settings.SourceOf(kSettingAllowGrowth), ConfigSource::kFlag);
+  EXPECT_FALSE(f->settings.allow_growth);
   EXPECT_TRUE(f->json);
   EXPECT_EQ(f->platform, "host");
-  EXPECT_EQ(f->memory_fraction, "0.5");
-  EXPECT_EQ(f->flagged.size(), 2u);
+  EXPECT_EQ(f->settings.memory_fraction, 0.5);
+  EXPECT_EQ(f->settings.sources.size(), 2u);
   EXPECT_THAT(vgpu_info::ParseInfoFlags({"--memory-fraction=1.5"}),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        HasSubstr("--memory-fraction=1.5: must be in (0, 1]")));
@@ -423,6 +425,37 @@ TEST(InfoFlagsTest, FlagsFollowTheRules) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("unexpected argument")));
   ASSERT_THAT(vgpu_info::ParseInfoFlags({"-h"}), IsOk());
   EXPECT_TRUE(vgpu_info::ParseInfoFlags({"-h"})->help);
+}
+
+// Every runtime setting has its flag (devices/settings.h), parsed into its field with source
+// "flag", with the rules of every flag (a boolean takes no separate word, errors name the flag).
+TEST(InfoFlagsTest, EveryRuntimeSettingHasAFlag) {
+  for (const Setting& s : SettingsTable()) {
+    absl::StatusOr<vgpu_info::InfoFlags> f =
+        vgpu_info::ParseInfoFlags({absl::StrCat(s.flag, "=", s.example)});
+    ASSERT_THAT(f, IsOk()) << s.flag;
+    EXPECT_EQ(f->settings.SourceOf(s.name), ConfigSource::kFlag) << s.flag;
+    EXPECT_EQ(f->settings.sources.size(), 1u) << s.flag;
+    RuntimeConfig expected;
+    ASSERT_THAT(s.parse(s.example, expected), IsOk());
+    EXPECT_EQ(s.format(f->settings), s.format(expected)) << s.flag;
+    // A bad value is refused naming the flag.
+    EXPECT_THAT(vgpu_info::ParseInfoFlags({absl::StrCat(s.flag, "=\x01?")}),
+                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr(std::string(s.flag))))
+        << s.flag;
+    EXPECT_THAT(vgpu_info::InfoUsage(), HasSubstr(std::string(s.flag)));
+  }
+  absl::StatusOr<vgpu_info::InfoFlags> f = vgpu_info::ParseInfoFlags({"--soft-placement"});
+  ASSERT_THAT(f, IsOk());
+  EXPECT_TRUE(f->settings.soft_placement);
+  EXPECT_THAT(vgpu_info::ParseInfoFlags({"--soft-placement", "yes"}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("unexpected argument")));
+  EXPECT_THAT(vgpu_info::ParseInfoFlags({"--allocator", ""}),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("--allocator needs a non-empty value")));
+  f = vgpu_info::ParseInfoFlags({"--visible-devices="});  // "": no GPUs, as the variable
+  ASSERT_THAT(f, IsOk());
+  EXPECT_THAT(f->settings.visible_devices, ::testing::Optional(::testing::IsEmpty()));
 }
 
 // ---- docs/bad-input.md, section "Command lines" ------------------------------------

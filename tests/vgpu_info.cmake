@@ -188,3 +188,10 @@ if(_vgpu_i12_cuda)
     FAIL_REGULAR_EXPRESSION "not found")
 endif()
 # ---- end of issue 12 (configuration, platform and allocators) ---------------------------
+
+# README.md's settings table is generated from devices/settings.h: it must be exactly what
+# `vgpu-info --settings-table` prints (regenerate it with that command after adding a setting).
+add_test(NAME readme_settings_table
+  COMMAND sh -c "sed -n '/^<!-- BEGIN settings-table/,/^<!-- END settings-table/{/^<!--/d;p;}' \"$1\" > \"$2\" && $<TARGET_FILE:vgpu-info> --settings-table | diff -u \"$2\" -"
+          sh ${PROJECT_SOURCE_DIR}/README.md ${CMAKE_CURRENT_BINARY_DIR}/readme_settings_table.md)
+set_tests_properties(readme_settings_table PROPERTIES LABELS unit)

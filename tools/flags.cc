@@ -243,6 +243,47 @@ FlagSet& FlagSet::PassThrough(std::string prefix, std::vector<std::string>* out,
   return *this;
 }
 
+FlagSet& FlagSet::RuntimeSettings(vgpu::RuntimeConfig* config) {
+  for (const vgpu::Setting& row : vgpu::SettingsTable()) {
+    std::string n(row.flag);
+    auto set = [n, &row, config](absl::string_view v) -> absl::Status {
+      if (row.is_bool && !vgpu::ParseBool(v).ok()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(Shown(n, v), ": expected true, false, 1, 0, yes, no, on or off"));
+      }
+      if (v.empty() && !row.empty_allowed) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(n, " needs a non-empty value (", row.value_name, ")"));
+      }
+      absl::Status s = row.parse(v, *config);
+      if (s.ok() && row.check_flag) s = row.check_flag(*config);
+      if (!s.ok()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(Shown(n, v), ": ", BoundedMessage(s.message())));
+      }
+      config->sources[std::string(row.name)] = vgpu::ConfigSource::kFlag;
+      return absl::OkStatus();
+    };
+    Add({std::string(row.flag), row.is_bool, std::string(row.is_bool ? "" : row.value_name),
+         std::string(row.env), std::move(set)});
+  }
+  return *this;
+}
+
+std::string RuntimeSettingsUsage() {
+  std::string out;
+  for (const vgpu::Setting& row : vgpu::SettingsTable()) {
+    const std::string left = row.is_bool ? absl::StrCat(row.flag, "[=BOOL]")
+                                         : absl::StrCat(row.flag, " ", row.value_name);
+    const std::string right = row.is_bool
+                                  ? absl::StrCat(row.env, " (BOOL: true|false|1|0|yes|no|on|off)")
+                                  : absl::StrCat(row.env, ", e.g. ", row.usage);
+    absl::StrAppend(&out, "  ", left, std::string(left.size() < 30 ? 30 - left.size() : 1, ' '),
+                    right, "\n");
+  }
+  return out;
+}
+
 absl::StatusOr<ParseResult> FlagSet::Parse(absl::Span<const std::string> args) const {
   ParseResult r;
   // --help wins over any error, wherever it is (before a "--").

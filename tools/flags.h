@@ -31,6 +31,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
+#include "vgpu/devices/config.h"
 #include "vgpu/runtime/user_text.h"
 
 namespace vgpu::flags {
@@ -94,6 +95,10 @@ class FlagSet {
   FlagSet& Positional(std::string name, std::string* out, bool required, std::string help);
   // Arguments starting with `prefix` are collected verbatim (e.g. "--benchmark_").
   FlagSet& PassThrough(std::string prefix, std::vector<std::string>* out, std::string help);
+  // One flag per runtime setting (devices/settings.h: --logical-devices, --allow-growth, ...):
+  // each parses its value into its field of `config` and records ConfigSource::kFlag there;
+  // RuntimeConfig::FromEnvironmentAndFlags(*config) then adds the environment.
+  FlagSet& RuntimeSettings(vgpu::RuntimeConfig* config);
 
   // Parses `args` (without the program name).
   absl::StatusOr<ParseResult> Parse(absl::Span<const std::string> args) const;
@@ -126,6 +131,10 @@ class FlagSet {
   std::vector<std::string>* pass_out_ = nullptr;
   std::string pass_help_;
 };
+
+// The --help lines of the runtime-setting flags (FlagSet::RuntimeSettings), one per setting:
+//   "  --logical-devices SPEC        VGPU_LOGICAL_DEVICES, e.g. ..."
+std::string RuntimeSettingsUsage();
 
 // Argv (without the program name) as strings.
 std::vector<std::string> Args(int argc, char** argv);

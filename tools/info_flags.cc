@@ -1,6 +1,7 @@
 #include "vgpu/tools/info_flags.h"
 
 #include <cstdint>
+#include <string>
 
 #include "absl/strings/str_cat.h"
 #include "vgpu/devices/config.h"
@@ -19,14 +20,14 @@ constexpr char kHelp[] =
     "came from (default, environment, flag).\n"
     "flags (each overrides its environment variable; --flag=VALUE or --flag VALUE):\n"
     "  --platform host|cuda|auto     VGPU_PLATFORM\n"
-    "  --host-devices SPEC           VGPU_HOST_DEVICES, e.g. 2x16GiB or 16GiB,8GiB\n"
-    "  --logical-devices SPEC        VGPU_LOGICAL_DEVICES, e.g. \"0:1GiB,1GiB@-1;1:40%,60%\"\n"
-    "  --allow-growth[=BOOL]         VGPU_ALLOW_GROWTH (BOOL: true|false|1|0|yes|no|on|off)\n"
-    "  --memory-fraction F           VGPU_MEMORY_FRACTION, in (0, 1]\n"
+    "  --host-devices SPEC           VGPU_HOST_DEVICES, e.g. 2x16GiB or 16GiB,8GiB\n";
+// Then one line per runtime setting (devices/settings.h), then:
+constexpr char kHelpTail[] =
     "  --json[=BOOL]                 one JSON object (keys: docs/vgpu-info.md)\n"
     "  --selftest[=BOOL]             limits, memcpy, device-to-device copies, all-reduce on\n"
     "                                every logical GPU; exit 1 if a check fails\n"
     "  --memory-history FILE         with --selftest: write the allocators' memory history\n"
+    "  --settings-table              print README.md's table of the settings (markdown)\n"
     "  --help, -h                    this text\n"
     "host platform fault injection (tests): VGPU_HOST_FAULTS=\"corrupt_memcpy_at=3,\n"
     "  fail_memcpy_at=K,fail_allocate_at=K,fail_stream_at=K,ignore_capacity=1\"\n"
@@ -44,7 +45,11 @@ constexpr char kTimelineHelp[] =
 
 }  // namespace
 
-const char* InfoUsage() { return kHelp; }
+const char* InfoUsage() {
+  static const std::string* usage =
+      new std::string(absl::StrCat(kHelp, vgpu::flags::RuntimeSettingsUsage(), kHelpTail));
+  return usage->c_str();
+}
 const char* TimelineUsage() { return kTimelineHelp; }
 
 absl::StatusOr<TimelineFlags> ParseTimelineFlags(const std::vector<std::string>& args) {
@@ -66,42 +71,22 @@ absl::StatusOr<TimelineFlags> ParseTimelineFlags(const std::vector<std::string>&
 
 absl::StatusOr<InfoFlags> ParseInfoFlags(const std::vector<std::string>& args) {
   InfoFlags f;
-  std::string host_devices, logical_devices, memory_fraction;
-  bool allow_growth = false;
-  vgpu::flags::FlagSet fs("vgpu-info", kHelp);
+  std::string host_devices;
+  vgpu::flags::FlagSet fs("vgpu-info", InfoUsage());
   fs.Bool("--json", &f.json, "one JSON object")
       .Bool("--selftest", &f.selftest, "check every logical GPU")
+      .Bool("--settings-table", &f.settings_table, "README's settings table")
       .Path("--memory-history", &f.history_path, "with --selftest: the memory history")
       .Enum("--platform", &f.platform, {"host", "cuda", "auto"}, "VGPU_PLATFORM")
       .String("--host-devices", &host_devices, "SPEC", "VGPU_HOST_DEVICES",
               [](absl::string_view v) { return vgpu::ParseHostDevices(v).status(); })
-      .String("--logical-devices", &logical_devices, "SPEC", "VGPU_LOGICAL_DEVICES",
-              [](absl::string_view v) { return vgpu::ParseLogicalDevices(v).status(); })
-      .Bool("--allow-growth", &allow_growth, "VGPU_ALLOW_GROWTH")
-      .String("--memory-fraction", &memory_fraction, "F", "VGPU_MEMORY_FRACTION",
-              [](absl::string_view v) -> absl::Status {
-                VGPU_ASSIGN_OR_RETURN(double d, vgpu::ParseMemoryFraction(v));
-                if (!(d > 0 && d <= 1)) return absl::InvalidArgumentError("must be in (0, 1]");
-                return absl::OkStatus();
-              });
+      .RuntimeSettings(&f.settings);
   VGPU_ASSIGN_OR_RETURN(vgpu::flags::ParseResult r, fs.Parse(args));
   if (r.help) {
     f.help = true;
     return f;
   }
   if (r.seen.count("--host-devices")) f.host_devices = host_devices;
-  if (r.seen.count("--logical-devices")) {
-    f.logical_devices = logical_devices;
-    f.flagged.insert(std::string(vgpu::kSettingLogicalDevices));
-  }
-  if (r.seen.count("--allow-growth")) {
-    f.allow_growth = allow_growth;
-    f.flagged.insert(std::string(vgpu::kSettingAllowGrowth));
-  }
-  if (r.seen.count("--memory-fraction")) {
-    f.memory_fraction = memory_fraction;
-    f.flagged.insert(std::string(vgpu::kSettingMemoryFraction));
-  }
   if (!f.history_path.empty() && !f.selftest) {
     return absl::InvalidArgumentError("--memory-history needs --selftest");
   }

@@ -1,18 +1,17 @@
 // vgpu-info's command lines (the main one and `timeline`): parsed with tools/flags.h's rules,
 // in the vgpu_tools_lib library so the tests and the fuzzer call exactly what the tool does.
 //
-// Thread safety: ParseInfoFlags is reentrant; it never touches the environment (main applies
-// the result with setenv).
+// Thread safety: ParseInfoFlags is reentrant; it never touches the environment.
 #ifndef VGPU_TOOLS_INFO_FLAGS_H_
 #define VGPU_TOOLS_INFO_FLAGS_H_
 
 #include <cstdint>
 #include <optional>
-#include <set>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "vgpu/devices/config.h"
 
 namespace vgpu_info {
 
@@ -20,14 +19,14 @@ struct InfoFlags {
   bool help = false;
   bool json = false;
   bool selftest = false;
+  bool settings_table = false;  // --settings-table: print README's settings table
   std::string history_path;
-  // Each overrides its VGPU_* variable when set; `flagged` names the settings given by a flag.
+  // Each overrides its VGPU_* variable when set.
   std::string platform;  // host | cuda | auto; "" = not given
   std::optional<std::string> host_devices;
-  std::optional<std::string> logical_devices;
-  std::optional<bool> allow_growth;
-  std::optional<std::string> memory_fraction;
-  std::set<std::string> flagged;
+  // The runtime settings given by a flag (devices/settings.h), each with source kFlag; the
+  // tool completes them from the environment (RuntimeConfig::FromEnvironmentAndFlags).
+  vgpu::RuntimeConfig settings;
 };
 
 // argv without the program name. InvalidArgument naming the flag; the caller adds InfoUsage().

@@ -17,11 +17,14 @@ namespace {
 
 constexpr char kUsage[] =
     "usage: vgpu-train [--strategy single|mirrored|model-parallel|central-storage]\n"
-    "  [--platform host|cuda|auto] [--devices N|SPEC,SPEC...] [--epochs N] [--batch N] [--lr X] [--seed N]\n"
+    "  [--platform host|cuda|auto] [--devices N|SPEC,SPEC...] [--epochs N] [--batch N] [--lr X] "
+    "[--seed N]\n"
     "  [--optimizer adam|sgd] [--data DIR] [--placement round-robin|least-loaded|\n"
     "  memory-balanced|explicit] [--layers SPEC,SPEC,SPEC] [--allreduce auto|local|\n"
     "  nccl|hierarchical|via-host] [--train-limit N] [--blas-threads N] [--compare[=BOOL]]\n"
     "  [--quiet[=BOOL]] [--memory-history FILE] [--record-trace FILE]\n"
+    "  [--logical-devices SPEC] [--allow-growth[=BOOL]] ... (every runtime setting's flag,\n"
+    "  see vgpu-info --help; each overrides its VGPU_* variable)\n"
     "  --devices N: 1..64 logical GPUs per physical device; --lr X: 1e-9..10\n"
     "  (vgpu-info timeline FILE --svg OUT.svg draws the memory history)\n"
     "Flags take --flag=VALUE or --flag VALUE; BOOL is true|false|1|0|yes|no|on|off.\n"
@@ -114,7 +117,8 @@ absl::StatusOr<TrainFlags> ParseTrainFlags(const std::vector<std::string>& args,
       .Bool("--compare", &f.compare, "first train single on GPU:0 for the speed-up")
       .Bool("--quiet", &f.quiet, "only the JSON line")
       .Path("--memory-history", &f.memory_history, "write the allocators' memory history")
-      .Path("--record-trace", &f.record_trace, "write each GPU's allocations as a trace");
+      .Path("--record-trace", &f.record_trace, "write each GPU's allocations as a trace")
+      .RuntimeSettings(&f.settings);
   VGPU_ASSIGN_OR_RETURN(flags::ParseResult r, fs.Parse(args));
   if (r.help) {
     f.help = true;

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "vgpu/devices/config.h"
 
 namespace vgpu {
 
@@ -27,7 +28,7 @@ inline constexpr double kMaxLearningRate = 10;
 struct TrainFlags {
   bool help = false;
   std::string strategy = "single";
-  std::string platform;  // --platform host|cuda|auto; empty: VGPU_PLATFORM, else auto
+  std::string platform;      // --platform host|cuda|auto; empty: VGPU_PLATFORM, else auto
   std::string devices = "";  // as typed; count or comma-separated specs; default 1 (single) or 4
   int device_count = 0;      // --devices N (0 when specs were given or nothing)
   std::vector<std::string> device_specs;  // --devices SPEC,SPEC,...
@@ -47,6 +48,9 @@ struct TrainFlags {
   bool quiet = false;
   std::string memory_history;  // write the devices' allocator history (JSON) here
   std::string record_trace;    // write each chosen GPU's allocations as a replayable trace
+  // The runtime settings given by a flag (devices/settings.h: --logical-devices, ...), each
+  // with source kFlag; completed from the environment (RuntimeConfig::FromEnvironmentAndFlags).
+  RuntimeConfig settings;
 };
 
 // argv without the program name; `default_data` is --data's default. InvalidArgument naming

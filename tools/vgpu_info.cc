@@ -128,22 +128,20 @@ int main(int argc, char** argv) {
     std::printf("%s", vgpu_info::InfoUsage());
     return 0;
   }
+  if (parsed->settings_table) {
+    std::printf("%s", vgpu::SettingsMarkdownTable().c_str());
+    return 0;
+  }
   const bool json = parsed->json;
   const bool selftest = parsed->selftest;
   const std::string& history_path = parsed->history_path;
   const std::string& platform_name = parsed->platform;
-  const std::set<std::string>& flagged = parsed->flagged;  // settings given by a flag
-  // Flags override the environment: the configuration is read from it, as applications do.
-  if (!platform_name.empty()) setenv("VGPU_PLATFORM", platform_name.c_str(), 1);
+  // The host platform reads its simulated cards from the environment when it is first made.
   if (parsed->host_devices) setenv("VGPU_HOST_DEVICES", parsed->host_devices->c_str(), 1);
-  if (parsed->logical_devices) setenv("VGPU_LOGICAL_DEVICES", parsed->logical_devices->c_str(), 1);
-  if (parsed->allow_growth)
-    setenv("VGPU_ALLOW_GROWTH", *parsed->allow_growth ? "true" : "false", 1);
-  if (parsed->memory_fraction) {
-    setenv("VGPU_MEMORY_FRACTION", parsed->memory_fraction->c_str(), 1);
-  }
-  absl::StatusOr<vgpu::Platform*> platform = platform_name.empty() || platform_name == "auto"
-                                                 ? vgpu::DefaultPlatform()
+  // --platform wins over VGPU_PLATFORM; "auto" is VGPU_PLATFORM=auto's rule.
+  absl::StatusOr<vgpu::Platform*> platform = platform_name.empty() ? vgpu::DefaultPlatform()
+                                             : platform_name == "auto"
+                                                 ? vgpu::AutoPlatform()
                                                  : vgpu::GetPlatform(platform_name);
   if (!platform.ok()) {
     std::fprintf(stderr, "vgpu-info: %s\n", std::string(platform.status().message()).c_str());
@@ -164,8 +162,9 @@ int main(int argc, char** argv) {
     infos.push_back(*info);
   }
 
-  // Logical devices from the environment's configuration.
-  absl::StatusOr<vgpu::RuntimeConfig> config = vgpu::RuntimeConfig::FromEnvironment();
+  // Logical devices from the flags' and the environment's configuration (a flag wins).
+  absl::StatusOr<vgpu::RuntimeConfig> config =
+      vgpu::RuntimeConfig::FromEnvironmentAndFlags(parsed->settings);
   if (!config.ok()) {
     std::fprintf(stderr, "vgpu-info: bad configuration: %s\n",
                  std::string(config.status().message()).c_str());
@@ -183,27 +182,14 @@ int main(int argc, char** argv) {
   }
   vgpu::RuntimeConfig probe = *config;
   probe.allow_growth = true;  // validated above; don't take the memory just to look
-  for (absl::string_view setting : vgpu::AllSettings()) {
-    probe.sources[std::string(setting)] = config->SourceOf(setting);
+  // The sources stay those of the configuration (growth is not the API's here).
+  for (const vgpu::Setting& row : vgpu::SettingsTable()) {
+    probe.sources[std::string(row.name)] = config->SourceOf(row.name);
   }
   absl::StatusOr<std::unique_ptr<vgpu::Runtime>> runtime = vgpu::Runtime::Create(probe, p);
   if (!runtime.ok()) return CreateFailed(runtime.status());
   const vgpu::Runtime& rt = **runtime;
-  // A setting given by a flag went through the environment; say "flag".
-  auto setting_src = [&](absl::string_view setting) -> absl::string_view {
-    vgpu::ConfigSource s = config->SourceOf(setting);
-    if (s == vgpu::ConfigSource::kEnvironment && flagged.count(std::string(setting))) return "flag";
-    return vgpu::ConfigSourceName(s);
-  };
-  const bool limit_flagged = flagged.count(std::string(vgpu::kSettingLogicalDevices)) ||
-                             flagged.count(std::string(vgpu::kSettingMemoryFraction));
-  const bool priority_flagged = flagged.count(std::string(vgpu::kSettingLogicalDevices)) > 0;
-  const bool growth_flagged = flagged.count(std::string(vgpu::kSettingAllowGrowth)) > 0;
   auto src = [](vgpu::ConfigSource s) { return vgpu::ConfigSourceName(s); };
-  auto dsrc = [&](vgpu::ConfigSource s, bool by_flag) -> absl::string_view {
-    if (s == vgpu::ConfigSource::kEnvironment && by_flag) return "flag";
-    return vgpu::ConfigSourceName(s);
-  };
   const std::vector<vgpu::LogicalDevice*>& gpus = rt.gpus();
   if (json) {
     vgpu::JsonWriter w;
@@ -247,22 +233,22 @@ int main(int argc, char** argv) {
           .Field("collective_reserve_bytes", i.collective_reserve);
       w.Key("sources")
           .BeginObject()
-          .Field("memory_limit", dsrc(so.memory_limit, limit_flagged))
-          .Field("priority", dsrc(so.priority, priority_flagged))
+          .Field("memory_limit", src(so.memory_limit))
+          .Field("priority", src(so.priority))
           .Field("allocator", src(so.allocator))
-          .Field("allow_growth", dsrc(so.allow_growth, growth_flagged))
+          .Field("allow_growth", src(so.allow_growth))
           .Field("sm_partition", src(so.sm_partition))
           .EndObject();
       w.EndObject();
     }
     w.EndArray();
     w.Key("settings").BeginArray();
-    for (absl::string_view setting : vgpu::AllSettings()) {
+    for (const vgpu::Setting& row : vgpu::SettingsTable()) {
       w.BeginObject()
-          .Field("name", setting)
-          .Field("env", vgpu::SettingEnvVar(setting))
-          .Field("value", vgpu::FormatSetting(*config, setting))
-          .Field("source", setting_src(setting))
+          .Field("name", row.name)
+          .Field("env", row.env)
+          .Field("value", row.format(*config))
+          .Field("source", src(config->SourceOf(row.name)))
           .EndObject();
     }
     w.EndArray();
@@ -311,12 +297,12 @@ int main(int argc, char** argv) {
         "  %s  physical %d  limit %s (%s)  priority %d (%s)  SMs %s (%s)  allocator %s (%s)  "
         "growth %s (%s)  in use %s  reserved %s  peak %s\n",
         i.name.c_str(), i.physical_ordinal, vgpu::FormatBytes(i.memory_limit).c_str(),
-        std::string(dsrc(so.memory_limit, limit_flagged)).c_str(), i.priority,
-        std::string(dsrc(so.priority, priority_flagged)).c_str(), sms.c_str(),
+        std::string(src(so.memory_limit)).c_str(), i.priority,
+        std::string(src(so.priority)).c_str(), sms.c_str(),
         std::string(src(so.sm_partition)).c_str(), i.allocator_kind.c_str(),
         std::string(src(so.allocator)).c_str(), config->allow_growth ? "on" : "off",
-        std::string(dsrc(so.allow_growth, growth_flagged)).c_str(),
-        vgpu::FormatBytes(st.bytes_in_use).c_str(), vgpu::FormatBytes(st.bytes_reserved).c_str(),
+        std::string(src(so.allow_growth)).c_str(), vgpu::FormatBytes(st.bytes_in_use).c_str(),
+        vgpu::FormatBytes(st.bytes_reserved).c_str(),
         vgpu::FormatBytes(st.peak_bytes_in_use).c_str());
     if (i.runtime_overhead() > 0) {
       // vgpu's own memory inside the limit: the BLAS workspace is in use in the allocator,
@@ -348,10 +334,9 @@ int main(int argc, char** argv) {
     }
   }
   std::printf("Settings:\n");
-  for (absl::string_view setting : vgpu::AllSettings()) {
-    std::string env(vgpu::SettingEnvVar(setting));
-    std::printf("  %-22s %-28s (%s)\n", env.c_str(), vgpu::FormatSetting(*config, setting).c_str(),
-                std::string(setting_src(setting)).c_str());
+  for (const vgpu::Setting& row : vgpu::SettingsTable()) {
+    std::printf("  %-22s %-28s (%s)\n", std::string(row.env).c_str(), row.format(*config).c_str(),
+                std::string(src(config->SourceOf(row.name))).c_str());
   }
   return 0;
 }

@@ -98,7 +98,7 @@ absl::StatusOr<Devices> MakeDevices(const Flags& f) {
       f.devices.empty()
           ? absl::StrCat("--strategy ", f.strategy, " (default --devices ", count, ")")
           : absl::StrCat("--devices ", flags::Bounded(f.devices));
-  VGPU_ASSIGN_OR_RETURN(RuntimeConfig config, RuntimeConfig::FromEnvironment());
+  VGPU_ASSIGN_OR_RETURN(RuntimeConfig config, RuntimeConfig::FromEnvironmentAndFlags(f.settings));
   if (config.visible_devices.has_value() && config.visible_devices->empty()) {
     return absl::InvalidArgumentError(
         "VGPU_VISIBLE_DEVICES is empty: no physical GPU is visible to train on (unset it, or "

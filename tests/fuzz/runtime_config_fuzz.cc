@@ -1,20 +1,39 @@
-// Fuzzes the runtime-configuration grammars (VGPU_LOGICAL_DEVICES, VGPU_VISIBLE_DEVICES,
-// VGPU_SM_PARTITION, fractions, booleans) and validation against two fixed cards: never
-// crashes; accepted logical-device lists format and parse back to the same limits; validation
-// either fails with a message or yields devices within each card's capacity.
+// Fuzzes the runtime-configuration grammars (every row of the settings table) and validation
+// against two fixed cards: never crashes; accepted logical-device lists format and parse back to
+// the same limits; validation either fails with a message or yields devices within each card's
+// capacity.
 #include <cstdint>
 #include <cstdlib>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "vgpu/devices/config.h"
+#include "vgpu/devices/settings.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::string text(reinterpret_cast<const char*>(data), size);
-  vgpu::ParseVisibleDevices(text).IgnoreError();
-  vgpu::ParseSmPartitions(text).IgnoreError();
-  vgpu::ParseMemoryFraction(text).IgnoreError();
-  vgpu::ParseBool(text).IgnoreError();
+  // Every setting of the table (devices/settings.h) parses the text as its variable's or its
+  // flag's value: a refusal says something; an accepted value formats and is read back the
+  // same from the environment.
+  for (const vgpu::Setting& s : vgpu::SettingsTable()) {
+    vgpu::RuntimeConfig c;
+    absl::Status st = s.parse(text, c);
+    if (!st.ok()) {
+      if (st.message().empty()) std::abort();
+      continue;
+    }
+    const std::string shown = s.format(c);
+    absl::StatusOr<vgpu::RuntimeConfig> env =
+        vgpu::RuntimeConfig::FromEnvironment([&](const char* name) -> std::optional<std::string> {
+          if (name == s.env) return text;
+          return std::nullopt;
+        });
+    if (env.ok() &&
+        (s.format(*env) != shown || env->SourceOf(s.name) != vgpu::ConfigSource::kEnvironment)) {
+      std::abort();
+    }
+  }
   absl::StatusOr<std::vector<vgpu::PhysicalDeviceConfig>> d = vgpu::ParseLogicalDevices(text);
   if (!d.ok()) {
     if (d.status().message().empty()) std::abort();
