@@ -24,8 +24,10 @@
 #include "absl/strings/strip.h"
 #include "vgpu/runtime/bytes.h"
 #include "vgpu/runtime/file_io.h"
+#include "vgpu/runtime/host/host_collectives.h"
 #include "vgpu/runtime/host/host_kernels.h"
 #include "vgpu/runtime/numbers.h"
+#include "vgpu/runtime/platform_registry.h"
 #include "vgpu/runtime/status.h"
 #include "vgpu/runtime/user_text.h"
 
@@ -870,4 +872,29 @@ absl::StatusOr<Executor*> HostPlatform::GetExecutor(int ordinal) {
   return executors_[ordinal].get();
 }
 
+absl::StatusOr<std::unique_ptr<NcclCommunicator>> HostPlatform::CreateCommunicator(
+    absl::Span<Executor* const> executors) {
+  return host::CreateHostCommunicator(executors);
+}
+
+void HostPlatform::SetBlasThreads(int threads) { SetHostBlasThreads(threads); }
+
+absl::StatusOr<std::unique_ptr<HostPlatform>> CreateHostPlatform(
+    const SettingLookup& settings) {
+  HostPlatformOptions options;
+  if (std::optional<std::string> devices = settings("VGPU_HOST_DEVICES"); devices.has_value()) {
+    VGPU_ASSIGN_OR_RETURN(options.device_bytes, ParseHostDevices(*devices));
+  }
+  VGPU_ASSIGN_OR_RETURN(std::unique_ptr<HostPlatform> platform, HostPlatform::Create(options));
+  if (std::optional<std::string> faults = settings(kHostFaultsEnv); faults.has_value()) {
+    VGPU_ASSIGN_OR_RETURN(FaultInjector * injector, platform->GetFaultInjector());
+    VGPU_RETURN_IF_ERROR(ApplyFaultSpec(*injector, kHostFaultsEnv, *faults));
+  }
+  return platform;
+}
+
 }  // namespace vgpu
+
+VGPU_REGISTER_PLATFORM(host, 0, [](const vgpu::SettingLookup& settings) {
+  return absl::StatusOr<std::unique_ptr<vgpu::Platform>>(vgpu::CreateHostPlatform(settings));
+})
