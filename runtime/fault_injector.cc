@@ -25,8 +25,8 @@ absl::Status ApplyFaultSpec(FaultInjector& faults, absl::string_view variable,
     absl::StatusOr<int64_t> n =
         kv.size() == 2 ? ParseInt64(kv[1]) : absl::InvalidArgumentError("no value");
     if (!n.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat(variable, "=", Quoted(spec), ": ",
-                                                     Quoted(item), " is not NAME=NUMBER"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(variable, "=", Quoted(spec), ": ", Quoted(item), " is not NAME=NUMBER"));
     }
     if (absl::Status s = faults.Set(kv[0], *n); !s.ok()) {
       return absl::InvalidArgumentError(absl::StrCat(variable, ": ", s.message()));

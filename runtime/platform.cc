@@ -19,8 +19,7 @@ absl::StatusOr<std::unique_ptr<NcclCommunicator>> Platform::CreateCommunicator(
 }
 
 absl::StatusOr<FaultInjector*> Platform::GetFaultInjector() {
-  return absl::UnimplementedError(
-      absl::StrCat("platform ", name(), " has no fault injection"));
+  return absl::UnimplementedError(absl::StrCat("platform ", name(), " has no fault injection"));
 }
 
 }  // namespace vgpu

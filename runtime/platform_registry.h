@@ -65,8 +65,8 @@ void RegisterBuiltinPlatform(absl::string_view name, PlatformFactory factory, in
 // Defines the registration function of a built-in backend; use once, at file scope, in the
 // backend's folder. `id` is the platform's name as an identifier (host, cuda): the build
 // calls vgpu::internal::RegisterPlatform_<id>() for every name in VGPU_PLATFORMS.
-#define VGPU_REGISTER_PLATFORM(id, priority, factory)                         \
-  namespace vgpu::internal {                                                  \
+#define VGPU_REGISTER_PLATFORM(id, priority, factory)                               \
+  namespace vgpu::internal {                                                        \
   void RegisterPlatform_##id() { RegisterBuiltinPlatform(#id, factory, priority); } \
   }
 

@@ -78,10 +78,13 @@ absl::StatusOr<InfoFlags> ParseInfoFlags(const std::vector<std::string>& args) {
       .String("--host-devices", &host_devices, "SPEC", "VGPU_HOST_DEVICES",
               [](absl::string_view v) {
                 // The host platform parses its own setting: make one from it alone.
-                return vgpu::CreatePlatform("host", [v](absl::string_view name) {
-                         return name == "VGPU_HOST_DEVICES" ? std::optional<std::string>(v)
-                                                            : std::nullopt;
-                       }).status();
+                return vgpu::CreatePlatform("host",
+                                            [v](absl::string_view name) {
+                                              return name == "VGPU_HOST_DEVICES"
+                                                         ? std::optional<std::string>(v)
+                                                         : std::nullopt;
+                                            })
+                    .status();
               })
       .String("--logical-devices", &logical_devices, "SPEC", "VGPU_LOGICAL_DEVICES",
               [](absl::string_view v) { return vgpu::ParseLogicalDevices(v).status(); })

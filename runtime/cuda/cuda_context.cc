@@ -1,9 +1,8 @@
 // ScopedContext and the host-callback rule (runtime/cuda/cuda_executor.h).
-#include "vgpu/runtime/cuda/cuda_executor.h"
-
 #include <functional>
 
 #include "absl/status/status.h"
+#include "vgpu/runtime/cuda/cuda_executor.h"
 
 namespace vgpu::cuda {
 namespace {

@@ -1,10 +1,9 @@
-#include "vgpu/runtime/cuda/cuda_executor.h"
-
 #include <memory>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "vgpu/runtime/bytes.h"
+#include "vgpu/runtime/cuda/cuda_executor.h"
 #include "vgpu/runtime/status.h"
 
 namespace vgpu::cuda {
@@ -97,6 +96,5 @@ class CudaMemoryPool : public MemoryPool {
 std::unique_ptr<MemoryPool> CreateCudaMemoryPool(CudaExecutor* executor, CUmemoryPool pool) {
   return std::make_unique<CudaMemoryPool>(executor, pool);
 }
-
 
 }  // namespace vgpu::cuda

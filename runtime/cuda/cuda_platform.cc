@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "vgpu/runtime/cuda/call_log.h"
 #include "vgpu/runtime/cuda/cuda_executor.h"
 #include "vgpu/runtime/cuda/cuda_nccl.h"
 #include "vgpu/runtime/cuda/dynamic_library.h"
@@ -95,14 +96,18 @@ void CudaPlatform::EnablePeerAccess() {
 }
 
 std::string CudaPlatform::Summary() const {
-  if (executors_.empty()) return absl::StrCat("0 CUDA devices: ", reason_);
+  // Library code does not print: a call log that was asked for and is off is said here.
+  const absl::Status log = call_log::OpenStatus();
+  const std::string log_note = log.ok() ? "" : absl::StrCat("; ", log.message());
+  if (executors_.empty()) return absl::StrCat("0 CUDA devices: ", reason_, log_note);
   return absl::StrCat("CUDA driver ", VersionString(driver_->driver_version), " (",
                       driver_->driver_version, ", ", driver_->library, "), ", executors_.size(),
                       " device(s), kernels fatbin sm_90 + compute_80 PTX, green contexts ",
                       driver_->HasGreenContexts() ? "available" : "unavailable",
                       peer_errors_.empty() ? std::string()
                                            : absl::StrCat(", peer access not enabled for ",
-                                                          absl::StrJoin(peer_errors_, ", ")));
+                                                          absl::StrJoin(peer_errors_, ", ")),
+                      log_note);
 }
 
 absl::StatusOr<PhysicalDeviceInfo> CudaPlatform::Describe(int ordinal) {

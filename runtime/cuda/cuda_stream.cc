@@ -1,10 +1,9 @@
-#include "vgpu/runtime/cuda/cuda_executor.h"
-
 #include <cstring>
 #include <functional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "vgpu/runtime/cuda/cuda_executor.h"
 #include "vgpu/runtime/status.h"
 
 namespace vgpu::cuda {

@@ -23,9 +23,8 @@ absl::Status HostFaultInjector::Set(absl::string_view name, int64_t value) {
   } else if (name == "ignore_capacity") {
     faults_->ignore_capacity = value != 0;
   } else {
-    return absl::InvalidArgumentError(
-        absl::StrCat("unknown fault ", QuoteUserText(name), " (",
-                     absl::StrJoin(FaultNames(), ", "), ")"));
+    return absl::InvalidArgumentError(absl::StrCat("unknown fault ", QuoteUserText(name), " (",
+                                                   absl::StrJoin(FaultNames(), ", "), ")"));
   }
   return absl::OkStatus();
 }
@@ -39,9 +38,9 @@ absl::StatusOr<int64_t> HostFaultInjector::Get(absl::string_view name) const {
   if (name == "allocate_calls") return faults_->allocate_calls.load();
   if (name == "memcpy_calls") return faults_->memcpy_calls.load();
   if (name == "stream_calls") return faults_->stream_calls.load();
-  return absl::InvalidArgumentError(absl::StrCat(
-      "unknown fault or counter ", QuoteUserText(name), " (", absl::StrJoin(FaultNames(), ", "),
-      ", allocate_calls, memcpy_calls, stream_calls)"));
+  return absl::InvalidArgumentError(absl::StrCat("unknown fault or counter ", QuoteUserText(name),
+                                                 " (", absl::StrJoin(FaultNames(), ", "),
+                                                 ", allocate_calls, memcpy_calls, stream_calls)"));
 }
 
 }  // namespace vgpu

@@ -81,8 +81,7 @@ class HostPlatform : public Platform {
 
 // The registry's factory: the devices of VGPU_HOST_DEVICES in `settings`, then its
 // VGPU_HOST_FAULTS applied. InvalidArgument naming the setting when either is bad.
-absl::StatusOr<std::unique_ptr<HostPlatform>> CreateHostPlatform(
-    const SettingLookup& settings);
+absl::StatusOr<std::unique_ptr<HostPlatform>> CreateHostPlatform(const SettingLookup& settings);
 
 }  // namespace vgpu
 
