@@ -1,13 +1,6 @@
 #include "vgpu/runtime/nccl.h"
 
-#include <string>
-
 #include "absl/strings/str_cat.h"
-#include "vgpu/runtime/host/host_collectives.h"
-
-#if VGPU_HAVE_CUDA
-#include "vgpu/runtime/cuda/cuda_nccl.h"
-#endif
 
 namespace vgpu {
 
@@ -36,20 +29,8 @@ absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(
       }
     }
   }
-  const std::string platform = executors[0]->platform()->name();
-  // The host platform's simulated GPUs get the same contract from a host communicator.
-  if (platform == "host") return host::CreateHostCommunicator(executors);
-  if (platform != "cuda") {
-    return absl::UnimplementedError(absl::StrCat(
-        "NCCL needs the cuda platform; these executors are on the ", platform, " platform"));
-  }
-#if VGPU_HAVE_CUDA
-  return cuda::CreateNcclCommunicator(executors);
-#else
-  return absl::UnimplementedError(
-      "NCCL is unavailable: vgpu was built without CUDA support (VGPU_WITH_CUDA=OFF or no "
-      "toolkit at build time)");
-#endif
+  // Each platform makes its own (NCCL on cuda; the host communicator on host).
+  return executors[0]->platform()->CreateCommunicator(executors);
 }
 
 }  // namespace vgpu

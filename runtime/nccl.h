@@ -38,9 +38,9 @@ class NcclCommunicator {
   virtual ~NcclCommunicator() = default;
 
   // One rank per executor, in order. InvalidArgument for an empty list, a null executor,
-  // executors of different platforms or the same device twice; Unimplemented on a platform
-  // other than cuda and host, or cuda in a build without CUDA; FailedPrecondition when libnccl
-  // cannot be loaded.
+  // executors of different platforms or the same device twice; then the platform's
+  // Platform::CreateCommunicator: Unimplemented on a platform without collectives;
+  // FailedPrecondition on cuda when libnccl cannot be loaded.
   static absl::StatusOr<std::unique_ptr<NcclCommunicator>> Create(
       absl::Span<Executor* const> executors);
 

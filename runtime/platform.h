@@ -27,6 +27,8 @@
 namespace vgpu {
 
 class Executor;
+class FaultInjector;     // runtime/fault_injector.h
+class NcclCommunicator;  // runtime/nccl.h
 class Platform;
 
 struct PhysicalDeviceInfo {
@@ -190,6 +192,8 @@ class Executor {
   virtual absl::Status Map(void* va, uint64_t bytes, PhysicalMemoryHandle handle,
                            uint64_t offset) = 0;
   virtual absl::Status Unmap(void* va, uint64_t bytes) = 0;
+  // Whether the calls above work on this device (the vmm allocator needs them).
+  virtual bool HasVirtualMemory() { return VirtualMemoryGranularity().ok(); }
 
   // Streams, SM partitions, events.
   // {least, greatest} priority; greatest <= least numerically (CUDA: {0, -5}).
@@ -229,15 +233,34 @@ class Platform {
   virtual std::string Summary() const = 0;
   virtual absl::StatusOr<PhysicalDeviceInfo> Describe(int ordinal) = 0;
   virtual absl::StatusOr<Executor*> GetExecutor(int ordinal) = 0;
+
+  // Capabilities, asked of the platform as Blas and Kernels are of an executor; each is
+  // Unimplemented (or a no-op) where the platform has none.
+
+  // Whether CreateCommunicator can make collectives here at all (the all-reduce choice asks;
+  // creating one may still fail at run time, e.g. when libnccl cannot be loaded).
+  virtual bool HasCommunicator() const { return false; }
+  // A communicator with one rank per executor; NcclCommunicator::Create checks the executors
+  // (distinct devices of this platform) and then calls this.
+  virtual absl::StatusOr<std::unique_ptr<NcclCommunicator>> CreateCommunicator(
+      absl::Span<Executor* const> executors);
+  // Threads the platform's host-side BLAS uses per call (process-wide). Callers that run
+  // several streams' gemms at once lower it so the streams do not oversubscribe the cores.
+  // No-op where BLAS runs on the device.
+  virtual void SetBlasThreads(int threads) {}
+  // Fault injection for reliability tests (runtime/fault_injector.h).
+  virtual absl::StatusOr<FaultInjector*> GetFaultInjector();
 };
 
-// Process-wide platforms, created on first use and never destroyed.
-// "host": configured from VGPU_HOST_DEVICES; "cuda": the Driver API (0 devices with a reason
-// when there is no driver or GPU). A bad VGPU_HOST_DEVICES is InvalidArgument.
+// Process-wide platforms from the registry (runtime/platform_registry.h), created on first
+// use from the environment and never destroyed. "host": configured from VGPU_HOST_DEVICES and
+// VGPU_HOST_FAULTS; "cuda": the Driver API (0 devices with a reason when there is no driver or
+// GPU). A bad setting is InvalidArgument, as is an unknown name.
 absl::StatusOr<Platform*> GetPlatform(absl::string_view name);
-// VGPU_PLATFORM=auto|cuda|host (default auto: cuda when it has a device, else host).
+// VGPU_PLATFORM=auto|<a registered name> (default auto).
 absl::StatusOr<Platform*> DefaultPlatform();
-// The "auto" rule alone, whatever VGPU_PLATFORM says: cuda when it has a device, else host.
+// The "auto" rule alone, whatever VGPU_PLATFORM says: the highest-priority registered platform
+// that has a device (cuda when it has one, else host).
 absl::StatusOr<Platform*> AutoPlatform();
 
 }  // namespace vgpu

@@ -54,7 +54,9 @@ AllReduceAlgorithm ChooseAllReduceAlgorithm(absl::Span<const DeviceTopology> dev
     if (key.first != platform) return AllReduceAlgorithm::kViaHost;
   }
   // NCCL on cuda; on host, the host communicator with NCCL's contract (runtime/nccl.h).
-  if (platform != "cuda" && platform != "host") return AllReduceAlgorithm::kViaHost;
+  for (const DeviceTopology& d : devices) {
+    if (!d.has_communicator) return AllReduceAlgorithm::kViaHost;
+  }
   bool one_each = std::all_of(per_physical.begin(), per_physical.end(),
                               [](const auto& kv) { return kv.second == 1; });
   return one_each ? AllReduceAlgorithm::kNccl : AllReduceAlgorithm::kHierarchical;
@@ -66,7 +68,9 @@ AllReduceAlgorithm ChooseAllReduceAlgorithm(absl::Span<LogicalDevice* const> dev
     if (d == nullptr || !d->is_gpu() || d->executor() == nullptr) {
       return AllReduceAlgorithm::kViaHost;
     }
-    topo.push_back({true, d->executor()->platform()->name(), d->executor()->ordinal()});
+    const Platform* platform = d->executor()->platform();
+    topo.push_back(
+        {true, platform->name(), d->executor()->ordinal(), platform->HasCommunicator()});
   }
   return ChooseAllReduceAlgorithm(topo);
 }

@@ -47,6 +47,8 @@ struct DeviceTopology {
   bool is_gpu = true;
   std::string platform;  // "cuda", "host"
   int physical = 0;      // physical ordinal
+  // Platform::HasCommunicator: NCCL on cuda, the host communicator on host.
+  bool has_communicator = true;
 };
 AllReduceAlgorithm ChooseAllReduceAlgorithm(absl::Span<const DeviceTopology> devices);
 

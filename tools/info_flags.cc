@@ -1,11 +1,12 @@
 #include "vgpu/tools/info_flags.h"
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "absl/strings/str_cat.h"
 #include "vgpu/devices/config.h"
-#include "vgpu/runtime/host/host_platform.h"
+#include "vgpu/runtime/platform_registry.h"
 #include "vgpu/runtime/status.h"
 #include "vgpu/tools/flags.h"
 
@@ -79,7 +80,16 @@ absl::StatusOr<InfoFlags> ParseInfoFlags(const std::vector<std::string>& args) {
       .Path("--memory-history", &f.history_path, "with --selftest: the memory history")
       .Enum("--platform", &f.platform, {"host", "cuda", "auto"}, "VGPU_PLATFORM")
       .String("--host-devices", &host_devices, "SPEC", "VGPU_HOST_DEVICES",
-              [](absl::string_view v) { return vgpu::ParseHostDevices(v).status(); })
+              [](absl::string_view v) {
+                // The host platform parses its own setting: make one from it alone.
+                return vgpu::CreatePlatform("host",
+                                            [v](absl::string_view name) {
+                                              return name == "VGPU_HOST_DEVICES"
+                                                         ? std::optional<std::string>(v)
+                                                         : std::nullopt;
+                                            })
+                    .status();
+              })
       .RuntimeSettings(&f.settings);
   VGPU_ASSIGN_OR_RETURN(vgpu::flags::ParseResult r, fs.Parse(args));
   if (r.help) {

@@ -24,7 +24,6 @@
 #include "vgpu/devices/config.h"
 #include "vgpu/devices/runtime.h"
 #include "vgpu/runtime/bytes.h"
-#include "vgpu/runtime/host/host_platform.h"
 #include "vgpu/runtime/json.h"
 #include "vgpu/runtime/numbers.h"
 #include "vgpu/runtime/platform.h"
@@ -36,43 +35,6 @@ namespace {
 int Usage(const std::string& why) {
   std::fprintf(stderr, "vgpu-info: %s\n%s", why.c_str(), vgpu_info::InfoUsage());
   return vgpu::flags::kExitUsage;
-}
-
-// VGPU_HOST_FAULTS="name=value,...": applied to the host platform only.
-absl::Status ApplyHostFaults(vgpu::Platform* p) {
-  const char* spec = std::getenv("VGPU_HOST_FAULTS");
-  if (spec == nullptr || *spec == '\0') return absl::OkStatus();
-  auto* host = dynamic_cast<vgpu::HostPlatform*>(p);
-  if (host == nullptr) return absl::OkStatus();  // only the simulation has faults
-  vgpu::HostFaultInjection& f = host->faults();
-  for (absl::string_view item : absl::StrSplit(spec, ',', absl::SkipWhitespace())) {
-    std::vector<std::string> kv = absl::StrSplit(item, absl::MaxSplits('=', 1));
-    absl::StatusOr<int64_t> n =
-        kv.size() == 2 ? vgpu::ParseInt64(kv[1]) : absl::InvalidArgumentError("no value");
-    if (!n.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat("VGPU_HOST_FAULTS=", vgpu::flags::Quote(spec),
-                                                     ": ", vgpu::flags::Quote(item),
-                                                     " is not NAME=NUMBER"));
-    }
-    const int64_t v = *n;
-    if (kv[0] == "corrupt_memcpy_at") {
-      f.corrupt_memcpy_at = v;
-    } else if (kv[0] == "fail_memcpy_at") {
-      f.fail_memcpy_at = v;
-    } else if (kv[0] == "fail_allocate_at") {
-      f.fail_allocate_at = v;
-    } else if (kv[0] == "fail_stream_at") {
-      f.fail_stream_at = v;
-    } else if (kv[0] == "ignore_capacity") {
-      f.ignore_capacity = v != 0;
-    } else {
-      return absl::InvalidArgumentError(
-          absl::StrCat("VGPU_HOST_FAULTS: unknown fault \"", kv[0],
-                       "\" (corrupt_memcpy_at, fail_memcpy_at, fail_allocate_at, fail_stream_at, "
-                       "ignore_capacity)"));
-    }
-  }
-  return absl::OkStatus();
 }
 
 // Runtime::Create failed on a configuration that validated: a device that failed at run time
@@ -145,10 +107,6 @@ int main(int argc, char** argv) {
                                                  : vgpu::GetPlatform(platform_name);
   if (!platform.ok()) {
     std::fprintf(stderr, "vgpu-info: %s\n", std::string(platform.status().message()).c_str());
-    return 2;
-  }
-  if (absl::Status f = ApplyHostFaults(*platform); !f.ok()) {
-    std::fprintf(stderr, "vgpu-info: %s\n", std::string(f.message()).c_str());
     return 2;
   }
   vgpu::Platform* p = *platform;

@@ -33,7 +33,6 @@
 #include "vgpu/devices/config.h"
 #include "vgpu/devices/runtime.h"
 #include "vgpu/runtime/bytes.h"
-#include "vgpu/runtime/host/host_kernels.h"
 #include "vgpu/runtime/json.h"
 #include "vgpu/runtime/platform.h"
 #include "vgpu/runtime/status.h"
@@ -238,7 +237,7 @@ absl::StatusOr<RunResult> Train(const Flags& f, const std::string& which, Device
   o.optimizer.lr = f.lr;
   o.global_batch = f.batch;
   o.seed = f.seed;
-  SetHostBlasThreads(blas_threads);
+  d.runtime->platform()->SetBlasThreads(blas_threads);
   RunPeak peak(d.runtime->devices());
   VGPU_ASSIGN_OR_RETURN(std::unique_ptr<Strategy> s, MakeStrategy(f, which, d, o));
   if (!f.quiet) {

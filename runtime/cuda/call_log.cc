@@ -4,32 +4,44 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 
 namespace vgpu::cuda::call_log {
 namespace {
 
-// The log's file descriptor, -1 when off. Opened once, never closed: wrapped functions may
-// run on library threads until the process exits.
-int LogFd() {
-  static const int fd = [] {
+struct Log {
+  int fd = -1;          // -1 when off
+  absl::Status status;  // why a log that was asked for is off
+};
+
+// The log, opened once and never closed: wrapped functions may run on library threads until
+// the process exits.
+const Log& GetLog() {
+  static const Log log = [] {
+    Log l;
     const char* path = std::getenv(kCallLogEnv);
-    if (path == nullptr || *path == '\0') return -1;
-    int f = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-    if (f < 0) {
-      std::fprintf(stderr, "vgpu: %s=%s cannot be opened (%s); no call log\n", kCallLogEnv, path,
-                   std::strerror(errno));
+    if (path == nullptr || *path == '\0') return l;
+    l.fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (l.fd < 0) {
+      l.status = absl::FailedPreconditionError(absl::StrCat(
+          kCallLogEnv, "=", path, " cannot be opened (", std::strerror(errno), "); no call log"));
     }
-    return f;
+    return l;
   }();
-  return fd;
+  return log;
 }
+
+int LogFd() { return GetLog().fd; }
 
 }  // namespace
 
 bool Enabled() { return LogFd() >= 0; }
+
+absl::Status OpenStatus() { return GetLog().status; }
 
 void WriteLine(absl::string_view line) {
   const int fd = LogFd();

@@ -26,6 +26,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 
@@ -38,9 +39,12 @@ inline constexpr char kCallLogEnv[] = "VGPU_CUDA_CALL_LOG";
 // can be logged; further ones are handed out unwrapped.
 inline constexpr int kSlotsPerEntryPoint = 8;
 
-// True when VGPU_CUDA_CALL_LOG names a file that could be opened (read once per process;
-// an unwritable file is reported once on stderr and the log stays off).
+// True when VGPU_CUDA_CALL_LOG names a file that could be opened (read once per process; an
+// unwritable file leaves the log off, and OpenStatus says why).
 bool Enabled();
+// FailedPrecondition naming the file when VGPU_CUDA_CALL_LOG is set but cannot be opened;
+// OK otherwise. The cuda platform's Summary() reports it.
+absl::Status OpenStatus();
 
 // Appends `line` and a newline to the log as one write; no-op when the log is off.
 void WriteLine(absl::string_view line);

@@ -231,6 +231,8 @@ absl::StatusOr<std::unique_ptr<CudaDriver>> LoadCudaDriver(const std::string& li
   return driver;
 }
 
+std::string VersionString(int v) { return absl::StrCat(v / 1000, ".", (v % 1000) / 10); }
+
 std::string CuResultName(CUresult result) {
   if (PFN_cuGetErrorName_v6000 fn = g_error_name.load(); fn != nullptr) {
     const char* name = nullptr;

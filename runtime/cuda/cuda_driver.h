@@ -141,6 +141,8 @@ absl::StatusOr<std::unique_ptr<CudaDriver>> LoadCudaDriver(const std::string& li
 // "CUDA_ERROR_OUT_OF_MEMORY" etc.: from the loaded driver when there is one, else a built-in
 // table (so errors read the same without a driver); "CUresult <n>" for unknown codes.
 std::string CuResultName(CUresult result);
+// A driver version as cuDriverGetVersion gives it (12040), as people write it ("12.4").
+std::string VersionString(int version);
 
 // "CUBLAS_STATUS_NOT_SUPPORTED (15)", "ncclInvalidUsage (5)": a result as the call log and
 // the error messages write it (also for codes this build does not know).

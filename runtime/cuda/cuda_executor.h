@@ -1,5 +1,6 @@
-// The cuda platform's classes, shared by the files of runtime/cuda (platform, BLAS, kernels,
-// NCCL). Internal: includes cuda.h; nothing outside runtime/cuda may include it.
+// The cuda platform's classes, shared by the files of runtime/cuda, one class per file:
+// cuda_context.cc (ScopedContext), cuda_event.cc, cuda_stream.cc, cuda_executor.cc,
+// cuda_memory_pool.cc, cuda_platform.cc, cuda_blas.cc, cuda_kernels.cc, cuda_nccl.cc. Internal: includes cuda.h; nothing outside runtime/cuda may include it.
 //
 // Every driver call runs inside a ScopedContext: the right context (the device's primary
 // context, or a stream's green context) is pushed for the call and the caller's own current
@@ -32,9 +33,15 @@ namespace vgpu::cuda {
 class CudaExecutor;
 class CudaPlatform;
 
+inline CUdeviceptr Dptr(const void* p) { return reinterpret_cast<CUdeviceptr>(p); }
+inline void* Vptr(CUdeviceptr p) { return reinterpret_cast<void*>(p); }
+
 // True on a thread while it runs a function of Stream::LaunchHostFunc. cuda.h forbids CUDA
 // calls there (cuLaunchHostFunc), so ScopedContext refuses them and releases are deferred.
 bool InHostCallback();
+// The cuLaunchHostFunc callback of CudaStream::LaunchHostFunc: runs and deletes the
+// std::function<void()>* `data`, with InHostCallback() true meanwhile.
+void CUDA_CB RunHostFunction(void* data);
 
 // Makes `ctx` current for a scope and restores the caller's context when the scope ends:
 // cuCtxPushCurrent only when the current context differs, cuCtxPopCurrent on exit. status()
@@ -205,7 +212,7 @@ class CudaExecutor : public Executor {
 
   absl::StatusOr<Blas*> GetBlas() override;
   absl::StatusOr<Kernels*> GetKernels() override;
-  // cuMemPoolCreate on this device (see cuda_platform.cc's CudaMemoryPool).
+  // cuMemPoolCreate on this device (see cuda_memory_pool.cc).
   absl::StatusOr<std::unique_ptr<MemoryPool>> CreateMemoryPool(
       const MemoryPoolOptions& options) override;
 
@@ -313,6 +320,10 @@ class CudaPlatform : public Platform {
   std::string Summary() const override;
   absl::StatusOr<PhysicalDeviceInfo> Describe(int ordinal) override;
   absl::StatusOr<Executor*> GetExecutor(int ordinal) override;
+  // NCCL (runtime/cuda/cuda_nccl.h), loaded when the first communicator is made.
+  bool HasCommunicator() const override { return true; }
+  absl::StatusOr<std::unique_ptr<NcclCommunicator>> CreateCommunicator(
+      absl::Span<Executor* const> executors) override;
 
   // The executor of a CUDA device ordinal (as cuPointerGetAttribute reports), or nullptr.
   CudaExecutor* ExecutorForDevice(int cuda_ordinal) const;
@@ -327,8 +338,10 @@ class CudaPlatform : public Platform {
   std::vector<std::unique_ptr<CudaExecutor>> executors_;
 };
 
-// In cuda_blas.cc / cuda_kernels.cc.
+// In cuda_blas.cc / cuda_kernels.cc / cuda_memory_pool.cc.
 absl::StatusOr<std::unique_ptr<Blas>> CreateCudaBlas(CudaExecutor* executor);
+// Takes ownership of `pool` (made by CudaExecutor::CreateMemoryPool).
+std::unique_ptr<MemoryPool> CreateCudaMemoryPool(CudaExecutor* executor, CUmemoryPool pool);
 std::unique_ptr<Kernels> CreateCudaKernels(CudaExecutor* executor);
 
 }  // namespace vgpu::cuda

@@ -1,6 +1,6 @@
 // The cuda side of runtime/nccl.h: libnccl.so.2 loaded with dlopen, ncclCommInitAll over the
-// executors' devices, all-reduce in a ncclGroupStart/End. Needs no CUDA header, so
-// runtime/nccl.cc can include it. Thread safety: as runtime/nccl.h.
+// executors' devices, all-reduce in a ncclGroupStart/End; CudaPlatform::CreateCommunicator
+// calls it. Thread safety: as runtime/nccl.h.
 #ifndef VGPU_RUNTIME_CUDA_CUDA_NCCL_H_
 #define VGPU_RUNTIME_CUDA_CUDA_NCCL_H_
 

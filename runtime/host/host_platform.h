@@ -3,14 +3,14 @@
 // asynchronous streams with events, virtual memory with granules), so code tested here
 // behaves the same on a GPU.
 //
-// Configured by VGPU_HOST_DEVICES: "2x16GiB" (two devices of 16 GiB), "16GiB,8GiB", or unset
-// (one 8 GiB device).
+// Registered as "host" (priority 0: "auto" takes it when no other platform has a device) and
+// configured by VGPU_HOST_DEVICES: "2x16GiB" (two devices of 16 GiB), "16GiB,8GiB", or unset
+// (one 8 GiB device), and VGPU_HOST_FAULTS (runtime/host/host_faults.h).
 //
 // Thread safety: as in runtime/platform.h; every class here is safe from any thread.
 #ifndef VGPU_RUNTIME_HOST_HOST_PLATFORM_H_
 #define VGPU_RUNTIME_HOST_HOST_PLATFORM_H_
 
-#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -19,7 +19,9 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
+#include "vgpu/runtime/host/host_faults.h"
 #include "vgpu/runtime/platform.h"
+#include "vgpu/runtime/platform_registry.h"
 
 namespace vgpu {
 
@@ -32,24 +34,6 @@ inline constexpr uint64_t kHostVmmGranularity = uint64_t{2} << 20;
 inline constexpr uint64_t kHostMaxDeviceBytes = uint64_t{64} << 40;
 inline constexpr uint64_t kHostMaxTotalBytes = uint64_t{64} << 40;
 inline constexpr size_t kHostMaxDevices = 64;
-
-// Fault injection for reliability tests. Counters are 1-based: "fail the k-th call"; 0 means
-// never. Shared by all executors of the platform and safe to change while running.
-struct HostFaultInjection {
-  std::atomic<int64_t> fail_allocate_at{0};   // k-th Executor::Allocate/CreatePhysicalMemory
-  std::atomic<int64_t> fail_memcpy_at{0};     // k-th memcpy fails with Internal
-  std::atomic<int64_t> corrupt_memcpy_at{0};  // k-th memcpy flips a byte and "succeeds"
-  std::atomic<int64_t> fail_stream_at{0};     // k-th CreateStream fails
-  std::atomic<bool> ignore_capacity{false};   // Allocate ignores the simulated capacity
-  // Simulates a kernel that does not align large mappings: the raw mmap behind
-  // ReserveAddressRange lands this many bytes (rounded down to a page, modulo the granule)
-  // past a granule boundary. ReserveAddressRange must still return aligned ranges.
-  std::atomic<uint64_t> misalign_reservations_by{0};
-  // Counters (read-only for users).
-  std::atomic<int64_t> allocate_calls{0};
-  std::atomic<int64_t> memcpy_calls{0};
-  std::atomic<int64_t> stream_calls{0};
-};
 
 struct HostPlatformOptions {
   std::vector<uint64_t> device_bytes = {kHostDefaultDeviceBytes};
@@ -78,13 +62,26 @@ class HostPlatform : public Platform {
   absl::StatusOr<PhysicalDeviceInfo> Describe(int ordinal) override;
   absl::StatusOr<Executor*> GetExecutor(int ordinal) override;
 
+  // The host communicator (runtime/host/host_collectives.h), OpenBLAS's threads and the
+  // faults below.
+  bool HasCommunicator() const override { return true; }
+  absl::StatusOr<std::unique_ptr<NcclCommunicator>> CreateCommunicator(
+      absl::Span<Executor* const> executors) override;
+  void SetBlasThreads(int threads) override;
+  absl::StatusOr<FaultInjector*> GetFaultInjector() override { return &fault_injector_; }
+
   HostFaultInjection& faults() { return faults_; }
 
  private:
   HostPlatform() = default;
   HostFaultInjection faults_;
+  HostFaultInjector fault_injector_{&faults_};
   std::vector<std::unique_ptr<Executor>> executors_;
 };
+
+// The registry's factory: the devices of VGPU_HOST_DEVICES in `settings`, then its
+// VGPU_HOST_FAULTS applied. InvalidArgument naming the setting when either is bad.
+absl::StatusOr<std::unique_ptr<HostPlatform>> CreateHostPlatform(const SettingLookup& settings);
 
 }  // namespace vgpu
 

@@ -1,0 +1,155 @@
+#include <map>
+#include <memory>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "vgpu/runtime/host/host_internal.h"
+#include "vgpu/runtime/host/host_platform.h"
+#include "vgpu/runtime/status.h"
+
+namespace vgpu::host {
+namespace {
+
+// ---------------------------------------------------------------------------------------------
+// A simulated stream-ordered pool (the driver's cuMemPool): blocks are Executor::Allocate
+// calls, so they count against the card's capacity. A freed block is cached for reuse only when
+// its stream reaches the free (a task queued there), as the driver does across streams; the
+// driver may reuse sooner on the same stream, which this conservative version never needs.
+// State is shared with the queued tasks so that a pool destroyed before its frees land is safe.
+class HostMemoryPool : public MemoryPool {
+ public:
+  HostMemoryPool(Executor* executor, const MemoryPoolOptions& options)
+      : state_(std::make_shared<State>()) {
+    state_->executor = executor;
+    state_->release_threshold = options.release_threshold;
+  }
+  ~HostMemoryPool() override {
+    absl::MutexLock l(&state_->mu);
+    state_->destroyed = true;
+    // Live blocks go too (the allocator frees everything first); pending frees free theirs
+    // when they land.
+    for (auto& [size, p] : state_->cached) state_->executor->Free(p).IgnoreError();
+    for (auto& [p, size] : state_->live) state_->executor->Free(p).IgnoreError();
+    state_->cached.clear();
+    state_->live.clear();
+  }
+
+  absl::StatusOr<void*> AllocateAsync(uint64_t bytes, Stream* stream) override {
+    if (bytes == 0) return absl::InvalidArgumentError("host memory pool: AllocateAsync of 0 bytes");
+    VGPU_RETURN_IF_ERROR(CheckStream(stream, "AllocateAsync"));
+    uint64_t size = 0;
+    if (!RoundUpChecked(bytes, kPage, &size)) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("host memory pool: out of memory allocating ", bytes, " bytes"));
+    }
+    {
+      absl::MutexLock l(&state_->mu);
+      // Best fit, but never a block over twice the size: a small request must not pin a
+      // large cached block that a large one will want.
+      auto it = state_->cached.lower_bound(size);
+      if (it != state_->cached.end() && it->first / 2 <= size) {
+        void* p = it->second;
+        state_->live[p] = it->first;
+        state_->used += it->first;
+        state_->cached.erase(it);
+        return p;
+      }
+    }
+    VGPU_ASSIGN_OR_RETURN(void* p, state_->executor->Allocate(size));
+    absl::MutexLock l(&state_->mu);
+    state_->reserved += size;
+    state_->used += size;
+    state_->live[p] = size;
+    return p;
+  }
+
+  absl::Status FreeAsync(void* ptr, Stream* stream) override {
+    VGPU_RETURN_IF_ERROR(CheckStream(stream, "FreeAsync"));
+    uint64_t size = 0;
+    {
+      absl::MutexLock l(&state_->mu);
+      auto it = state_->live.find(ptr);
+      if (it == state_->live.end()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "host memory pool: FreeAsync of ", absl::Hex(reinterpret_cast<uintptr_t>(ptr)),
+            ", which is not a live allocation of this pool (double free or foreign pointer)"));
+      }
+      size = it->second;
+      state_->used -= size;
+      state_->live.erase(it);
+    }
+    std::shared_ptr<State> state = state_;
+    absl::Status queued = EnqueueHostTask(stream, [state, ptr, size] {
+      state->Land(ptr, size);
+      return absl::OkStatus();
+    });
+    if (!queued.ok()) {
+      // A failed stream runs no more work: once drained, nothing can touch the block.
+      stream->Synchronize().IgnoreError();
+      state->Land(ptr, size);
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status TrimTo(uint64_t bytes_to_keep) override {
+    absl::MutexLock l(&state_->mu);
+    state_->ReleaseCachedLocked(bytes_to_keep);
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<MemoryPoolStats> Stats() override {
+    absl::MutexLock l(&state_->mu);
+    return MemoryPoolStats{state_->reserved, state_->used};
+  }
+
+ private:
+  struct State {
+    absl::Mutex mu;
+    Executor* executor = nullptr;  // set before the pool is shared
+    uint64_t release_threshold = 0;
+    bool destroyed ABSL_GUARDED_BY(mu) = false;
+    uint64_t reserved ABSL_GUARDED_BY(mu) = 0;                      // live + cached + pending frees
+    uint64_t used ABSL_GUARDED_BY(mu) = 0;                          // live
+    std::multimap<uint64_t, void*> cached ABSL_GUARDED_BY(mu);      // size -> block
+    absl::flat_hash_map<void*, uint64_t> live ABSL_GUARDED_BY(mu);  // block -> size
+
+    // A free reached its place in the stream: cache the block (or free it when the pool is
+    // gone), then honour the release threshold.
+    void Land(void* p, uint64_t size) ABSL_LOCKS_EXCLUDED(mu) {
+      absl::MutexLock l(&mu);
+      if (destroyed) {
+        executor->Free(p).IgnoreError();
+        return;
+      }
+      cached.emplace(size, p);
+      if (reserved > release_threshold) ReleaseCachedLocked(release_threshold);
+    }
+    void ReleaseCachedLocked(uint64_t keep) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+      while (reserved > keep && !cached.empty()) {
+        auto largest = std::prev(cached.end());
+        executor->Free(largest->second).IgnoreError();
+        reserved -= largest->first;
+        cached.erase(largest);
+      }
+    }
+  };
+  absl::Status CheckStream(Stream* stream, absl::string_view what) const {
+    if (stream == nullptr || stream->executor() != state_->executor) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "host memory pool: ", what, ": the stream does not belong to this pool's device"));
+    }
+    return absl::OkStatus();
+  }
+
+  std::shared_ptr<State> state_;
+};
+
+}  // namespace
+
+std::unique_ptr<MemoryPool> CreateHostMemoryPool(Executor* executor,
+                                                 const MemoryPoolOptions& options) {
+  return std::make_unique<HostMemoryPool>(executor, options);
+}
+
+}  // namespace vgpu::host
