@@ -29,7 +29,7 @@ class CentralStorageStrategy : public Strategy {
       LogicalDevice* cpu, std::vector<LogicalDevice*> gpus, const StrategyOptions& options);
   ~CentralStorageStrategy() override;
 
-  std::string name() const override { return "central-storage"; }
+  StrategyKind kind() const override { return StrategyKind::kCentralStorage; }
   std::vector<LogicalDevice*> devices() const override;
   absl::Status Step(const float* x, const int32_t* y, int rows) override;
   absl::StatusOr<StepTotals> Flush() override;

@@ -37,7 +37,9 @@ class MirroredStrategy : public Strategy {
       AllReduceAlgorithm algorithm = AllReduceAlgorithm::kAuto);
   ~MirroredStrategy() override;
 
-  std::string name() const override { return replicas_.size() == 1 ? "single" : "mirrored"; }
+  StrategyKind kind() const override {
+    return replicas_.size() == 1 ? StrategyKind::kSingle : StrategyKind::kMirrored;
+  }
   std::vector<LogicalDevice*> devices() const override { return devices_; }
   absl::Status Step(const float* x, const int32_t* y, int rows) override;
   absl::StatusOr<StepTotals> Flush() override;

@@ -67,7 +67,7 @@ class ModelParallelStrategy : public Strategy {
       std::vector<LogicalDevice*> devices, const StrategyOptions& options,
       const PlacementOptions& placement);
 
-  std::string name() const override { return "model-parallel"; }
+  StrategyKind kind() const override { return StrategyKind::kModelParallel; }
   std::vector<LogicalDevice*> devices() const override;
   absl::Status Step(const float* x, const int32_t* y, int rows) override;
   absl::StatusOr<StepTotals> Flush() override;

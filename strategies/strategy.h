@@ -12,11 +12,22 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "vgpu/devices/logical_device.h"
 #include "vgpu/strategies/nn.h"
 
 namespace vgpu {
 namespace strategies {
+
+// The strategies vgpu-train offers; "single" is MirroredStrategy on one device.
+enum class StrategyKind { kSingle, kMirrored, kModelParallel, kCentralStorage };
+// "single", "mirrored", "model-parallel", "central-storage".
+absl::string_view StrategyKindName(StrategyKind kind);
+// The inverse of StrategyKindName (case-insensitive); InvalidArgument naming the text and the
+// choices otherwise.
+absl::StatusOr<StrategyKind> ParseStrategyKind(absl::string_view text);
+// Every kind, in the order above (for usage text and tests).
+const std::vector<StrategyKind>& AllStrategyKinds();
 
 struct StrategyOptions {
   MlpSpec spec;
@@ -38,7 +49,8 @@ struct StepTotals {
 class Strategy {
  public:
   virtual ~Strategy() = default;
-  virtual std::string name() const = 0;
+  virtual StrategyKind kind() const = 0;
+  std::string name() const { return std::string(StrategyKindName(kind())); }
   virtual std::vector<LogicalDevice*> devices() const = 0;
   // Enqueues one step on `rows` examples (x: rows x inputs row-major, y: labels). The host
   // memory must stay valid until Flush() returns.
