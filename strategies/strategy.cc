@@ -36,11 +36,21 @@ absl::StatusOr<StrategyKind> ParseStrategyKind(absl::string_view text) {
   for (const KindName& k : kKindNames) {
     if (k.name == lower) return k.kind;
   }
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown strategy '", text, "'; use ",
-                   absl::StrJoin(kKindNames, ", ", [](std::string* out, const KindName& k) {
-                     absl::StrAppend(out, k.name);
-                   })));
+  return absl::InvalidArgumentError(absl::StrCat(
+      "unknown strategy '", text, "'; use ",
+      absl::StrJoin(kKindNames, ", ",
+                    [](std::string* out, const KindName& k) { absl::StrAppend(out, k.name); })));
+}
+
+absl::Status CheckModel(const StrategyOptions& options, absl::string_view strategy) {
+  if (options.model == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(strategy, ": StrategyOptions::model is null"));
+  }
+  absl::Status valid = options.model->Validate();
+  if (!valid.ok()) {
+    return absl::Status(valid.code(), absl::StrCat(strategy, ": ", valid.message()));
+  }
+  return absl::OkStatus();
 }
 
 const std::vector<StrategyKind>& AllStrategyKinds() {

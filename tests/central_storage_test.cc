@@ -11,6 +11,7 @@
 #include "vgpu/runtime/host/host_platform.h"
 #include "vgpu/runtime/status_matchers.h"
 #include "vgpu/strategies/mirrored.h"
+#include "vgpu/strategies/nn.h"
 #include "vgpu/tests/testing_runtime.h"
 
 namespace vgpu::strategies {
@@ -31,7 +32,7 @@ TEST(CentralStorageTest, VariablesOnCpuAndEqualToOneDevice) {
   auto set = testing::CreateTestingRuntime(platform->get(), 0, std::vector<uint64_t>(4, 16 * kMiB));
   ASSERT_THAT(set.status(), IsOk());
   StrategyOptions o;
-  o.spec.sizes = {20, 16, 12, 5};
+  o.model = MakeMlp({20, 16, 12, 5});
   o.global_batch = 10;  // 3, 3, 2 over three replicas
   o.seed = 5;
   auto central = CentralStorageStrategy::Create(
@@ -40,7 +41,7 @@ TEST(CentralStorageTest, VariablesOnCpuAndEqualToOneDevice) {
   ASSERT_THAT(central.status(), IsOk());
   ASSERT_THAT(single.status(), IsOk());
   // The optimizer state lives on CPU:0: its allocator holds params, grads, m, v and staging.
-  const uint64_t param_bytes = o.spec.TotalParams() * 4;
+  const uint64_t param_bytes = o.model->TotalParams() * 4;
   EXPECT_GE((*set)->cpu()->allocator()->Stats().bytes_in_use, 4 * param_bytes);
   EXPECT_THAT((*central)->PlacementReport(),
               HasSubstr("variables and optimizer state on "
@@ -82,7 +83,7 @@ TEST(CentralStorageTest, Errors) {
   auto set = testing::CreateTestingRuntime(platform->get(), 0, {8 * kMiB});
   ASSERT_THAT(set.status(), IsOk());
   StrategyOptions o;
-  o.spec.sizes = {4, 3};
+  o.model = MakeMlp({4, 3});
   o.global_batch = 4;
   EXPECT_THAT(CentralStorageStrategy::Create(nullptr, (*set)->gpus(), o).status(),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("CPU:0")));

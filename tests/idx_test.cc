@@ -16,6 +16,7 @@
 #include "vgpu/runtime/host/host_platform.h"
 #include "vgpu/runtime/status_matchers.h"
 #include "vgpu/strategies/mirrored.h"
+#include "vgpu/strategies/nn.h"
 #include "vgpu/tests/testing_runtime.h"
 
 namespace vgpu::strategies {
@@ -208,6 +209,7 @@ TEST(IdxTest, FashionMnistSmoke) {
   auto set = testing::CreateTestingRuntime(platform->get(), 0, {256u << 20, 256u << 20});
   ASSERT_THAT(set.status(), IsOk());
   StrategyOptions o;
+  o.model = MakeMlp();
   o.global_batch = 128;
   o.seed = 1;
   auto m = MirroredStrategy::Create((*set)->gpus(), o);

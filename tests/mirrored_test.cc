@@ -13,6 +13,7 @@
 #include "vgpu/runtime/host/host_kernels.h"
 #include "vgpu/runtime/host/host_platform.h"
 #include "vgpu/runtime/status_matchers.h"
+#include "vgpu/strategies/nn.h"
 #include "vgpu/tests/testing_runtime.h"
 
 namespace vgpu::strategies {
@@ -103,7 +104,7 @@ class MirroredTest : public ::testing::Test {
 
 StrategyOptions SmallOptions(int batch) {
   StrategyOptions o;
-  o.spec.sizes = {32, 16, 16, 5};
+  o.model = MakeMlp({32, 16, 16, 5});
   o.global_batch = batch;
   o.seed = 7;
   return o;
@@ -142,6 +143,7 @@ TEST_P(MirroredAlgorithmTest, ReplicasBitwiseEqualAfterEveryStep) {
 // same seed; 4 replicas agree with one device to a relative 1e-4.
 TEST_P(MirroredAlgorithmTest, FourReplicasMatchOneDeviceOnTheSeedModel) {
   StrategyOptions o;
+  o.model = MakeMlp();
   o.global_batch = 256;
   o.seed = 42;
   auto one = MirroredStrategy::Create(Gpus(1), o);
@@ -161,7 +163,7 @@ TEST_P(MirroredAlgorithmTest, FourReplicasMatchOneDeviceOnTheSeedModel) {
   ASSERT_THAT(b.status(), IsOk());
   const double rel = RelativeDifference(*b, *a);
   EXPECT_LT(rel, 1e-4);
-  std::vector<float> init = GlorotUniformInit(o.spec, o.seed);
+  std::vector<float> init = o.model->InitialParams(o.seed);
   EXPECT_GT(RelativeDifference(*a, init), 1e-3) << "training did not move the weights";
   // And training worked: the loss went down on these separable data.
   auto t = (*four)->Evaluate(d.x.data(), d.y.data(), 256 * 5);
@@ -242,6 +244,7 @@ TEST_F(MirroredTest, OutOfMemoryNamesTheDevice) {
   auto small = testing::CreateTestingRuntime(platform_.get(), 0, {kMinLogicalDeviceBytes});
   ASSERT_THAT(small.status(), IsOk());
   StrategyOptions o;  // the seed model needs ~4 MiB
+  o.model = MakeMlp();
   EXPECT_THAT(MirroredStrategy::Create((*small)->gpus(), o).status(),
               StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("GPU:0")));
 }

@@ -13,6 +13,7 @@
 #include "vgpu/runtime/host/host_platform.h"
 #include "vgpu/runtime/status_matchers.h"
 #include "vgpu/strategies/mirrored.h"
+#include "vgpu/strategies/nn.h"
 #include "vgpu/tests/testing_runtime.h"
 
 namespace vgpu::strategies {
@@ -52,20 +53,21 @@ TEST_F(ModelParallelTest, RoundRobinAndExplicit) {
   MlpSpec spec;
   spec.sizes = {8, 8, 8, 8, 8, 4};  // 5 layers over 4 devices
   OptimizerOptions opt;
-  auto rr = PlaceLayers(spec, runtime_->gpus(), {PlacementPolicy::kRoundRobin, {}}, 16, opt, 8);
+  auto rr =
+      PlaceLayers(Mlp(spec), runtime_->gpus(), {PlacementPolicy::kRoundRobin, {}}, 16, opt, 8);
   ASSERT_THAT(rr.status(), IsOk());
   EXPECT_THAT(DeviceIds(*rr), ::testing::ElementsAre(0, 1, 2, 3, 0));
   PlacementOptions ex{PlacementPolicy::kExplicit,
                       {"GPU:3", "/device:GPU:2", "/gpu:2",
                        "/job:localhost/replica:0/task:0/device:GPU:0", "gpu:1"}};
-  auto e = PlaceLayers(spec, runtime_->gpus(), ex, 16, opt, 8);
+  auto e = PlaceLayers(Mlp(spec), runtime_->gpus(), ex, 16, opt, 8);
   ASSERT_THAT(e.status(), IsOk());
   EXPECT_THAT(DeviceIds(*e), ::testing::ElementsAre(3, 2, 2, 0, 1));
   ex.explicit_specs[4] = "GPU:9";
-  EXPECT_THAT(PlaceLayers(spec, runtime_->gpus(), ex, 16, opt, 8).status(),
+  EXPECT_THAT(PlaceLayers(Mlp(spec), runtime_->gpus(), ex, 16, opt, 8).status(),
               StatusIs(absl::StatusCode::kNotFound, HasSubstr("layer 4 asks for 'GPU:9'")));
   ex.explicit_specs.pop_back();
-  EXPECT_THAT(PlaceLayers(spec, runtime_->gpus(), ex, 16, opt, 8).status(),
+  EXPECT_THAT(PlaceLayers(Mlp(spec), runtime_->gpus(), ex, 16, opt, 8).status(),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("4 device specs")));
   EXPECT_TRUE(DeviceMatchesSpec(*runtime_->cpu(), "/cpu:0"));
   EXPECT_FALSE(DeviceMatchesSpec(*runtime_->gpus()[0], "CPU:0"));
@@ -76,7 +78,7 @@ TEST_F(ModelParallelTest, LeastLoadedBalancesParameterBytes) {
   spec.sizes = {100, 100, 10, 10, 10};  // layer 0 is heavy: others share the rest
   OptimizerOptions opt;
   std::vector<LogicalDevice*> two = {runtime_->gpus()[0], runtime_->gpus()[1]};
-  auto p = PlaceLayers(spec, two, {PlacementPolicy::kLeastLoaded, {}}, 4, opt, 1);
+  auto p = PlaceLayers(Mlp(spec), two, {PlacementPolicy::kLeastLoaded, {}}, 4, opt, 1);
   ASSERT_THAT(p.status(), IsOk());
   EXPECT_THAT(DeviceIds(*p), ::testing::ElementsAre(0, 1, 1, 1));
 }
@@ -85,20 +87,22 @@ TEST_F(ModelParallelTest, MemoryBalancedFillsInOrderAndFailsClearly) {
   MlpSpec spec;  // 784-256-256-10
   OptimizerOptions opt;
   // All of it fits GPU:0 (32 MiB): Accelerate-style filling keeps it there.
-  auto p = PlaceLayers(spec, runtime_->gpus(), {PlacementPolicy::kMemoryBalanced, {}}, 256, opt, 8);
+  auto p =
+      PlaceLayers(Mlp(spec), runtime_->gpus(), {PlacementPolicy::kMemoryBalanced, {}}, 256, opt, 8);
   ASSERT_THAT(p.status(), IsOk());
   EXPECT_THAT(DeviceIds(*p), ::testing::ElementsAre(0, 0, 0));
   // Small devices: layer 0 (~4.4 MiB with Adam state and activations) fills the first.
   auto small = testing::CreateTestingRuntime(platform_.get(), 0, {6 * kMiB, 6 * kMiB});
   ASSERT_THAT(small.status(), IsOk());
-  auto q = PlaceLayers(spec, (*small)->gpus(), {PlacementPolicy::kMemoryBalanced, {}}, 256, opt, 8);
+  auto q =
+      PlaceLayers(Mlp(spec), (*small)->gpus(), {PlacementPolicy::kMemoryBalanced, {}}, 256, opt, 8);
   ASSERT_THAT(q.status(), IsOk());
   EXPECT_THAT(DeviceIds(*q), ::testing::ElementsAre(0, 1, 1));
   // Too small for layer 0 anywhere: ResourceExhausted naming the layer and the device.
   auto tiny = testing::CreateTestingRuntime(platform_.get(), 0, {2 * kMiB, 2 * kMiB});
   ASSERT_THAT(tiny.status(), IsOk());
   EXPECT_THAT(
-      PlaceLayers(spec, (*tiny)->gpus(), {PlacementPolicy::kMemoryBalanced, {}}, 256, opt, 8)
+      PlaceLayers(Mlp(spec), (*tiny)->gpus(), {PlacementPolicy::kMemoryBalanced, {}}, 256, opt, 8)
           .status(),
       StatusIs(absl::StatusCode::kResourceExhausted,
                ::testing::AllOf(HasSubstr("layer 0 (784x256)"), HasSubstr("device:GPU:1"),
@@ -114,6 +118,7 @@ TEST_F(ModelParallelTest, MemoryBalancedFillsInOrderAndFailsClearly) {
 // the second device, and nothing is left allocated afterwards.
 TEST_F(ModelParallelTest, MemoryBalancedPlanFitsTheRealAllocations) {
   StrategyOptions o;  // the seed model, 784-256-256-10, batch 256, Adam
+  o.model = MakeMlp();
   o.global_batch = 256;
   auto devices = testing::CreateTestingRuntime(platform_.get(), 0, {6 * kMiB, 6 * kMiB});
   ASSERT_THAT(devices.status(), IsOk());
@@ -138,7 +143,7 @@ TEST_F(ModelParallelTest, MemoryBalancedPlanFitsTheRealAllocations) {
 
 TEST_F(ModelParallelTest, TrainsLikeOneDevice) {
   StrategyOptions o;
-  o.spec.sizes = {20, 16, 12, 5};
+  o.model = MakeMlp({20, 16, 12, 5});
   o.global_batch = 8;
   o.seed = 11;
   auto mp = ModelParallelStrategy::Create(runtime_->gpus(), o, {PlacementPolicy::kRoundRobin, {}});
@@ -181,7 +186,7 @@ TEST_F(ModelParallelTest, TrainsLikeOneDevice) {
 
 TEST_F(ModelParallelTest, ConsecutiveLayersOnOneDeviceShareAStage) {
   StrategyOptions o;
-  o.spec.sizes = {6, 5, 4, 3};
+  o.model = MakeMlp({6, 5, 4, 3});
   o.global_batch = 4;
   PlacementOptions p{PlacementPolicy::kExplicit, {"GPU:1", "GPU:1", "GPU:0"}};
   auto mp = ModelParallelStrategy::Create(runtime_->gpus(), o, p);

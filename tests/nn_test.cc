@@ -11,6 +11,7 @@
 #include "gtest/gtest.h"
 #include "vgpu/runtime/host/host_platform.h"
 #include "vgpu/runtime/status_matchers.h"
+#include "vgpu/strategies/stage_chain.h"
 #include "vgpu/strategies/tensor.h"
 #include "vgpu/tests/testing_runtime.h"
 
@@ -139,7 +140,7 @@ TEST_F(NnTest, GradientsMatchFloat64Reference) {
   const double want_loss = Reference(spec, params, x, y, rows, &want, &want_correct);
 
   for (int split : {1, 3}) {
-    std::vector<std::unique_ptr<MlpStage>> stages;
+    std::vector<std::unique_ptr<ModelStage>> stages;
     OptimizerOptions opt;
     for (int l = 0; l < 3;) {
       int last = split == 1 ? 3 : l + 1;
@@ -148,7 +149,7 @@ TEST_F(NnTest, GradientsMatchFloat64Reference) {
       stages.push_back(*std::move(s));
       l = last;
     }
-    auto chain = MlpChain::Create(std::move(stages));
+    auto chain = StageChain::Create(std::move(stages));
     ASSERT_THAT(chain.status(), IsOk());
     ASSERT_THAT((*chain)->LoadParams(params), IsOk());
     ASSERT_THAT((*chain)->Upload(x.data(), y.data(), rows), IsOk());
@@ -260,9 +261,9 @@ TEST_F(NnTest, StageAndChainErrors) {
   ASSERT_THAT(first.status(), IsOk());
   EXPECT_THAT((*first)->Loss(4, 1.0f, 0), StatusIs(absl::StatusCode::kFailedPrecondition));
   EXPECT_THAT((*first)->Forward(5), StatusIs(absl::StatusCode::kInvalidArgument));
-  std::vector<std::unique_ptr<MlpStage>> only_first;
+  std::vector<std::unique_ptr<ModelStage>> only_first;
   only_first.push_back(*std::move(first));
-  EXPECT_THAT(MlpChain::Create(std::move(only_first)).status(),
+  EXPECT_THAT(StageChain::Create(std::move(only_first)).status(),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("last layer")));
   EXPECT_GT(StageBytes(spec, 0, 2, 4, opt, 1),
             StageBytes(spec, 0, 2, 4, OptimizerOptions{OptimizerKind::kSgd}, 1));
