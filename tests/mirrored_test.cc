@@ -240,6 +240,21 @@ TEST_F(MirroredTest, Errors) {
   EXPECT_THAT((*m)->PlacementReport(), HasSubstr("replica 1 -> "));
 }
 
+// The strategy names have one table: every kind parses back from its name, and a bad name
+// lists the choices.
+TEST(StrategyKindTest, NamesRoundTrip) {
+  for (StrategyKind kind : AllStrategyKinds()) {
+    EXPECT_THAT(ParseStrategyKind(StrategyKindName(kind)), ::vgpu::testing::IsOkAndHolds(kind));
+  }
+  EXPECT_EQ(AllStrategyKinds().size(), 4u);
+  EXPECT_EQ(StrategyKindName(StrategyKind::kModelParallel), "model-parallel");
+  EXPECT_THAT(ParseStrategyKind("Central-Storage"),
+              ::vgpu::testing::IsOkAndHolds(StrategyKind::kCentralStorage));
+  EXPECT_THAT(ParseStrategyKind("ring").status(),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("'ring'; use single, mirrored, model-parallel, central-storage")));
+}
+
 TEST_F(MirroredTest, OutOfMemoryNamesTheDevice) {
   auto small = testing::CreateTestingRuntime(platform_.get(), 0, {kMinLogicalDeviceBytes});
   ASSERT_THAT(small.status(), IsOk());
