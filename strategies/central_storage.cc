@@ -27,15 +27,15 @@ absl::StatusOr<std::unique_ptr<CentralStorageStrategy>> CentralStorageStrategy::
     return absl::InvalidArgumentError(
         absl::StrCat("CentralStorageStrategy: global batch ", options.global_batch));
   }
+  VGPU_RETURN_IF_ERROR(CheckModel(options, "CentralStorageStrategy"));
   std::unique_ptr<CentralStorageStrategy> c(new CentralStorageStrategy());
   c->cpu_ = cpu;
   c->gpus_ = gpus;
   c->options_ = options;
   const int n = static_cast<int>(gpus.size());
-  VGPU_ASSIGN_OR_RETURN(
-      c->central_,
-      MlpStage::Create(cpu, options.spec, 0, options.spec.num_layers(), 1, options.optimizer, 1));
-  VGPU_RETURN_IF_ERROR(c->central_->LoadParams(GlorotUniformInit(options.spec, options.seed)));
+  VGPU_ASSIGN_OR_RETURN(c->central_, options.model->CreateStage(cpu, 0, options.model->num_layers(),
+                                                                1, options.optimizer, 1));
+  VGPU_RETURN_IF_ERROR(c->central_->LoadParams(options.model->InitialParams(options.seed)));
   const int64_t count = static_cast<int64_t>(c->central_->param_count());
   // Replicas keep no optimizer state: SGD-kind stages allocate none.
   OptimizerOptions replica_opt = options.optimizer;
@@ -45,12 +45,8 @@ absl::StatusOr<std::unique_ptr<CentralStorageStrategy>> CentralStorageStrategy::
   for (LogicalDevice* g : gpus) {
     VGPU_ASSIGN_OR_RETURN(Tensor t, Tensor::Create(cpu, {count}));
     c->staging_.push_back(std::move(t));
-    std::vector<std::unique_ptr<MlpStage>> stages;
-    VGPU_ASSIGN_OR_RETURN(auto stage,
-                          MlpStage::Create(g, options.spec, 0, options.spec.num_layers(), max_rows,
-                                           replica_opt, options.max_slots));
-    stages.push_back(std::move(stage));
-    VGPU_ASSIGN_OR_RETURN(auto chain, MlpChain::Create(std::move(stages)));
+    VGPU_ASSIGN_OR_RETURN(
+        auto chain, CreateReplica(*options.model, g, max_rows, replica_opt, options.max_slots));
     c->replicas_.push_back(std::move(chain));
     VGPU_ASSIGN_OR_RETURN(auto ev, g->executor()->CreateEvent());
     c->sent_.push_back(std::move(ev));
@@ -72,7 +68,7 @@ std::vector<LogicalDevice*> CentralStorageStrategy::devices() const {
 }
 
 absl::Status CentralStorageStrategy::FetchParams(int i) {
-  MlpStage* s = replicas_[i]->front();
+  ModelStage* s = replicas_[i]->front();
   VGPU_RETURN_IF_ERROR(s->stream()->WaitEvent(updated_.get()));
   return s->stream()->MemcpyD2D(s->params(), central_->params(), s->param_count() * 4);
 }
@@ -85,14 +81,14 @@ absl::Status CentralStorageStrategy::Step(const float* x, const int32_t* y, int 
   }
   if (accounting_.slot() == options_.max_slots) VGPU_RETURN_IF_ERROR(Flush().status());
   const int n = static_cast<int>(replicas_.size());
-  const int in = options_.spec.in(0);
+  const int in = options_.model->input_width();
   const uint64_t count = central_->param_count();
   Stream* cpu = cpu_->stream();
   int offset = 0;
   std::vector<const float*> inputs;
   for (int i = 0; i < n; ++i) {
     const int r = MirroredStrategy::RowsForReplica(rows, n, i);
-    MlpChain& rep = *replicas_[i];
+    StageChain& rep = *replicas_[i];
     Stream* s = rep.front()->stream();
     if (r > 0) {
       VGPU_RETURN_IF_ERROR(FetchParams(i));
@@ -136,7 +132,7 @@ absl::StatusOr<StepTotals> CentralStorageStrategy::Evaluate(const float* x, cons
   for (int i = 0; i < static_cast<int>(replicas_.size()); ++i) {
     VGPU_RETURN_IF_ERROR(FetchParams(i));  // replicas compute with the central variables
   }
-  return EvaluateRoundRobin(replicas_, options_.spec.in(0), options_.max_slots, x, y, n);
+  return EvaluateRoundRobin(replicas_, options_.model->input_width(), options_.max_slots, x, y, n);
 }
 
 absl::StatusOr<std::vector<float>> CentralStorageStrategy::Params() {

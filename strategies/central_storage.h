@@ -15,8 +15,10 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "vgpu/strategies/stage_chain.h"
 #include "vgpu/strategies/step_accounting.h"
 #include "vgpu/strategies/strategy.h"
+#include "vgpu/strategies/tensor.h"
 
 namespace vgpu {
 namespace strategies {
@@ -29,7 +31,7 @@ class CentralStorageStrategy : public Strategy {
       LogicalDevice* cpu, std::vector<LogicalDevice*> gpus, const StrategyOptions& options);
   ~CentralStorageStrategy() override;
 
-  std::string name() const override { return "central-storage"; }
+  StrategyKind kind() const override { return StrategyKind::kCentralStorage; }
   std::vector<LogicalDevice*> devices() const override;
   absl::Status Step(const float* x, const int32_t* y, int rows) override;
   absl::StatusOr<StepTotals> Flush() override;
@@ -44,9 +46,9 @@ class CentralStorageStrategy : public Strategy {
   LogicalDevice* cpu_ = nullptr;
   std::vector<LogicalDevice*> gpus_;
   StrategyOptions options_;
-  std::unique_ptr<MlpStage> central_;  // variables, gradient sum and optimizer state on CPU:0
-  std::vector<Tensor> staging_;        // per replica: its gradient, on CPU:0
-  std::vector<std::unique_ptr<MlpChain>> replicas_;
+  std::unique_ptr<ModelStage> central_;  // variables, gradient sum and optimizer state on CPU:0
+  std::vector<Tensor> staging_;          // per replica: its gradient, on CPU:0
+  std::vector<std::unique_ptr<StageChain>> replicas_;
   std::unique_ptr<Event> updated_;
   std::vector<std::unique_ptr<Event>> sent_;
   int64_t step_ = 0;

@@ -24,20 +24,17 @@ absl::StatusOr<std::unique_ptr<MirroredStrategy>> MirroredStrategy::Create(
     return absl::InvalidArgumentError(
         absl::StrCat("MirroredStrategy: global batch ", options.global_batch));
   }
+  VGPU_RETURN_IF_ERROR(CheckModel(options, "MirroredStrategy"));
   std::unique_ptr<MirroredStrategy> m(new MirroredStrategy());
   m->devices_ = devices;
   m->options_ = options;
   const int n = static_cast<int>(devices.size());
   const int per_replica = RowsForReplica(options.global_batch, n, 0);
   const int max_rows = std::max(per_replica, std::min(options.eval_batch, options.global_batch));
-  const std::vector<float> init = GlorotUniformInit(options.spec, options.seed);
+  const std::vector<float> init = options.model->InitialParams(options.seed);
   for (LogicalDevice* d : devices) {
-    std::vector<std::unique_ptr<MlpStage>> stages;
-    VGPU_ASSIGN_OR_RETURN(auto stage,
-                          MlpStage::Create(d, options.spec, 0, options.spec.num_layers(), max_rows,
-                                           options.optimizer, options.max_slots));
-    stages.push_back(std::move(stage));
-    VGPU_ASSIGN_OR_RETURN(auto chain, MlpChain::Create(std::move(stages)));
+    VGPU_ASSIGN_OR_RETURN(auto chain, CreateReplica(*options.model, d, max_rows, options.optimizer,
+                                                    options.max_slots));
     VGPU_RETURN_IF_ERROR(chain->LoadParams(init));
     m->grad_buffers_.push_back(chain->front()->grads());
     m->replicas_.push_back(std::move(chain));
@@ -72,12 +69,12 @@ absl::Status MirroredStrategy::Step(const float* x, const int32_t* y, int rows) 
   }
   if (accounting_.slot() == options_.max_slots) VGPU_RETURN_IF_ERROR(Flush().status());
   const int n = num_replicas();
-  const int in = options_.spec.in(0);
+  const int in = options_.model->input_width();
   const float grad_scale = 1.0f / static_cast<float>(rows);
   int offset = 0;
   for (int i = 0; i < n; ++i) {
     const int r = RowsForReplica(rows, n, i);
-    MlpChain& rep = *replicas_[i];
+    StageChain& rep = *replicas_[i];
     if (r == 0) {
       VGPU_RETURN_IF_ERROR(rep.back()->ZeroGradsAndSlot(accounting_.slot()));
       continue;
@@ -111,7 +108,7 @@ absl::Status MirroredStrategy::ShardedUpdate() {
   // Reduce-scatter fused with the update: replica k owns shard k.
   std::vector<const float*> inputs(n);
   for (int k = 0; k < n; ++k) {
-    MlpStage* owner = replicas_[k]->front();
+    ModelStage* owner = replicas_[k]->front();
     Stream* s = owner->stream();
     for (int i = 0; i < n; ++i) {
       if (i != k) VGPU_RETURN_IF_ERROR(s->WaitEvent(grads_ready_[i].get()));
@@ -139,7 +136,7 @@ absl::Status MirroredStrategy::ShardedUpdate() {
   }
   // All-gather of the updated parameters.
   for (int j = 0; j < n; ++j) {
-    MlpStage* dst = replicas_[j]->front();
+    ModelStage* dst = replicas_[j]->front();
     Stream* s = dst->stream();
     for (int k = 0; k < n; ++k) {
       const uint64_t b = shard_begin_[k], e = shard_begin_[k + 1];
@@ -163,7 +160,7 @@ absl::StatusOr<StepTotals> MirroredStrategy::Flush() {
 
 absl::StatusOr<StepTotals> MirroredStrategy::Evaluate(const float* x, const int32_t* y, int n) {
   VGPU_RETURN_IF_ERROR(Flush().status());
-  return EvaluateRoundRobin(replicas_, options_.spec.in(0), options_.max_slots, x, y, n);
+  return EvaluateRoundRobin(replicas_, options_.model->input_width(), options_.max_slots, x, y, n);
 }
 
 absl::StatusOr<std::vector<float>> MirroredStrategy::Params() { return ReplicaParams(0); }

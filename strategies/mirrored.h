@@ -24,6 +24,7 @@
 
 #include "absl/status/statusor.h"
 #include "vgpu/strategies/collectives.h"
+#include "vgpu/strategies/stage_chain.h"
 #include "vgpu/strategies/step_accounting.h"
 #include "vgpu/strategies/strategy.h"
 
@@ -37,7 +38,9 @@ class MirroredStrategy : public Strategy {
       AllReduceAlgorithm algorithm = AllReduceAlgorithm::kAuto);
   ~MirroredStrategy() override;
 
-  std::string name() const override { return replicas_.size() == 1 ? "single" : "mirrored"; }
+  StrategyKind kind() const override {
+    return replicas_.size() == 1 ? StrategyKind::kSingle : StrategyKind::kMirrored;
+  }
   std::vector<LogicalDevice*> devices() const override { return devices_; }
   absl::Status Step(const float* x, const int32_t* y, int rows) override;
   absl::StatusOr<StepTotals> Flush() override;
@@ -56,7 +59,7 @@ class MirroredStrategy : public Strategy {
   MirroredStrategy() = default;
   std::vector<LogicalDevice*> devices_;
   StrategyOptions options_;
-  std::vector<std::unique_ptr<MlpChain>> replicas_;
+  std::vector<std::unique_ptr<StageChain>> replicas_;
   std::unique_ptr<AllReducer> reducer_;
   absl::Status ShardedUpdate();
   std::vector<float*> grad_buffers_;

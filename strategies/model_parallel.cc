@@ -81,20 +81,17 @@ bool DeviceMatchesSpec(const LogicalDevice& device, absl::string_view spec) {
   return !s.empty() && s == ShortName(device);
 }
 
-absl::StatusOr<std::vector<LayerPlacement>> PlaceLayers(const MlpSpec& spec,
-                                                        const std::vector<LogicalDevice*>& devices,
-                                                        const PlacementOptions& options,
-                                                        int max_rows,
-                                                        const OptimizerOptions& optimizer,
-                                                        int max_slots) {
-  VGPU_RETURN_IF_ERROR(spec.Validate());
+absl::StatusOr<std::vector<LayerPlacement>> PlaceLayers(
+    const Model& model, const std::vector<LogicalDevice*>& devices, const PlacementOptions& options,
+    int max_rows, const OptimizerOptions& optimizer, int max_slots) {
+  VGPU_RETURN_IF_ERROR(model.Validate());
   if (devices.empty()) return absl::InvalidArgumentError("PlaceLayers: no devices");
-  const int layers = spec.num_layers();
+  const int layers = model.num_layers();
   std::vector<LayerPlacement> out(layers);
   for (int l = 0; l < layers; ++l) {
     out[l].layer = l;
-    out[l].param_bytes = spec.LayerParams(l) * 4;
-    out[l].total_bytes = StageBytes(spec, l, l + 1, max_rows, optimizer, max_slots);
+    out[l].param_bytes = model.LayerParams(l) * 4;
+    out[l].total_bytes = model.StageBytes(l, l + 1, max_rows, optimizer, max_slots);
   }
   switch (options.policy) {
     case PlacementPolicy::kExplicit: {
@@ -144,11 +141,11 @@ absl::StatusOr<std::vector<LayerPlacement>> PlaceLayers(const MlpSpec& spec,
                             FormatBytes(free[i]));
           }
           return absl::ResourceExhaustedError(absl::StrFormat(
-              "memory-balanced placement: layer %d (%dx%d) needs %s (params, grads, optimizer "
+              "memory-balanced placement: layer %d (%s) needs %s (params, grads, optimizer "
               "state, activations for %d rows) but no device has it; last tried %s with %s "
               "free of %s (free: %s); give the devices more memory, a smaller batch, or more "
               "devices",
-              l, spec.in(l), spec.out(l), FormatBytes(out[l].total_bytes), max_rows, last->name(),
+              l, model.LayerShape(l), FormatBytes(out[l].total_bytes), max_rows, last->name(),
               FormatBytes(free.back()), FormatBytes(last->memory_limit()), left));
         }
         out[l].device = devices[d];
@@ -160,12 +157,12 @@ absl::StatusOr<std::vector<LayerPlacement>> PlaceLayers(const MlpSpec& spec,
   return out;
 }
 
-std::string FormatPlacementReport(const MlpSpec& spec,
+std::string FormatPlacementReport(const Model& model,
                                   const std::vector<LayerPlacement>& placement) {
   std::string out;
   for (const LayerPlacement& p : placement) {
-    absl::StrAppendFormat(&out, "  layer %d (%dx%d) -> %s  params %s  with grads/state/acts %s\n",
-                          p.layer, spec.in(p.layer), spec.out(p.layer), p.device->name(),
+    absl::StrAppendFormat(&out, "  layer %d (%s) -> %s  params %s  with grads/state/acts %s\n",
+                          p.layer, model.LayerShape(p.layer), p.device->name(),
                           FormatBytes(p.param_bytes), FormatBytes(p.total_bytes));
   }
   return out;
@@ -178,24 +175,26 @@ absl::StatusOr<std::unique_ptr<ModelParallelStrategy>> ModelParallelStrategy::Cr
     return absl::InvalidArgumentError(
         absl::StrCat("ModelParallelStrategy: global batch ", options.global_batch));
   }
+  VGPU_RETURN_IF_ERROR(CheckModel(options, "ModelParallelStrategy"));
+  const Model& model = *options.model;
   std::unique_ptr<ModelParallelStrategy> m(new ModelParallelStrategy());
   m->options_ = options;
   const int max_rows = options.global_batch;
-  VGPU_ASSIGN_OR_RETURN(m->placement_, PlaceLayers(options.spec, devices, placement, max_rows,
+  VGPU_ASSIGN_OR_RETURN(m->placement_, PlaceLayers(model, devices, placement, max_rows,
                                                    options.optimizer, options.max_slots));
-  std::vector<std::unique_ptr<MlpStage>> stages;
-  const int layers = options.spec.num_layers();
+  std::vector<std::unique_ptr<ModelStage>> stages;
+  const int layers = model.num_layers();
   for (int first = 0; first < layers;) {
     int last = first + 1;
     while (last < layers && m->placement_[last].device == m->placement_[first].device) ++last;
     VGPU_ASSIGN_OR_RETURN(auto stage,
-                          MlpStage::Create(m->placement_[first].device, options.spec, first, last,
-                                           max_rows, options.optimizer, options.max_slots));
+                          model.CreateStage(m->placement_[first].device, first, last, max_rows,
+                                            options.optimizer, options.max_slots));
     stages.push_back(std::move(stage));
     first = last;
   }
-  VGPU_ASSIGN_OR_RETURN(m->chain_, MlpChain::Create(std::move(stages)));
-  VGPU_RETURN_IF_ERROR(m->chain_->LoadParams(GlorotUniformInit(options.spec, options.seed)));
+  VGPU_ASSIGN_OR_RETURN(m->chain_, StageChain::Create(std::move(stages)));
+  VGPU_RETURN_IF_ERROR(m->chain_->LoadParams(model.InitialParams(options.seed)));
   return m;
 }
 
@@ -240,8 +239,8 @@ absl::StatusOr<StepTotals> ModelParallelStrategy::Evaluate(const float* x, const
       VGPU_RETURN_IF_ERROR(chain_->back()->AccumulateSlots(used, t.loss_sum, t.correct));
       used = 0;
     }
-    VGPU_RETURN_IF_ERROR(
-        chain_->Upload(x + static_cast<int64_t>(start) * options_.spec.in(0), y + start, rows));
+    VGPU_RETURN_IF_ERROR(chain_->Upload(
+        x + static_cast<int64_t>(start) * options_.model->input_width(), y + start, rows));
     VGPU_RETURN_IF_ERROR(chain_->Forward(rows));
     VGPU_RETURN_IF_ERROR(chain_->back()->Loss(rows, 0.0f, used++));
   }
@@ -258,7 +257,7 @@ absl::StatusOr<std::vector<float>> ModelParallelStrategy::Params() {
 
 std::string ModelParallelStrategy::PlacementReport() const {
   return absl::StrCat("model-parallel: ", num_stages(), " stage(s) over ", devices().size(),
-                      " device(s)\n", FormatPlacementReport(options_.spec, placement_));
+                      " device(s)\n", FormatPlacementReport(*options_.model, placement_));
 }
 
 }  // namespace strategies

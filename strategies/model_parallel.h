@@ -1,7 +1,7 @@
-// Model parallelism: the MLP's layers are placed on logical devices by a policy, consecutive
+// Model parallelism: the model's layers are placed on logical devices by a policy, consecutive
 // layers on the same device form one stage, and forward/backward run stage by stage, moving
 // activations (forward) and their gradients (backward) between devices by device-to-device
-// copies ordered with events (nn.h MlpChain). Policies:
+// copies ordered with events (stage_chain.h). Policies:
 //   explicit        layer i -> a device spec ("GPU:1", "/device:GPU:1", full names, "/gpu:1")
 //   round-robin     layer i -> device i mod N
 //   least-loaded    each layer to the device with the fewest parameter bytes so far
@@ -21,6 +21,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "vgpu/strategies/stage_chain.h"
 #include "vgpu/strategies/step_accounting.h"
 #include "vgpu/strategies/strategy.h"
 
@@ -50,16 +51,12 @@ struct PlacementOptions {
 // One entry per layer. Errors: InvalidArgument for no devices or a wrong number of explicit
 // specs; NotFound for a spec no device matches; ResourceExhausted (memory-balanced) naming the
 // layer, its bytes and the last device tried with its free bytes.
-absl::StatusOr<std::vector<LayerPlacement>> PlaceLayers(const MlpSpec& spec,
-                                                        const std::vector<LogicalDevice*>& devices,
-                                                        const PlacementOptions& options,
-                                                        int max_rows,
-                                                        const OptimizerOptions& optimizer,
-                                                        int max_slots);
+absl::StatusOr<std::vector<LayerPlacement>> PlaceLayers(
+    const Model& model, const std::vector<LogicalDevice*>& devices, const PlacementOptions& options,
+    int max_rows, const OptimizerOptions& optimizer, int max_slots);
 
 // "layer 0 (784x256): GPU:0  params 785.0 KiB  total 2.3 MiB" lines plus per-device totals.
-std::string FormatPlacementReport(const MlpSpec& spec,
-                                  const std::vector<LayerPlacement>& placement);
+std::string FormatPlacementReport(const Model& model, const std::vector<LayerPlacement>& placement);
 
 class ModelParallelStrategy : public Strategy {
  public:
@@ -67,7 +64,7 @@ class ModelParallelStrategy : public Strategy {
       std::vector<LogicalDevice*> devices, const StrategyOptions& options,
       const PlacementOptions& placement);
 
-  std::string name() const override { return "model-parallel"; }
+  StrategyKind kind() const override { return StrategyKind::kModelParallel; }
   std::vector<LogicalDevice*> devices() const override;
   absl::Status Step(const float* x, const int32_t* y, int rows) override;
   absl::StatusOr<StepTotals> Flush() override;
@@ -81,7 +78,7 @@ class ModelParallelStrategy : public Strategy {
   ModelParallelStrategy() = default;
   StrategyOptions options_;
   std::vector<LayerPlacement> placement_;
-  std::unique_ptr<MlpChain> chain_;
+  std::unique_ptr<StageChain> chain_;
   int64_t step_ = 0;
   StepAccounting accounting_;
 };

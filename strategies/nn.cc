@@ -4,8 +4,8 @@
 #include <random>
 #include <utility>
 
-#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "vgpu/runtime/status.h"
 
 namespace vgpu {
@@ -44,14 +44,6 @@ std::vector<float> GlorotUniformInit(const MlpSpec& spec, uint64_t seed) {
     }
   }
   return p;
-}
-
-absl::StatusOr<OptimizerKind> ParseOptimizer(absl::string_view text) {
-  std::string t = absl::AsciiStrToLower(text);
-  if (t == "sgd") return OptimizerKind::kSgd;
-  if (t == "adam") return OptimizerKind::kAdam;
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown optimizer '", text, "'; use adam or sgd"));
 }
 
 uint64_t StageBytes(const MlpSpec& spec, int first, int last, int max_rows,
@@ -226,10 +218,6 @@ absl::Status MlpStage::ZeroGradsAndSlot(int slot) {
   return absl::OkStatus();
 }
 
-absl::Status MlpStage::Update(int64_t step, const float* grads) {
-  return UpdateRange(step, grads == nullptr ? this->grads() : grads, 0, param_count_);
-}
-
 absl::Status MlpStage::UpdateRange(int64_t step, const float* grads, uint64_t begin, uint64_t end) {
   if (begin > end || end > param_count_) {
     return absl::InvalidArgumentError(absl::StrCat("MlpStage::UpdateRange: [", begin, ", ", end,
@@ -260,93 +248,25 @@ absl::Status MlpStage::AccumulateSlots(int n, double& loss_sum, int64_t& correct
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::unique_ptr<MlpChain>> MlpChain::Create(
-    std::vector<std::unique_ptr<MlpStage>> stages) {
-  if (stages.empty()) return absl::InvalidArgumentError("MlpChain: no stages");
-  for (size_t i = 0; i < stages.size(); ++i) {
-    if (stages[i]->first() != (i == 0 ? 0 : stages[i - 1]->last())) {
-      return absl::InvalidArgumentError("MlpChain: stages are not consecutive layers");
-    }
-  }
-  if (!stages.back()->is_final()) {
-    return absl::InvalidArgumentError("MlpChain: the last stage must hold the model's last layer");
-  }
-  auto chain = std::make_unique<MlpChain>();
-  for (size_t i = 0; i + 1 < stages.size(); ++i) {
-    VGPU_ASSIGN_OR_RETURN(auto f, stages[i]->device()->executor()->CreateEvent());
-    VGPU_ASSIGN_OR_RETURN(auto b, stages[i + 1]->device()->executor()->CreateEvent());
-    VGPU_ASSIGN_OR_RETURN(auto c, stages[i + 1]->device()->executor()->CreateEvent());
-    chain->fwd_events_.push_back(std::move(f));
-    chain->consumed_events_.push_back(std::move(c));
-    chain->bwd_events_.push_back(std::move(b));
-  }
-  chain->stages_ = std::move(stages);
-  return chain;
+std::string Mlp::name() const { return absl::StrCat("MLP ", absl::StrJoin(spec_.sizes, "-")); }
+
+std::string Mlp::LayerShape(int layer) const {
+  return absl::StrCat(spec_.in(layer), "x", spec_.out(layer));
 }
 
-MlpChain::~MlpChain() { (void)Synchronize(); }
-
-absl::Status MlpChain::Upload(const float* x, const int32_t* y, int rows) {
-  if (rows <= 0 || rows > front()->max_rows() || rows > back()->max_rows()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("MlpChain::Upload: ", rows, " rows; at most ", front()->max_rows()));
-  }
-  VGPU_RETURN_IF_ERROR(
-      front()->stream()->MemcpyH2D(front()->input(), x, uint64_t{4} * rows * front()->in_width()));
-  return back()->stream()->MemcpyH2D(back()->labels(), y, uint64_t{4} * rows);
+absl::StatusOr<std::unique_ptr<ModelStage>> Mlp::CreateStage(LogicalDevice* device, int first,
+                                                             int last, int max_rows,
+                                                             const OptimizerOptions& opt,
+                                                             int max_slots) const {
+  VGPU_ASSIGN_OR_RETURN(std::unique_ptr<MlpStage> stage,
+                        MlpStage::Create(device, spec_, first, last, max_rows, opt, max_slots));
+  return std::unique_ptr<ModelStage>(std::move(stage));
 }
 
-absl::Status MlpChain::Forward(int rows) {
-  for (size_t i = 0; i < stages_.size(); ++i) {
-    VGPU_RETURN_IF_ERROR(stages_[i]->Forward(rows));
-    if (i + 1 < stages_.size()) {
-      MlpStage* a = stages_[i].get();
-      MlpStage* b = stages_[i + 1].get();
-      VGPU_RETURN_IF_ERROR(CopyAcrossStreams(a->stream(), b->stream(), fwd_events_[i].get(),
-                                             b->input(), a->output(),
-                                             uint64_t{4} * rows * a->out_width()));
-      if (a->stream() != b->stream()) {
-        VGPU_RETURN_IF_ERROR(b->stream()->RecordEvent(consumed_events_[i].get()));
-        VGPU_RETURN_IF_ERROR(a->stream()->WaitEvent(consumed_events_[i].get()));
-      }
-    }
-  }
-  return absl::OkStatus();
-}
-
-absl::Status MlpChain::Backward(int rows) {
-  for (size_t i = stages_.size(); i-- > 0;) {
-    VGPU_RETURN_IF_ERROR(stages_[i]->Backward(rows));
-    if (i > 0) {
-      MlpStage* a = stages_[i].get();
-      MlpStage* b = stages_[i - 1].get();
-      VGPU_RETURN_IF_ERROR(CopyAcrossStreams(a->stream(), b->stream(), bwd_events_[i - 1].get(),
-                                             b->output_grad(), a->input_grad(),
-                                             uint64_t{4} * rows * a->in_width()));
-    }
-  }
-  return absl::OkStatus();
-}
-
-absl::Status MlpChain::Update(int64_t step) {
-  for (auto& s : stages_) VGPU_RETURN_IF_ERROR(s->Update(step));
-  return absl::OkStatus();
-}
-
-absl::Status MlpChain::LoadParams(absl::Span<const float> all_params) {
-  for (auto& s : stages_) VGPU_RETURN_IF_ERROR(s->LoadParams(all_params));
-  return absl::OkStatus();
-}
-
-absl::Status MlpChain::ReadParams(std::vector<float>& all_params) const {
-  for (auto& s : stages_) VGPU_RETURN_IF_ERROR(s->ReadParams(all_params));
-  return absl::OkStatus();
-}
-
-absl::Status MlpChain::Synchronize() const {
-  absl::Status status;
-  for (auto& s : stages_) status.Update(s->stream()->Synchronize());
-  return status;
+std::shared_ptr<const Model> MakeMlp(std::vector<int> sizes) {
+  MlpSpec spec;
+  spec.sizes = std::move(sizes);
+  return std::make_shared<Mlp>(std::move(spec));
 }
 
 }  // namespace strategies

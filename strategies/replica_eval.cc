@@ -8,7 +8,7 @@ namespace vgpu {
 namespace strategies {
 
 absl::StatusOr<StepTotals> EvaluateRoundRobin(
-    const std::vector<std::unique_ptr<MlpChain>>& replicas, int in_features, int max_slots,
+    const std::vector<std::unique_ptr<StageChain>>& replicas, int in_features, int max_slots,
     const float* x, const int32_t* y, int n) {
   StepTotals t;
   const int count = static_cast<int>(replicas.size());
@@ -17,7 +17,7 @@ absl::StatusOr<StepTotals> EvaluateRoundRobin(
   int i = 0;
   for (int start = 0; start < n; start += chunk, i = (i + 1) % count) {
     const int rows = std::min(chunk, n - start);
-    MlpChain& rep = *replicas[i];
+    StageChain& rep = *replicas[i];
     if (used[i] == max_slots) {
       VGPU_RETURN_IF_ERROR(rep.back()->AccumulateSlots(used[i], t.loss_sum, t.correct));
       used[i] = 0;

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "vgpu/strategies/nn.h"
+#include "vgpu/strategies/stage_chain.h"
 #include "vgpu/strategies/strategy.h"
 
 namespace vgpu {
@@ -21,7 +21,7 @@ namespace strategies {
 // replica's last stage holds before they must be accumulated. Replicas must hold current
 // parameters and have no pending work that matters.
 absl::StatusOr<StepTotals> EvaluateRoundRobin(
-    const std::vector<std::unique_ptr<MlpChain>>& replicas, int in_features, int max_slots,
+    const std::vector<std::unique_ptr<StageChain>>& replicas, int in_features, int max_slots,
     const float* x, const int32_t* y, int n);
 
 }  // namespace strategies

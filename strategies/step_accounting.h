@@ -10,7 +10,7 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
-#include "vgpu/strategies/nn.h"
+#include "vgpu/strategies/stage_chain.h"
 #include "vgpu/strategies/strategy.h"
 
 namespace vgpu {
@@ -28,14 +28,14 @@ class StepAccounting {
   }
 
   // Adds the queued steps' slots of `last_stage` (the one computing the loss) to the totals.
-  absl::Status ReadSlots(const MlpStage& last_stage) {
+  absl::Status ReadSlots(const ModelStage& last_stage) {
     return last_stage.AccumulateSlots(slot_, totals_.loss_sum, totals_.correct);
   }
 
   // ReadSlots of `chain`'s last stage, then every stage's stream drained, even after an error:
   // a failed step may still have copies queued that read the caller's inputs, which must not
   // happen once Flush returns. The first error.
-  absl::Status ReadSlotsAndDrain(const MlpChain& chain) {
+  absl::Status ReadSlotsAndDrain(const StageChain& chain) {
     absl::Status status = ReadSlots(*chain.back());
     status.Update(chain.Synchronize());
     return status;

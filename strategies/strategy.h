@@ -1,25 +1,37 @@
 // The training-strategy interface vgpu-train drives: one optimizer step over a global batch,
 // loss/accuracy bookkeeping without a per-step synchronisation, evaluation, and the model's
-// parameters. Implementations: MirroredStrategy (also "single" with one device),
-// ModelParallelStrategy, CentralStorageStrategy.
+// parameters. Strategies see the model only through model.h. Implementations: MirroredStrategy
+// (also "single" with one device), ModelParallelStrategy, CentralStorageStrategy.
 //
 // Thread safety: a Strategy is driven from one thread; it runs work on its devices' streams.
 #ifndef VGPU_STRATEGIES_STRATEGY_H_
 #define VGPU_STRATEGIES_STRATEGY_H_
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "vgpu/devices/logical_device.h"
-#include "vgpu/strategies/nn.h"
+#include "vgpu/strategies/model.h"
 
 namespace vgpu {
 namespace strategies {
 
+// The strategies vgpu-train offers; "single" is MirroredStrategy on one device.
+enum class StrategyKind { kSingle, kMirrored, kModelParallel, kCentralStorage };
+// "single", "mirrored", "model-parallel", "central-storage".
+absl::string_view StrategyKindName(StrategyKind kind);
+// The inverse of StrategyKindName (case-insensitive); InvalidArgument naming the text and the
+// choices otherwise.
+absl::StatusOr<StrategyKind> ParseStrategyKind(absl::string_view text);
+// Every kind, in the order above (for usage text and tests).
+const std::vector<StrategyKind>& AllStrategyKinds();
+
 struct StrategyOptions {
-  MlpSpec spec;
+  std::shared_ptr<const Model> model;  // required (e.g. MakeMlp() of nn.h)
   OptimizerOptions optimizer;
   int global_batch = 256;  // largest batch Step() accepts
   uint64_t seed = 0;
@@ -35,10 +47,14 @@ struct StepTotals {
   double accuracy() const { return examples ? static_cast<double>(correct) / examples : 0.0; }
 };
 
+// InvalidArgument naming `strategy` when options.model is missing or invalid.
+absl::Status CheckModel(const StrategyOptions& options, absl::string_view strategy);
+
 class Strategy {
  public:
   virtual ~Strategy() = default;
-  virtual std::string name() const = 0;
+  virtual StrategyKind kind() const = 0;
+  std::string name() const { return std::string(StrategyKindName(kind())); }
   virtual std::vector<LogicalDevice*> devices() const = 0;
   // Enqueues one step on `rows` examples (x: rows x inputs row-major, y: labels). The host
   // memory must stay valid until Flush() returns.
@@ -47,7 +63,7 @@ class Strategy {
   virtual absl::StatusOr<StepTotals> Flush() = 0;
   // Loss and accuracy on `n` examples (forward only).
   virtual absl::StatusOr<StepTotals> Evaluate(const float* x, const int32_t* y, int n) = 0;
-  // The model's flat parameters (see nn.h for the layout) from the first replica.
+  // The model's flat parameters (see model.h for the layout) from the first replica.
   virtual absl::StatusOr<std::vector<float>> Params() = 0;
   // Human-readable placement: one line per stage or replica.
   virtual std::string PlacementReport() const = 0;

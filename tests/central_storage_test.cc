@@ -10,8 +10,9 @@
 #include "vgpu/runtime/host/host_kernels.h"
 #include "vgpu/runtime/host/host_platform.h"
 #include "vgpu/runtime/status_matchers.h"
-#include "vgpu/strategies/device_set.h"
 #include "vgpu/strategies/mirrored.h"
+#include "vgpu/strategies/nn.h"
+#include "vgpu/tests/testing_runtime.h"
 
 namespace vgpu::strategies {
 namespace {
@@ -28,24 +29,24 @@ TEST(CentralStorageTest, VariablesOnCpuAndEqualToOneDevice) {
   po.device_bytes = {256 * kMiB};
   auto platform = HostPlatform::Create(po);
   ASSERT_THAT(platform.status(), IsOk());
-  auto set = CreateDeviceSet(platform->get(), 0, std::vector<uint64_t>(4, 16 * kMiB), true);
+  auto set = testing::CreateTestingRuntime(platform->get(), 0, std::vector<uint64_t>(4, 16 * kMiB));
   ASSERT_THAT(set.status(), IsOk());
   StrategyOptions o;
-  o.spec.sizes = {20, 16, 12, 5};
+  o.model = MakeMlp({20, 16, 12, 5});
   o.global_batch = 10;  // 3, 3, 2 over three replicas
   o.seed = 5;
-  auto central =
-      CentralStorageStrategy::Create(set->cpu, {set->gpus[0], set->gpus[1], set->gpus[2]}, o);
-  auto single = MirroredStrategy::Create({set->gpus[3]}, o);
+  auto central = CentralStorageStrategy::Create(
+      (*set)->cpu(), {(*set)->gpus()[0], (*set)->gpus()[1], (*set)->gpus()[2]}, o);
+  auto single = MirroredStrategy::Create({(*set)->gpus()[3]}, o);
   ASSERT_THAT(central.status(), IsOk());
   ASSERT_THAT(single.status(), IsOk());
   // The optimizer state lives on CPU:0: its allocator holds params, grads, m, v and staging.
-  const uint64_t param_bytes = o.spec.TotalParams() * 4;
-  EXPECT_GE(set->cpu->allocator()->Stats().bytes_in_use, 4 * param_bytes);
+  const uint64_t param_bytes = o.model->TotalParams() * 4;
+  EXPECT_GE((*set)->cpu()->allocator()->Stats().bytes_in_use, 4 * param_bytes);
   EXPECT_THAT((*central)->PlacementReport(),
               HasSubstr("variables and optimizer state on "
                         "/job:localhost/replica:0/task:0/device:CPU:0"));
-  EXPECT_EQ((*central)->devices().back(), set->cpu);
+  EXPECT_EQ((*central)->devices().back(), (*set)->cpu());
 
   std::mt19937 rng(2);
   std::uniform_real_distribution<float> u(0, 1);
@@ -79,16 +80,16 @@ TEST(CentralStorageTest, Errors) {
   po.device_bytes = {64 * kMiB};
   auto platform = HostPlatform::Create(po);
   ASSERT_THAT(platform.status(), IsOk());
-  auto set = CreateDeviceSet(platform->get(), 0, {8 * kMiB}, true);
+  auto set = testing::CreateTestingRuntime(platform->get(), 0, {8 * kMiB});
   ASSERT_THAT(set.status(), IsOk());
   StrategyOptions o;
-  o.spec.sizes = {4, 3};
+  o.model = MakeMlp({4, 3});
   o.global_batch = 4;
-  EXPECT_THAT(CentralStorageStrategy::Create(nullptr, set->gpus, o).status(),
+  EXPECT_THAT(CentralStorageStrategy::Create(nullptr, (*set)->gpus(), o).status(),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("CPU:0")));
-  EXPECT_THAT(CentralStorageStrategy::Create(set->cpu, {}, o).status(),
+  EXPECT_THAT(CentralStorageStrategy::Create((*set)->cpu(), {}, o).status(),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("no GPUs")));
-  auto c = CentralStorageStrategy::Create(set->cpu, set->gpus, o);
+  auto c = CentralStorageStrategy::Create((*set)->cpu(), (*set)->gpus(), o);
   ASSERT_THAT(c.status(), IsOk());
   std::vector<float> x(20);
   std::vector<int32_t> y(5);

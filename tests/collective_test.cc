@@ -10,8 +10,8 @@
 #include "vgpu/runtime/host/host_platform.h"
 #include "vgpu/runtime/status_matchers.h"
 #include "vgpu/strategies/collectives.h"
-#include "vgpu/strategies/device_set.h"
 #include "vgpu/strategies/tensor.h"
+#include "vgpu/tests/testing_runtime.h"
 
 namespace vgpu::strategies {
 namespace {
@@ -40,7 +40,7 @@ struct Case {
 // devices (three for 8 replicas: 3 + 3 + 2), several replicas each where there are enough.
 struct Topology {
   std::unique_ptr<HostPlatform> platform;
-  std::vector<DeviceSet> sets;
+  std::unique_ptr<Runtime> runtime;
   std::vector<LogicalDevice*> gpus;
 };
 
@@ -65,14 +65,15 @@ Topology MakeTopology(AllReduceAlgorithm algorithm, int replicas, uint64_t bytes
   std::vector<uint64_t> physical_bytes;
   for (int n : per) physical_bytes.push_back(n * bytes_each + 16 * kMiB);
   t.platform = MakePlatform(physical_bytes);
+  std::vector<testing::PhysicalSlices> slices;
   for (size_t p = 0; p < per.size(); ++p) {
-    auto set = CreateDeviceSet(t.platform.get(), static_cast<int>(p),
-                               std::vector<uint64_t>(per[p], bytes_each), false);
-    EXPECT_THAT(set.status(), IsOk());
-    if (!set.ok()) return t;
-    t.gpus.insert(t.gpus.end(), set->gpus.begin(), set->gpus.end());
-    t.sets.push_back(*std::move(set));
+    slices.push_back({static_cast<int>(p), std::vector<uint64_t>(per[p], bytes_each)});
   }
+  auto runtime = testing::CreateTestingRuntime(t.platform.get(), slices);
+  EXPECT_THAT(runtime.status(), IsOk());
+  if (!runtime.ok()) return t;
+  t.runtime = *std::move(runtime);
+  t.gpus = t.runtime->gpus();
   return t;
 }
 
@@ -161,15 +162,15 @@ INSTANTIATE_TEST_SUITE_P(HostAlgorithms, AllReduceTest,
 
 TEST(AllReduceTest, MoreReplicasThanOneSumNTakes) {
   auto platform = MakePlatform({uint64_t{256} * kMiB});
-  auto set = CreateDeviceSet(platform.get(), 0, std::vector<uint64_t>(20, 4 * kMiB), false);
+  auto set = testing::CreateTestingRuntime(platform.get(), 0, std::vector<uint64_t>(20, 4 * kMiB));
   ASSERT_THAT(set.status(), IsOk());
-  auto reducer = AllReducer::Create(set->gpus, AllReduceAlgorithm::kLocal);
+  auto reducer = AllReducer::Create((*set)->gpus(), AllReduceAlgorithm::kLocal);
   ASSERT_THAT(reducer.status(), IsOk());
   std::vector<Tensor> tensors;
   std::vector<float*> buffers;
   for (int r = 0; r < 20; ++r) {
     std::vector<float> v(33, static_cast<float>(r + 1));
-    auto t = Tensor::FromHost(set->gpus[r], {33}, v);
+    auto t = Tensor::FromHost((*set)->gpus()[r], {33}, v);
     ASSERT_THAT(t.status(), IsOk());
     buffers.push_back(t->data());
     tensors.push_back(*std::move(t));
@@ -203,24 +204,24 @@ TEST(AllReduceTest, ChoosesByTopology) {
 
 TEST(AllReduceTest, AutoOnHostFollowsTheTable) {
   auto platform = MakePlatform({64 * kMiB, 64 * kMiB});
-  auto same = CreateDeviceSet(platform.get(), 0, {8 * kMiB, 8 * kMiB}, true);
+  auto same = testing::CreateTestingRuntime(platform.get(), 0, {8 * kMiB, 8 * kMiB});
   ASSERT_THAT(same.status(), IsOk());
-  auto r = AllReducer::Create(same->gpus);
+  auto r = AllReducer::Create((*same)->gpus());
   ASSERT_THAT(r.status(), IsOk());
   EXPECT_EQ((*r)->algorithm(), AllReduceAlgorithm::kLocal);
-  auto with_cpu = AllReducer::Create({same->gpus[0], same->cpu});
+  auto with_cpu = AllReducer::Create({(*same)->gpus()[0], (*same)->cpu()});
   ASSERT_THAT(with_cpu.status(), IsOk());
   EXPECT_EQ((*with_cpu)->algorithm(), AllReduceAlgorithm::kViaHost);
 
-  auto across = CreateDeviceSetAcrossPhysical(platform.get(), {0, 1}, 8 * kMiB, false);
+  auto across = testing::CreateTestingRuntime(platform.get(), {{0, {8 * kMiB}}, {1, {8 * kMiB}}});
   ASSERT_THAT(across.status(), IsOk());
-  auto r2 = AllReducer::Create(across->gpus);
+  auto r2 = AllReducer::Create((*across)->gpus());
   ASSERT_THAT(r2.status(), IsOk());
   EXPECT_EQ((*r2)->algorithm(), AllReduceAlgorithm::kNccl);
   EXPECT_EQ((*r2)->fallback_reason(), "");
   std::vector<float> a = {1, 2, 3}, b = {10, 20, 30};
-  auto ta = Tensor::FromHost(across->gpus[0], {3}, a);
-  auto tb = Tensor::FromHost(across->gpus[1], {3}, b);
+  auto ta = Tensor::FromHost((*across)->gpus()[0], {3}, a);
+  auto tb = Tensor::FromHost((*across)->gpus()[1], {3}, b);
   ASSERT_THAT(ta.status(), IsOk());
   ASSERT_THAT(tb.status(), IsOk());
   std::vector<float*> bufs = {ta->data(), tb->data()};
@@ -229,9 +230,9 @@ TEST(AllReduceTest, AutoOnHostFollowsTheTable) {
   EXPECT_THAT(*tb->ToHost(), ::testing::ElementsAre(5.5f, 11.0f, 16.5f));
 
   // The local algorithm refuses devices of two physical devices; NCCL two ranks on one GPU.
-  EXPECT_THAT(AllReducer::Create(across->gpus, AllReduceAlgorithm::kLocal).status(),
+  EXPECT_THAT(AllReducer::Create((*across)->gpus(), AllReduceAlgorithm::kLocal).status(),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("one physical device")));
-  EXPECT_THAT(AllReducer::Create(same->gpus, AllReduceAlgorithm::kNccl).status(),
+  EXPECT_THAT(AllReducer::Create((*same)->gpus(), AllReduceAlgorithm::kNccl).status(),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("one device per physical")));
 }
 
@@ -272,12 +273,12 @@ TEST(AllReduceTest, FailedRankDoesNotHangTheOthers) {
 
 TEST(AllReduceTest, BadArguments) {
   auto platform = MakePlatform({64 * kMiB});
-  auto set = CreateDeviceSet(platform.get(), 0, {8 * kMiB, 8 * kMiB}, false);
+  auto set = testing::CreateTestingRuntime(platform.get(), 0, {8 * kMiB, 8 * kMiB});
   ASSERT_THAT(set.status(), IsOk());
   EXPECT_THAT(AllReducer::Create({}).status(), StatusIs(absl::StatusCode::kInvalidArgument));
-  EXPECT_THAT(AllReducer::Create({set->gpus[0], set->gpus[0]}).status(),
+  EXPECT_THAT(AllReducer::Create({(*set)->gpus()[0], (*set)->gpus()[0]}).status(),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("twice")));
-  auto r = AllReducer::Create(set->gpus);
+  auto r = AllReducer::Create((*set)->gpus());
   ASSERT_THAT(r.status(), IsOk());
   std::vector<float*> one = {nullptr};
   EXPECT_THAT((*r)->AllReduce(one, 4, AllReduceOp::kSum),

@@ -15,8 +15,9 @@
 #include "vgpu/runtime/host/host_kernels.h"
 #include "vgpu/runtime/host/host_platform.h"
 #include "vgpu/runtime/status_matchers.h"
-#include "vgpu/strategies/device_set.h"
 #include "vgpu/strategies/mirrored.h"
+#include "vgpu/strategies/nn.h"
+#include "vgpu/tests/testing_runtime.h"
 
 namespace vgpu::strategies {
 namespace {
@@ -205,12 +206,13 @@ TEST(IdxTest, FashionMnistSmoke) {
   po.device_bytes = {uint64_t{1} << 30};
   auto platform = HostPlatform::Create(po);
   ASSERT_THAT(platform.status(), IsOk());
-  auto set = CreateDeviceSet(platform->get(), 0, {256u << 20, 256u << 20}, false);
+  auto set = testing::CreateTestingRuntime(platform->get(), 0, {256u << 20, 256u << 20});
   ASSERT_THAT(set.status(), IsOk());
   StrategyOptions o;
+  o.model = MakeMlp();
   o.global_batch = 128;
   o.seed = 1;
-  auto m = MirroredStrategy::Create(set->gpus, o);
+  auto m = MirroredStrategy::Create((*set)->gpus(), o);
   ASSERT_THAT(m.status(), IsOk());
   // 40 steps over the first 5120 images reach well above chance (0.1).
   for (int step = 0; step < 40; ++step) {

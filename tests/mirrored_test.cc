@@ -13,7 +13,8 @@
 #include "vgpu/runtime/host/host_kernels.h"
 #include "vgpu/runtime/host/host_platform.h"
 #include "vgpu/runtime/status_matchers.h"
-#include "vgpu/strategies/device_set.h"
+#include "vgpu/strategies/nn.h"
+#include "vgpu/tests/testing_runtime.h"
 
 namespace vgpu::strategies {
 namespace {
@@ -62,46 +63,48 @@ class MirroredTest : public ::testing::Test {
     auto p = HostPlatform::Create(o);
     ASSERT_THAT(p.status(), IsOk());
     platform_ = *std::move(p);
-    auto set = CreateDeviceSet(platform_.get(), 0, std::vector<uint64_t>(5, 64 * kMiB), false);
+    auto set =
+        testing::CreateTestingRuntime(platform_.get(), 0, std::vector<uint64_t>(5, 64 * kMiB));
     ASSERT_THAT(set.status(), IsOk());
-    set_ = *std::move(set);
+    runtime_ = *std::move(set);
   }
   std::vector<LogicalDevice*> Gpus(int n) {
-    return std::vector<LogicalDevice*>(set_.gpus.begin(), set_.gpus.begin() + n);
+    return std::vector<LogicalDevice*>(runtime_->gpus().begin(), runtime_->gpus().begin() + n);
   }
   // Four replicas laid out as `algorithm`'s row of the topology table, none of them GPU:0 of
   // physical device 0 (the one-device reference): local and via-host on physical device 0;
   // NCCL one on each of physical devices 0..3; hierarchical two on each of physical 0 and 1.
   std::vector<LogicalDevice*> FourReplicas(AllReduceAlgorithm algorithm) {
     if (algorithm == AllReduceAlgorithm::kLocal || algorithm == AllReduceAlgorithm::kViaHost) {
-      return {set_.gpus[1], set_.gpus[2], set_.gpus[3], set_.gpus[4]};
+      return {runtime_->gpus()[1], runtime_->gpus()[2], runtime_->gpus()[3], runtime_->gpus()[4]};
     }
     if (algorithm == AllReduceAlgorithm::kHierarchical) {
-      auto more = CreateDeviceSet(platform_.get(), 1, {64 * kMiB, 64 * kMiB}, false);
+      auto more = testing::CreateTestingRuntime(platform_.get(), 1, {64 * kMiB, 64 * kMiB});
       EXPECT_THAT(more.status(), IsOk());
       if (!more.ok()) return {};
-      std::vector<LogicalDevice*> out = {set_.gpus[1], set_.gpus[2], more->gpus[0], more->gpus[1]};
+      std::vector<LogicalDevice*> out = {runtime_->gpus()[1], runtime_->gpus()[2],
+                                         (*more)->gpus()[0], (*more)->gpus()[1]};
       extra_.push_back(*std::move(more));
       return out;
     }
-    std::vector<LogicalDevice*> out = {set_.gpus[1]};
+    std::vector<LogicalDevice*> out = {runtime_->gpus()[1]};
     for (int p = 1; p < 4; ++p) {
-      auto more = CreateDeviceSet(platform_.get(), p, {64 * kMiB}, false);
+      auto more = testing::CreateTestingRuntime(platform_.get(), p, {64 * kMiB});
       EXPECT_THAT(more.status(), IsOk());
       if (!more.ok()) return {};
-      out.push_back(more->gpus[0]);
+      out.push_back((*more)->gpus()[0]);
       extra_.push_back(*std::move(more));
     }
     return out;
   }
   std::unique_ptr<HostPlatform> platform_;
-  DeviceSet set_;
-  std::vector<DeviceSet> extra_;
+  std::unique_ptr<Runtime> runtime_;
+  std::vector<std::unique_ptr<Runtime>> extra_;  // on physical devices 1..3
 };
 
 StrategyOptions SmallOptions(int batch) {
   StrategyOptions o;
-  o.spec.sizes = {32, 16, 16, 5};
+  o.model = MakeMlp({32, 16, 16, 5});
   o.global_batch = batch;
   o.seed = 7;
   return o;
@@ -140,6 +143,7 @@ TEST_P(MirroredAlgorithmTest, ReplicasBitwiseEqualAfterEveryStep) {
 // same seed; 4 replicas agree with one device to a relative 1e-4.
 TEST_P(MirroredAlgorithmTest, FourReplicasMatchOneDeviceOnTheSeedModel) {
   StrategyOptions o;
+  o.model = MakeMlp();
   o.global_batch = 256;
   o.seed = 42;
   auto one = MirroredStrategy::Create(Gpus(1), o);
@@ -159,7 +163,7 @@ TEST_P(MirroredAlgorithmTest, FourReplicasMatchOneDeviceOnTheSeedModel) {
   ASSERT_THAT(b.status(), IsOk());
   const double rel = RelativeDifference(*b, *a);
   EXPECT_LT(rel, 1e-4);
-  std::vector<float> init = GlorotUniformInit(o.spec, o.seed);
+  std::vector<float> init = o.model->InitialParams(o.seed);
   EXPECT_GT(RelativeDifference(*a, init), 1e-3) << "training did not move the weights";
   // And training worked: the loss went down on these separable data.
   auto t = (*four)->Evaluate(d.x.data(), d.y.data(), 256 * 5);
@@ -194,7 +198,8 @@ TEST_F(MirroredTest, UnevenBatchMatchesOneDevice) {
   o.optimizer.kind = OptimizerKind::kSgd;
   o.optimizer.lr = 0.1f;
   auto one = MirroredStrategy::Create(Gpus(1), o);
-  auto three = MirroredStrategy::Create({set_.gpus[1], set_.gpus[2], set_.gpus[3]}, o);
+  auto three =
+      MirroredStrategy::Create({runtime_->gpus()[1], runtime_->gpus()[2], runtime_->gpus()[3]}, o);
   ASSERT_THAT(one.status(), IsOk());
   ASSERT_THAT(three.status(), IsOk());
   Data d = MakeData(110, 32, 5, 2);
@@ -235,11 +240,27 @@ TEST_F(MirroredTest, Errors) {
   EXPECT_THAT((*m)->PlacementReport(), HasSubstr("replica 1 -> "));
 }
 
+// The strategy names have one table: every kind parses back from its name, and a bad name
+// lists the choices.
+TEST(StrategyKindTest, NamesRoundTrip) {
+  for (StrategyKind kind : AllStrategyKinds()) {
+    EXPECT_THAT(ParseStrategyKind(StrategyKindName(kind)), ::vgpu::testing::IsOkAndHolds(kind));
+  }
+  EXPECT_EQ(AllStrategyKinds().size(), 4u);
+  EXPECT_EQ(StrategyKindName(StrategyKind::kModelParallel), "model-parallel");
+  EXPECT_THAT(ParseStrategyKind("Central-Storage"),
+              ::vgpu::testing::IsOkAndHolds(StrategyKind::kCentralStorage));
+  EXPECT_THAT(ParseStrategyKind("ring").status(),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("'ring'; use single, mirrored, model-parallel, central-storage")));
+}
+
 TEST_F(MirroredTest, OutOfMemoryNamesTheDevice) {
-  auto small = CreateDeviceSet(platform_.get(), 0, {256 * 1024}, false);
+  auto small = testing::CreateTestingRuntime(platform_.get(), 0, {kMinLogicalDeviceBytes});
   ASSERT_THAT(small.status(), IsOk());
   StrategyOptions o;  // the seed model needs ~4 MiB
-  EXPECT_THAT(MirroredStrategy::Create(small->gpus, o).status(),
+  o.model = MakeMlp();
+  EXPECT_THAT(MirroredStrategy::Create((*small)->gpus(), o).status(),
               StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("GPU:0")));
 }
 

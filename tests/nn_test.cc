@@ -11,8 +11,9 @@
 #include "gtest/gtest.h"
 #include "vgpu/runtime/host/host_platform.h"
 #include "vgpu/runtime/status_matchers.h"
-#include "vgpu/strategies/device_set.h"
+#include "vgpu/strategies/stage_chain.h"
 #include "vgpu/strategies/tensor.h"
+#include "vgpu/tests/testing_runtime.h"
 
 namespace vgpu::strategies {
 namespace {
@@ -94,12 +95,12 @@ class NnTest : public ::testing::Test {
     auto p = HostPlatform::Create(o);
     ASSERT_THAT(p.status(), IsOk());
     platform_ = *std::move(p);
-    auto set = CreateDeviceSet(platform_.get(), 0, {16 * kMiB, 16 * kMiB, 16 * kMiB}, false);
+    auto set = testing::CreateTestingRuntime(platform_.get(), 0, {16 * kMiB, 16 * kMiB, 16 * kMiB});
     ASSERT_THAT(set.status(), IsOk());
-    set_ = *std::move(set);
+    runtime_ = *std::move(set);
   }
   std::unique_ptr<HostPlatform> platform_;
-  DeviceSet set_;
+  std::unique_ptr<Runtime> runtime_;
 };
 
 TEST_F(NnTest, SpecLayoutAndInit) {
@@ -139,16 +140,16 @@ TEST_F(NnTest, GradientsMatchFloat64Reference) {
   const double want_loss = Reference(spec, params, x, y, rows, &want, &want_correct);
 
   for (int split : {1, 3}) {
-    std::vector<std::unique_ptr<MlpStage>> stages;
+    std::vector<std::unique_ptr<ModelStage>> stages;
     OptimizerOptions opt;
     for (int l = 0; l < 3;) {
       int last = split == 1 ? 3 : l + 1;
-      auto s = MlpStage::Create(set_.gpus[split == 1 ? 0 : l], spec, l, last, rows, opt, 4);
+      auto s = MlpStage::Create(runtime_->gpus()[split == 1 ? 0 : l], spec, l, last, rows, opt, 4);
       ASSERT_THAT(s.status(), IsOk());
       stages.push_back(*std::move(s));
       l = last;
     }
-    auto chain = MlpChain::Create(std::move(stages));
+    auto chain = StageChain::Create(std::move(stages));
     ASSERT_THAT(chain.status(), IsOk());
     ASSERT_THAT((*chain)->LoadParams(params), IsOk());
     ASSERT_THAT((*chain)->Upload(x.data(), y.data(), rows), IsOk());
@@ -179,7 +180,7 @@ TEST_F(NnTest, SgdAndAdamSteps) {
     OptimizerOptions opt;
     opt.kind = kind;
     opt.lr = 0.5f;
-    auto s = MlpStage::Create(set_.gpus[0], spec, 0, 1, 1, opt, 1);
+    auto s = MlpStage::Create(runtime_->gpus()[0], spec, 0, 1, 1, opt, 1);
     ASSERT_THAT(s.status(), IsOk());
     std::vector<float> p = {1, 2, 3, 4, 0, 0};
     ASSERT_THAT((*s)->LoadParams(p), IsOk());
@@ -208,7 +209,7 @@ TEST_F(NnTest, SgdAndAdamSteps) {
 TEST_F(NnTest, AdamMatchesFloat64ReferenceOverSteps) {
   constexpr int kCount = 37, kSteps = 12;
   constexpr float kLr = 0.01f, kBeta1 = 0.9f, kBeta2 = 0.999f, kEps = 1e-7f;
-  LogicalDevice* dev = set_.gpus[0];
+  LogicalDevice* dev = runtime_->gpus()[0];
   auto kernels = dev->executor()->GetKernels();
   ASSERT_THAT(kernels.status(), IsOk());
   std::mt19937 rng(5);
@@ -252,17 +253,17 @@ TEST_F(NnTest, StageAndChainErrors) {
   MlpSpec spec;
   spec.sizes = {4, 3, 2};
   OptimizerOptions opt;
-  EXPECT_THAT(MlpStage::Create(set_.gpus[0], spec, 1, 1, 4, opt, 1).status(),
+  EXPECT_THAT(MlpStage::Create(runtime_->gpus()[0], spec, 1, 1, 4, opt, 1).status(),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("layer range")));
-  EXPECT_THAT(MlpStage::Create(set_.gpus[0], spec, 0, 2, 0, opt, 1).status(),
+  EXPECT_THAT(MlpStage::Create(runtime_->gpus()[0], spec, 0, 2, 0, opt, 1).status(),
               StatusIs(absl::StatusCode::kInvalidArgument));
-  auto first = MlpStage::Create(set_.gpus[0], spec, 0, 1, 4, opt, 1);
+  auto first = MlpStage::Create(runtime_->gpus()[0], spec, 0, 1, 4, opt, 1);
   ASSERT_THAT(first.status(), IsOk());
   EXPECT_THAT((*first)->Loss(4, 1.0f, 0), StatusIs(absl::StatusCode::kFailedPrecondition));
   EXPECT_THAT((*first)->Forward(5), StatusIs(absl::StatusCode::kInvalidArgument));
-  std::vector<std::unique_ptr<MlpStage>> only_first;
+  std::vector<std::unique_ptr<ModelStage>> only_first;
   only_first.push_back(*std::move(first));
-  EXPECT_THAT(MlpChain::Create(std::move(only_first)).status(),
+  EXPECT_THAT(StageChain::Create(std::move(only_first)).status(),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("last layer")));
   EXPECT_GT(StageBytes(spec, 0, 2, 4, opt, 1),
             StageBytes(spec, 0, 2, 4, OptimizerOptions{OptimizerKind::kSgd}, 1));

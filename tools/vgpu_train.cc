@@ -37,10 +37,10 @@
 #include "vgpu/runtime/platform.h"
 #include "vgpu/runtime/status.h"
 #include "vgpu/strategies/central_storage.h"
-#include "vgpu/strategies/device_set.h"
 #include "vgpu/strategies/idx.h"
 #include "vgpu/strategies/mirrored.h"
 #include "vgpu/strategies/model_parallel.h"
+#include "vgpu/strategies/nn.h"
 #include "vgpu/tools/flags.h"
 #include "vgpu/tools/train_flags.h"
 
@@ -50,6 +50,7 @@ namespace {
 using strategies::Dataset;
 using strategies::StepTotals;
 using strategies::Strategy;
+using strategies::StrategyKind;
 
 using Flags = TrainFlags;
 
@@ -74,7 +75,7 @@ std::string GpuCountSource(const RuntimeConfig& c) {
   return "one per visible physical device";
 }
 
-absl::StatusOr<Devices> MakeDevices(const Flags& f) {
+absl::StatusOr<Devices> MakeDevices(const Flags& f, StrategyKind kind) {
   // --platform wins over VGPU_PLATFORM; "auto" is VGPU_PLATFORM=auto's rule.
   Platform* platform = nullptr;
   if (f.platform.empty()) {
@@ -90,7 +91,7 @@ absl::StatusOr<Devices> MakeDevices(const Flags& f) {
   }
   const std::vector<std::string>& specs = f.device_specs;
   int count = f.device_count;
-  if (count == 0 && specs.empty()) count = f.strategy == "single" ? 1 : 4;
+  if (count == 0 && specs.empty()) count = kind == StrategyKind::kSingle ? 1 : 4;
   const int gpus = std::max(count, f.gpus_needed);  // logical GPUs the flags need
   // What asked for them, for the messages.
   const std::string asked =
@@ -144,25 +145,28 @@ absl::StatusOr<Devices> MakeDevices(const Flags& f) {
   return d;
 }
 
-absl::StatusOr<std::unique_ptr<Strategy>> MakeStrategy(const Flags& f, const std::string& which,
+absl::StatusOr<std::unique_ptr<Strategy>> MakeStrategy(const Flags& f, StrategyKind which,
                                                        Devices& d,
                                                        const strategies::StrategyOptions& o) {
-  if (which == "single") {
-    return strategies::MirroredStrategy::Create({d.chosen.front()}, o);
-  }
-  if (which == "mirrored") {
-    VGPU_ASSIGN_OR_RETURN(auto algo, strategies::ParseAllReduceAlgorithm(f.allreduce));
-    return strategies::MirroredStrategy::Create(d.chosen, o, algo);
-  }
-  if (which == "model-parallel") {
-    strategies::PlacementOptions p;
-    VGPU_ASSIGN_OR_RETURN(p.policy, strategies::ParsePlacementPolicy(f.placement));
-    if (p.policy == strategies::PlacementPolicy::kExplicit) {
-      p.explicit_specs = absl::StrSplit(f.layers, ',', absl::SkipEmpty());
+  switch (which) {
+    case StrategyKind::kSingle:
+      return strategies::MirroredStrategy::Create({d.chosen.front()}, o);
+    case StrategyKind::kMirrored: {
+      VGPU_ASSIGN_OR_RETURN(auto algo, strategies::ParseAllReduceAlgorithm(f.allreduce));
+      return strategies::MirroredStrategy::Create(d.chosen, o, algo);
     }
-    return strategies::ModelParallelStrategy::Create(d.chosen, o, p);
+    case StrategyKind::kModelParallel: {
+      strategies::PlacementOptions p;
+      VGPU_ASSIGN_OR_RETURN(p.policy, strategies::ParsePlacementPolicy(f.placement));
+      if (p.policy == strategies::PlacementPolicy::kExplicit) {
+        p.explicit_specs = absl::StrSplit(f.layers, ',', absl::SkipEmpty());
+      }
+      return strategies::ModelParallelStrategy::Create(d.chosen, o, p);
+    }
+    case StrategyKind::kCentralStorage:
+      return strategies::CentralStorageStrategy::Create(d.cpu(), d.chosen, o);
   }
-  return strategies::CentralStorageStrategy::Create(d.cpu(), d.chosen, o);
+  return absl::InternalError("unknown strategy kind");
 }
 
 // CPU seconds of the whole process (all threads): shows the work per sample even when other
@@ -229,10 +233,10 @@ struct RunResult {
   int num_devices = 0;
 };
 
-absl::StatusOr<RunResult> Train(const Flags& f, const std::string& which, Devices& d,
+absl::StatusOr<RunResult> Train(const Flags& f, StrategyKind which, Devices& d,
                                 const strategies::MnistLike& data, int blas_threads) {
   strategies::StrategyOptions o;
-  o.spec.sizes = {data.train.features, 256, 256, 10};
+  o.model = strategies::MakeMlp({data.train.features, 256, 256, 10});
   VGPU_ASSIGN_OR_RETURN(o.optimizer.kind, strategies::ParseOptimizer(f.optimizer));
   o.optimizer.lr = f.lr;
   o.global_batch = f.batch;
@@ -279,9 +283,9 @@ absl::StatusOr<RunResult> Train(const Flags& f, const std::string& which, Device
       if ((step + 1) % kFlushEvery == 0 || step + 1 == steps) {
         VGPU_ASSIGN_OR_RETURN(StepTotals t, s->Flush());
         // A diverged run stops here, naming where: its accuracy would mean nothing.
-        VGPU_RETURN_IF_ERROR(CheckTrainingLoss(t.loss_sum, which, epoch,
-                                               (step / kFlushEvery) * kFlushEvery + 1, step + 1,
-                                               steps, f.lr));
+        VGPU_RETURN_IF_ERROR(CheckTrainingLoss(t.loss_sum, std::string(StrategyKindName(which)),
+                                               epoch, (step / kFlushEvery) * kFlushEvery + 1,
+                                               step + 1, steps, f.lr));
         epoch_totals.loss_sum += t.loss_sum;
         epoch_totals.correct += t.correct;
         epoch_totals.examples += t.examples;
@@ -302,8 +306,9 @@ absl::StatusOr<RunResult> Train(const Flags& f, const std::string& which, Device
       std::printf(
           "epoch %d/%d  %s  %.2fs (cpu %.2fs)  %.0f samples/s  loss %.4f  train acc %.4f  "
           "test acc %.4f\n",
-          epoch, f.epochs, which.c_str(), secs, cpu_secs, epoch_totals.examples / secs,
-          epoch_totals.mean_loss(), epoch_totals.accuracy(), test.accuracy());
+          epoch, f.epochs, std::string(StrategyKindName(which)).c_str(), secs, cpu_secs,
+          epoch_totals.examples / secs, epoch_totals.mean_loss(), epoch_totals.accuracy(),
+          test.accuracy());
       std::fflush(stdout);
     }
   }
@@ -311,18 +316,20 @@ absl::StatusOr<RunResult> Train(const Flags& f, const std::string& which, Device
   result.peak_bytes = peak.Total(s->devices());
   // The GPUs the strategy was given (--devices), whatever it placed on them: model-parallel may
   // leave one without a stage, central storage adds CPU:0 for the variables.
-  result.num_devices = which == "single" ? 1 : static_cast<int>(d.chosen.size());
+  result.num_devices = which == StrategyKind::kSingle ? 1 : static_cast<int>(d.chosen.size());
   return result;
 }
 
-int AutoBlasThreads(const std::string& strategy, int devices) {
+int AutoBlasThreads(StrategyKind strategy, int devices) {
   int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   // Streams that run gemms at the same time share the cores: mirrored and central storage run
   // one per replica; single and model-parallel one at a time (stages follow each other). Like
   // PyTorch's default, a lone stream gets every core. Measured on the 2-core machine, quiet:
   // single 73k samples/s with 1 thread, 113k with 2; mirrored x4 101k with 1 thread per
   // replica, 30k with 2 (8 spinning OpenBLAS threads on 2 cores).
-  int streams = (strategy == "mirrored" || strategy == "central-storage") ? devices : 1;
+  int streams = (strategy == StrategyKind::kMirrored || strategy == StrategyKind::kCentralStorage)
+                    ? devices
+                    : 1;
   return std::max(1, cores / std::max(1, streams));
 }
 
@@ -373,8 +380,13 @@ int Main(int argc, char** argv) {
     return 0;
   }
   const Flags& f = *flags;
+  absl::StatusOr<StrategyKind> kind = strategies::ParseStrategyKind(f.strategy);
+  if (!kind.ok()) {  // the flag parser checked the name already
+    std::fprintf(stderr, "vgpu-train: %s\n", std::string(kind.status().message()).c_str());
+    return flags::kExitUsage;
+  }
   // The devices first: a count that cannot exist is refused before the data is read.
-  absl::StatusOr<Devices> devices = MakeDevices(f);
+  absl::StatusOr<Devices> devices = MakeDevices(f, *kind);
   if (!devices.ok()) {
     std::fprintf(stderr, "vgpu-train: %s\n", std::string(devices.status().message()).c_str());
     return SetupExit(devices.status());
@@ -418,10 +430,10 @@ int Main(int argc, char** argv) {
     }
   }
   std::optional<RunResult> single;
-  if (f.compare && f.strategy != "single") {
+  if (f.compare && *kind != StrategyKind::kSingle) {
     absl::StatusOr<RunResult> r =
-        Train(f, "single", *devices, *data,
-              f.blas_threads ? f.blas_threads : AutoBlasThreads("single", 1));
+        Train(f, StrategyKind::kSingle, *devices, *data,
+              f.blas_threads ? f.blas_threads : AutoBlasThreads(StrategyKind::kSingle, 1));
     if (!r.ok()) {
       std::fprintf(stderr, "vgpu-train: single: %s\n", r.status().ToString().c_str());
       return 1;
@@ -430,8 +442,7 @@ int Main(int argc, char** argv) {
   }
   const int n = static_cast<int>(devices->chosen.size());
   absl::StatusOr<RunResult> r =
-      Train(f, f.strategy, *devices, *data,
-            f.blas_threads ? f.blas_threads : AutoBlasThreads(f.strategy, n));
+      Train(f, *kind, *devices, *data, f.blas_threads ? f.blas_threads : AutoBlasThreads(*kind, n));
   if (!r.ok()) {
     std::fprintf(stderr, "vgpu-train: %s\n", r.status().ToString().c_str());
     return 1;
