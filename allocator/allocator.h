@@ -10,10 +10,12 @@
 #define VGPU_ALLOCATOR_ALLOCATOR_H_
 
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 
 namespace vgpu {
 
@@ -33,7 +35,11 @@ struct AllocatorStats {
   uint64_t num_ooms = 0;
   uint64_t regions_mapped = 0;    // regions (or granule mappings) taken from the device
   uint64_t regions_unmapped = 0;  // and given back
-  std::string ToString() const;   // one line, human-readable sizes
+  // vmm: the granule its regions are counted in, and the executor Map calls made (one per run
+  // of physically contiguous granules); 0 for allocators without mappings.
+  uint64_t mapping_granularity = 0;
+  uint64_t map_calls = 0;
+  std::string ToString() const;  // one line, human-readable sizes
 };
 
 // One allocator event, for memory history and trace recording (allocator/memory_history.h,
@@ -53,6 +59,16 @@ class AllocatorObserver {
   virtual ~AllocatorObserver() = default;
   virtual void OnAllocatorEvent(const std::string& allocator_name, const AllocatorEvent& e) = 0;
 };
+
+// Errors with no caller to return them to (a DeviceBuffer's free failing in its destructor, an
+// allocator destroyed with live allocations, a region the device will not take back) go to the
+// process-wide sink set here; with none set (the default) they are dropped: library code never
+// writes to stderr. An application that wants them sets a sink (vgpu-bench: stderr). The sink
+// may be called from any thread, possibly under an allocator's lock: it must be quick and must
+// not call into an allocator. nullptr removes it.
+void SetAllocatorErrorSink(std::function<void(absl::string_view message)> sink);
+// Hands `message` ("vgpu: ..." without a newline) to the sink, if any.
+void ReportAllocatorError(absl::string_view message);
 
 class Allocator;
 

@@ -2,13 +2,13 @@
 
 #include <algorithm>
 #include <bit>
-#include <cstdio>
-#include <mutex>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "vgpu/allocator/sub_allocators.h"
 #include "vgpu/runtime/bytes.h"
+#include "vgpu/runtime/status.h"
 
 namespace vgpu {
 namespace {
@@ -37,7 +37,7 @@ BFCAllocator::BFCAllocator(std::unique_ptr<SubAllocator> sub_allocator, BFCOptio
     return;
   }
   if (!options_.allow_growth) {
-    std::lock_guard<SpinLock> l(mu_);
+    SpinLockGuard l(mu_);
     absl::Status s = AddRegionLocked(limit_);
     if (!s.ok()) {
       init_status_ = absl::ResourceExhaustedError(
@@ -49,14 +49,14 @@ BFCAllocator::BFCAllocator(std::unique_ptr<SubAllocator> sub_allocator, BFCOptio
 }
 
 BFCAllocator::~BFCAllocator() {
-  std::lock_guard<SpinLock> l(mu_);
+  SpinLockGuard l(mu_);
   if (!live_.empty()) {
-    std::fprintf(stderr, "vgpu: %s destroyed with %zu live allocations (%s in use)\n",
-                 name().c_str(), live_.size(), FormatBytes(stats_.bytes_in_use).c_str());
+    ReportAllocatorError(absl::StrFormat("vgpu: %s destroyed with %zu live allocations (%s in use)",
+                                         name(), live_.size(), FormatBytes(stats_.bytes_in_use)));
   }
   for (const Region& r : regions_) {
     absl::Status s = sub_allocator_->Free(reinterpret_cast<void*>(r.ptr), r.size);
-    if (!s.ok()) std::fprintf(stderr, "vgpu: %s: %s\n", name().c_str(), s.ToString().c_str());
+    if (!s.ok()) ReportAllocatorError(absl::StrCat("vgpu: ", name(), ": ", s.ToString()));
   }
 }
 
@@ -299,7 +299,7 @@ uint64_t BFCAllocator::ReleaseEmptyRegionsLocked(uint64_t keep_bytes) {
     absl::Status s = sub_allocator_->Free(reinterpret_cast<void*>(r.ptr), r.size);
     // A region the sub-allocator will not take back is dropped anyway: leaking it is safer
     // than handing out memory in an unknown state.
-    if (!s.ok()) std::fprintf(stderr, "vgpu: %s: %s\n", name().c_str(), s.ToString().c_str());
+    if (!s.ok()) ReportAllocatorError(absl::StrCat("vgpu: ", name(), ": ", s.ToString()));
     stats_.bytes_reserved -= r.size;
     ++stats_.regions_unmapped;
     released += r.size;
@@ -310,7 +310,7 @@ uint64_t BFCAllocator::ReleaseEmptyRegionsLocked(uint64_t keep_bytes) {
 }
 
 absl::StatusOr<uint64_t> BFCAllocator::ReleaseEmptyRegions(uint64_t keep_bytes) {
-  std::lock_guard<SpinLock> l(mu_);
+  SpinLockGuard l(mu_);
   return ReleaseEmptyRegionsLocked(keep_bytes);
 }
 
@@ -383,12 +383,12 @@ absl::StatusOr<void*> BFCAllocator::AllocateLocked(uint64_t bytes, uint64_t alig
 }
 
 absl::StatusOr<void*> BFCAllocator::DoAllocate(uint64_t bytes, uint64_t alignment) {
-  std::lock_guard<SpinLock> l(mu_);
+  SpinLockGuard l(mu_);
   return AllocateLocked(bytes, alignment);
 }
 
 absl::Status BFCAllocator::DoDeallocate(void* ptr) {
-  std::lock_guard<SpinLock> l(mu_);
+  SpinLockGuard l(mu_);
   uint32_t c = live_.Erase(reinterpret_cast<uint64_t>(ptr));
   if (c == PtrMap::kNotFound) {
     return absl::InvalidArgumentError(
@@ -420,7 +420,7 @@ absl::Status BFCAllocator::DoDeallocate(void* ptr) {
 }
 
 absl::StatusOr<uint64_t> BFCAllocator::AllocatedSize(const void* ptr) const {
-  std::lock_guard<SpinLock> l(mu_);
+  SpinLockGuard l(mu_);
   const uint32_t c = live_.Find(reinterpret_cast<uint64_t>(ptr));
   if (c == PtrMap::kNotFound) {
     return absl::NotFoundError(absl::StrCat(name(), ": ", P(reinterpret_cast<uint64_t>(ptr)),
@@ -468,18 +468,18 @@ AllocatorStats BFCAllocator::StatsLocked() const {
 }
 
 AllocatorStats BFCAllocator::Stats() const {
-  std::lock_guard<SpinLock> l(mu_);
+  SpinLockGuard l(mu_);
   return StatsLocked();
 }
 
 void BFCAllocator::AddObserver(AllocatorObserver* observer) {
   if (observer == nullptr) return;
-  std::lock_guard<SpinLock> l(mu_);
+  SpinLockGuard l(mu_);
   observers_.push_back(observer);
 }
 
 void BFCAllocator::RemoveObserver(AllocatorObserver* observer) {
-  std::lock_guard<SpinLock> l(mu_);
+  SpinLockGuard l(mu_);
   observers_.erase(std::remove(observers_.begin(), observers_.end(), observer), observers_.end());
 }
 
@@ -489,7 +489,7 @@ void BFCAllocator::NotifySlow(AllocatorEventKind kind, uint64_t ptr, uint64_t by
 }
 
 std::string BFCAllocator::DumpMemoryLog() const {
-  std::lock_guard<SpinLock> l(mu_);
+  SpinLockGuard l(mu_);
   std::string out = absl::StrCat(
       "BFC allocator ", name(), " (sub-allocator ", sub_allocator_->name(), ", growth ",
       options_.allow_growth ? "on" : "off", ")\n  ", StatsLocked().ToString(), "\n");
@@ -547,7 +547,7 @@ std::string BFCAllocator::DumpMemoryLog() const {
 }
 
 absl::Status BFCAllocator::CheckInvariants() const {
-  std::lock_guard<SpinLock> l(mu_);
+  SpinLockGuard l(mu_);
   auto fail = [&](auto&&... args) {
     return absl::InternalError(absl::StrCat(name(), ": invariant broken: ", args...));
   };
@@ -631,6 +631,40 @@ absl::Status BFCAllocator::CheckInvariants() const {
     return fail("allocs - frees != live pointers");
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<Allocator>> CreateBfcAllocator(
+    Executor* executor, const DeviceAllocatorOptions& options) {
+  BFCOptions o;
+  o.name = options.device_name;
+  o.memory_limit = options.memory_limit;
+  o.allow_growth = options.allow_growth;
+  o.garbage_collection = options.garbage_collection;
+  if (options.bfc_small_request_bytes) o.small_request_bytes = *options.bfc_small_request_bytes;
+  if (options.bfc_min_split_bytes) o.min_split_bytes = *options.bfc_min_split_bytes;
+  if (options.bfc_min_split_fraction) o.min_split_fraction = *options.bfc_min_split_fraction;
+  VGPU_ASSIGN_OR_RETURN(
+      std::unique_ptr<BFCAllocator> a,
+      BFCAllocator::Create(std::make_unique<DeviceSubAllocator>(executor), std::move(o)));
+  return std::unique_ptr<Allocator>(std::move(a));
+}
+
+absl::StatusOr<std::unique_ptr<Allocator>> CreateHostBfcAllocator(
+    Executor* executor, const DeviceAllocatorOptions& options) {
+  BFCOptions o;
+  o.name = options.device_name;
+  // "Unlimited": the largest 256-byte multiple, so growth is bounded only by the system.
+  o.memory_limit = options.memory_limit != 0 ? options.memory_limit : ~uint64_t{0} >> 1;
+  o.allow_growth = true;
+  std::unique_ptr<SubAllocator> sub;
+  if (executor != nullptr) {
+    sub = std::make_unique<PinnedHostSubAllocator>(executor);
+  } else {
+    sub = std::make_unique<HostMemorySubAllocator>();
+  }
+  VGPU_ASSIGN_OR_RETURN(std::unique_ptr<BFCAllocator> a,
+                        BFCAllocator::Create(std::move(sub), std::move(o)));
+  return std::unique_ptr<Allocator>(std::move(a));
 }
 
 }  // namespace vgpu

@@ -24,6 +24,12 @@ void AtomicMax(std::atomic<uint64_t>& a, uint64_t v) {
   }
 }
 
+// "host-vmm:0": the device the granules come from, for names and dumps.
+std::string VmmDeviceName(const Executor* executor) {
+  const Platform* p = executor->platform();
+  return absl::StrCat(p != nullptr ? p->name() : "device", "-vmm:", executor->ordinal());
+}
+
 }  // namespace
 
 // Hands the slab BFC regions made of stitched granules from the pool.
@@ -31,7 +37,6 @@ class VmmAllocator::SlabSubAllocator final : public SubAllocator {
  public:
   explicit SlabSubAllocator(VmmAllocator* owner) : owner_(owner) {}
   std::string name() const override { return owner_->name() + "/granules"; }
-  bool fake() const override { return owner_->backend_->fake(); }
 
   // Slabs are slab_bytes_ (a multiple of the granule). When the pool refuses one, BFC backs
   // off towards the request with smaller sizes: those are rounded up to whole granules, so
@@ -122,10 +127,12 @@ void VmmAllocator::RemoveObserver(AllocatorObserver* observer) {
   has_observers_ = !observers_.empty();
 }
 
-absl::StatusOr<std::unique_ptr<VmmAllocator>> VmmAllocator::Create(
-    std::unique_ptr<VmmBackend> backend, VmmOptions options) {
-  if (backend == nullptr) return absl::InvalidArgumentError("vmm allocator: backend is null");
-  uint64_t g = backend->granularity();
+absl::StatusOr<std::unique_ptr<VmmAllocator>> VmmAllocator::Create(Executor* executor,
+                                                                   VmmOptions options) {
+  if (executor == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(options.name, ": no executor to allocate from"));
+  }
+  VGPU_ASSIGN_OR_RETURN(uint64_t g, executor->VirtualMemoryGranularity());
   if (g == 0 || (g & (g - 1)) != 0) {
     return absl::InvalidArgumentError(
         absl::StrCat(options.name, ": VMM granularity ", g, " is not a power of two"));
@@ -135,14 +142,13 @@ absl::StatusOr<std::unique_ptr<VmmAllocator>> VmmAllocator::Create(
         options.name, ": memory limit ", FormatBytes(options.memory_limit),
         " is below one VMM granule (", FormatBytes(g), "); the vmm allocator needs at least one"));
   }
-  std::unique_ptr<VmmAllocator> a(new VmmAllocator(std::move(backend), std::move(options), g));
+  std::unique_ptr<VmmAllocator> a(new VmmAllocator(executor, std::move(options), g));
   VGPU_RETURN_IF_ERROR(a->Init());
   return a;
 }
 
-VmmAllocator::VmmAllocator(std::unique_ptr<VmmBackend> backend, VmmOptions options,
-                           uint64_t granularity)
-    : backend_(std::move(backend)), options_(std::move(options)), granularity_(granularity) {}
+VmmAllocator::VmmAllocator(Executor* executor, VmmOptions options, uint64_t granularity)
+    : executor_(executor), options_(std::move(options)), granularity_(granularity) {}
 
 absl::Status VmmAllocator::Init() {
   const uint64_t g = granularity_;
@@ -184,7 +190,7 @@ absl::Status VmmAllocator::Init() {
   if (!options_.allow_growth) {
     // Everything up front, in one physical allocation: one driver call, and granules are
     // (handle, offset) pairs inside it.
-    absl::StatusOr<PhysicalMemoryHandle> h = backend_->CreatePhysicalMemory(limit_granules_ * g);
+    absl::StatusOr<PhysicalMemoryHandle> h = executor_->CreatePhysicalMemory(limit_granules_ * g);
     if (!h.ok()) {
       return absl::ResourceExhaustedError(absl::StrCat(
           name(), ": cannot take the whole limit of ", FormatBytes(limit_granules_ * g),
@@ -216,7 +222,7 @@ VmmAllocator::~VmmAllocator() {
   if (options_.allow_growth) {
     GiveBackLocked(0).IgnoreError();
   } else if (bulk_.bytes != 0) {
-    backend_->ReleasePhysicalMemory(bulk_).IgnoreError();
+    executor_->ReleasePhysicalMemory(bulk_).IgnoreError();
   }
 }
 
@@ -418,7 +424,7 @@ absl::Status VmmAllocator::EnsureFreeGranulesLocked(uint64_t count) {
                                               " free granules below the limit; expected ",
                                               limit_granules_ - mapped_granules_));
     }
-    absl::StatusOr<PhysicalMemoryHandle> h = backend_->CreatePhysicalMemory(granularity_);
+    absl::StatusOr<PhysicalMemoryHandle> h = executor_->CreatePhysicalMemory(granularity_);
     if (!h.ok()) {
       if (cached_granules_ > 0) {
         VGPU_RETURN_IF_ERROR(EvictOneLocked());
@@ -450,20 +456,20 @@ absl::StatusOr<std::unique_ptr<VmmAllocator::Range>> VmmAllocator::MapRangeLocke
   // Virtual space is cheap: reserve room to grow to the next power of two, so a cached range
   // can later serve a somewhat larger request by mapping a few more granules at its end.
   range->reserved_bytes = alignment > g ? count * g + alignment : std::bit_ceil(count) * g;
-  VGPU_ASSIGN_OR_RETURN(range->reserved, backend_->ReserveAddressRange(range->reserved_bytes));
+  VGPU_ASSIGN_OR_RETURN(range->reserved, executor_->ReserveAddressRange(range->reserved_bytes));
   if (alignment <= g && reinterpret_cast<uint64_t>(range->reserved) % g != 0) {
     // Drivers return granule-aligned ranges, but nothing here may rely on it: rounding the
     // base up would leave one granule less than reserved for. Ask again with a granule spare.
-    backend_->FreeAddressRange(range->reserved, range->reserved_bytes).IgnoreError();
+    executor_->FreeAddressRange(range->reserved, range->reserved_bytes).IgnoreError();
     range->reserved_bytes += g;
-    VGPU_ASSIGN_OR_RETURN(range->reserved, backend_->ReserveAddressRange(range->reserved_bytes));
+    VGPU_ASSIGN_OR_RETURN(range->reserved, executor_->ReserveAddressRange(range->reserved_bytes));
   }
   range->ptr = reinterpret_cast<void*>(
       AlignUp(reinterpret_cast<uint64_t>(range->reserved), std::max(alignment, g)));
   range->granules.reserve(count);
   absl::Status s = GrowRangeLocked(range.get(), count);
   if (!s.ok()) {
-    backend_->FreeAddressRange(range->reserved, range->reserved_bytes).IgnoreError();
+    executor_->FreeAddressRange(range->reserved, range->reserved_bytes).IgnoreError();
     return s;
   }
   return range;
@@ -492,7 +498,7 @@ absl::Status VmmAllocator::GrowRangeLocked(Range* range, uint64_t count) {
       if (next.handle.value != first.handle.value || next.offset != first.offset + n * g) break;
       ++n;
     }
-    absl::Status s = backend_->Map(base + i * g, n * g, first.handle, first.offset);
+    absl::Status s = executor_->Map(base + i * g, n * g, first.handle, first.offset);
     if (!s.ok()) {
       ShrinkRangeLocked(range, old).IgnoreError();
       return s;
@@ -523,7 +529,7 @@ absl::Status VmmAllocator::ShrinkRangeLocked(Range* range, uint64_t count) {
   while (range->granules.size() > count) {
     const uint64_t start = range->run_starts.back();
     const uint64_t end = range->granules.size();
-    absl::Status s = backend_->Unmap(base + start * g, (end - start) * g);
+    absl::Status s = executor_->Unmap(base + start * g, (end - start) * g);
     if (!s.ok()) {
       mapped_bytes_.store(mapped_granules_ * g);
       return s;
@@ -534,7 +540,7 @@ absl::Status VmmAllocator::ShrinkRangeLocked(Range* range, uint64_t count) {
     if (start < count) {
       const Granule& first = granules_[range->granules[start]];
       absl::Status m =
-          backend_->Map(base + start * g, (count - start) * g, first.handle, first.offset);
+          executor_->Map(base + start * g, (count - start) * g, first.handle, first.offset);
       if (m.ok()) {
         ++map_calls_;
         range->run_starts.push_back(start);
@@ -565,7 +571,7 @@ absl::Status VmmAllocator::ShrinkRangeLocked(Range* range, uint64_t count) {
 
 absl::Status VmmAllocator::UnmapRangeLocked(std::unique_ptr<Range> range) {
   VGPU_RETURN_IF_ERROR(ShrinkRangeLocked(range.get(), 0));
-  return backend_->FreeAddressRange(range->reserved, range->reserved_bytes);
+  return executor_->FreeAddressRange(range->reserved, range->reserved_bytes);
 }
 
 absl::Status VmmAllocator::EvictOneLocked(const void* spare) {
@@ -603,7 +609,7 @@ absl::Status VmmAllocator::EpochGiveBackLocked() {
 absl::Status VmmAllocator::GiveBackLocked(uint64_t keep) {
   while (free_granules_.size() > keep) {
     uint32_t slot = free_granules_.back();
-    VGPU_RETURN_IF_ERROR(backend_->ReleasePhysicalMemory(granules_[slot].handle));
+    VGPU_RETURN_IF_ERROR(executor_->ReleasePhysicalMemory(granules_[slot].handle));
     free_granules_.pop_back();
     granules_[slot] = Granule{};
     free_slots_.push_back(slot);
@@ -656,6 +662,8 @@ AllocatorStats VmmAllocator::CombinedStatsLocked(const AllocatorStats& slab) con
   s.num_ooms = num_ooms_;
   s.regions_mapped = regions_mapped_;
   s.regions_unmapped = regions_unmapped_;
+  s.mapping_granularity = g;
+  s.map_calls = map_calls_;
   // Free memory in the pool (mapped, not in use) is cached granules and free slab space.
   // Cached granules can be restitched into one block, so together they are one free block.
   s.largest_free_block = std::max(cached_granules_ * g, slab.largest_free_block);
@@ -698,8 +706,8 @@ std::string VmmAllocator::DumpMemoryLog() const {
     if (slabs_ != nullptr) slab = slabs_->Stats();
     std::lock_guard<std::mutex> l(mu_);
     const uint64_t g = granularity_;
-    absl::StrAppend(&out, name(), " (vmm over ", backend_->name(), ", granule ", FormatBytes(g),
-                    ")\n  ", CombinedStatsLocked(slab).ToString(), "\n");
+    absl::StrAppend(&out, name(), " (vmm over ", VmmDeviceName(executor_), ", granule ",
+                    FormatBytes(g), ")\n  ", CombinedStatsLocked(slab).ToString(), "\n");
     absl::StrAppendFormat(&out,
                           "  granules: limit %d, created %d, mapped %d (blocks %d, cache %d, "
                           "slabs %d), free in pool %d; cache hits %d, evictions %d\n",
@@ -844,38 +852,23 @@ absl::Status VmmAllocator::CheckInvariants() const {
     return fail("cache holds ", cached_granules_, " granules over its limit ",
                 cache_limit_granules_);
   }
-  if (const auto* fake = dynamic_cast<const FakeVmmBackend*>(backend_.get())) {
-    if (fake->mapped_bytes() != mapped_granules_ * granularity_) {
-      return fail("backend has ", fake->mapped_bytes(), " bytes mapped, allocator counts ",
-                  mapped_granules_ * granularity_);
-    }
-    if (fake->physical_bytes() != created_granules_ * granularity_) {
-      return fail("backend holds ", fake->physical_bytes(), " physical bytes, allocator counts ",
-                  created_granules_ * granularity_);
-    }
-  }
   return absl::OkStatus();
 }
 
 absl::StatusOr<std::unique_ptr<Allocator>> CreateVmmAllocator(
     Executor* executor, const DeviceAllocatorOptions& options) {
-  VGPU_ASSIGN_OR_RETURN(std::unique_ptr<VmmBackend> backend, CreateExecutorVmmBackend(executor));
+  if (executor == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(options.device_name, ": no executor to allocate from"));
+  }
   VmmOptions vo;
-  vo.name = options.device_name.empty() ? backend->name() : options.device_name;
+  vo.name = options.device_name.empty() ? VmmDeviceName(executor) : options.device_name;
   vo.memory_limit = options.memory_limit;
   vo.allow_growth = options.allow_growth;
+  if (options.vmm_slab_bytes) vo.slab_bytes = *options.vmm_slab_bytes;
+  if (options.vmm_small_block_max) vo.small_block_max = *options.vmm_small_block_max;
   VGPU_ASSIGN_OR_RETURN(std::unique_ptr<VmmAllocator> a,
-                        VmmAllocator::Create(std::move(backend), std::move(vo)));
-  return std::unique_ptr<Allocator>(std::move(a));
-}
-
-absl::StatusOr<std::unique_ptr<Allocator>> CreateFakeVmmAllocator(uint64_t granularity,
-                                                                  VmmOptions options) {
-  VGPU_ASSIGN_OR_RETURN(
-      std::unique_ptr<VmmAllocator> a,
-      VmmAllocator::Create(std::make_unique<FakeVmmBackend>(granularity, /*physical_capacity=*/0,
-                                                            /*checked=*/false),
-                           std::move(options)));
+                        VmmAllocator::Create(executor, std::move(vo)));
   return std::unique_ptr<Allocator>(std::move(a));
 }
 

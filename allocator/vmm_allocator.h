@@ -38,7 +38,6 @@
 #include "absl/status/statusor.h"
 #include "vgpu/allocator/allocator.h"
 #include "vgpu/allocator/factory.h"
-#include "vgpu/allocator/vmm_backend.h"
 #include "vgpu/runtime/platform.h"
 
 namespace vgpu {
@@ -72,8 +71,10 @@ struct VmmOptions {
 
 class VmmAllocator final : public Allocator {
  public:
-  // Use CreateVmmAllocator / CreateFakeVmmAllocator, or this to pass any backend.
-  static absl::StatusOr<std::unique_ptr<VmmAllocator>> Create(std::unique_ptr<VmmBackend> backend,
+  // Over `executor`'s VMM calls (its virtual-memory capability; the executor must outlive the
+  // allocator): Unimplemented/FailedPrecondition when it has none, InvalidArgument when its
+  // granularity is not a power of two or the limit is below one granule.
+  static absl::StatusOr<std::unique_ptr<VmmAllocator>> Create(Executor* executor,
                                                               VmmOptions options);
   ~VmmAllocator() override;
 
@@ -90,7 +91,7 @@ class VmmAllocator final : public Allocator {
   absl::Status Trim();
 
   uint64_t granularity() const { return granularity_; }
-  VmmBackend* backend() const { return backend_.get(); }
+  Executor* executor() const { return executor_; }
   // Granule counts, for tests and tools.
   struct GranuleCounts {
     uint64_t created = 0;  // physical granules held from the device
@@ -103,7 +104,7 @@ class VmmAllocator final : public Allocator {
     uint64_t limit = 0;
     uint64_t cache_hits = 0;
     uint64_t cache_evictions = 0;
-    // Backend Map / Unmap calls: one per run of physically contiguous granules (a Map is one
+    // Executor Map / Unmap calls: one per run of physically contiguous granules (a Map is one
     // cuMemMap + one cuMemSetAccess on cuda), not one per granule.
     uint64_t map_calls = 0;
     uint64_t unmap_calls = 0;
@@ -131,7 +132,7 @@ class VmmAllocator final : public Allocator {
   void NotePeak(uint64_t bytes);
   void Notify(AllocatorEventKind kind, const void* ptr, uint64_t bytes);
 
-  VmmAllocator(std::unique_ptr<VmmBackend> backend, VmmOptions options, uint64_t granularity);
+  VmmAllocator(Executor* executor, VmmOptions options, uint64_t granularity);
   absl::Status Init();
 
   absl::StatusOr<void*> DoAllocate(uint64_t bytes, uint64_t alignment) override;
@@ -172,7 +173,7 @@ class VmmAllocator final : public Allocator {
   // Stats() from the slab BFC's stats (taken before mu_) and ours.
   AllocatorStats CombinedStatsLocked(const AllocatorStats& slab) const;
 
-  const std::unique_ptr<VmmBackend> backend_;
+  Executor* const executor_;
   const VmmOptions options_;
   const uint64_t granularity_;
   uint64_t limit_granules_ = 0;
@@ -216,12 +217,10 @@ class VmmAllocator final : public Allocator {
   uint64_t cache_hits_ = 0, cache_evictions_ = 0;
 };
 
-// The vmm allocator of one logical device over `executor`'s VMM calls (options.kind ignored).
+// The factory's creator (allocator/factory.h): the vmm allocator of one logical device over
+// `executor`'s VMM calls, with options' growth and vmm_* knobs (options.kind ignored).
 absl::StatusOr<std::unique_ptr<Allocator>> CreateVmmAllocator(
     Executor* executor, const DeviceAllocatorOptions& options);
-// Over an unchecked FakeVmmBackend of `granularity` (no memory touched, counters only): replay.
-absl::StatusOr<std::unique_ptr<Allocator>> CreateFakeVmmAllocator(uint64_t granularity,
-                                                                  VmmOptions options);
 
 }  // namespace vgpu
 
