@@ -15,7 +15,23 @@ absl::Status NoSuchCall(absl::string_view what) {
       absl::StrCat("fake-address device: ", what, " (it only hands out addresses)"));
 }
 
+// The platform every fake-address device reports: named "fake", so names built from it read
+// "fake device 0" / "fake-vmm:0".
+class FakePlatform final : public Platform {
+ public:
+  std::string name() const override { return "fake"; }
+  int DeviceCount() const override { return 0; }
+  std::string Summary() const override { return "fake addresses, no memory"; }
+  absl::StatusOr<PhysicalDeviceInfo> Describe(int) override { return NoSuchCall("Describe"); }
+  absl::StatusOr<Executor*> GetExecutor(int) override { return NoSuchCall("GetExecutor"); }
+};
+
 }  // namespace
+
+Platform* FakeAddressExecutor::platform() const {
+  static FakePlatform* const platform = new FakePlatform();
+  return platform;
+}
 
 FakeAddressExecutor::FakeAddressExecutor(uint64_t granularity, uint64_t physical_capacity,
                                          uint64_t va_base)

@@ -88,7 +88,7 @@ class FakeAddressExecutor : public Executor {
   explicit FakeAddressExecutor(uint64_t granularity, uint64_t physical_capacity = 0,
                                uint64_t va_base = kDefaultVaBase);
 
-  Platform* platform() const override { return nullptr; }
+  Platform* platform() const override;  // "fake", with no devices of its own
   int ordinal() const override { return 0; }
   absl::StatusOr<PhysicalDeviceInfo> Describe() override;
   absl::StatusOr<void*> Allocate(uint64_t bytes) override;
