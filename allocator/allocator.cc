@@ -100,4 +100,28 @@ absl::Status Allocator::Deallocate(void* ptr) {
   return DoDeallocate(ptr);
 }
 
+void Allocator::AddObserver(AllocatorObserver* observer) {
+  if (observer == nullptr) return;
+  absl::MutexLock l(&observers_mu_);
+  observers_.push_back(observer);
+  has_observers_.store(true, std::memory_order_relaxed);
+}
+
+void Allocator::RemoveObserver(AllocatorObserver* observer) {
+  absl::MutexLock l(&observers_mu_);
+  observers_.erase(std::remove(observers_.begin(), observers_.end(), observer), observers_.end());
+  has_observers_.store(!observers_.empty(), std::memory_order_relaxed);
+}
+
+void Allocator::NotifySlow(const std::string& allocator_name, const AllocatorEvent& e) const {
+  absl::MutexLock l(&observers_mu_);
+  for (AllocatorObserver* o : observers_) o->OnAllocatorEvent(allocator_name, e);
+}
+
+absl::Status Allocator::OutOfMemoryError(const OutOfMemoryReport& r) const {
+  return absl::ResourceExhaustedError(
+      absl::StrFormat("%s: out of memory allocating %s (%d bytes, rounded to %s): %s. %s. Hint: %s",
+                      name(), FormatBytes(r.bytes), r.bytes, r.rounded, r.why, r.usage, r.hint));
+}
+
 }  // namespace vgpu

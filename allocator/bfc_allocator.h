@@ -16,7 +16,7 @@
 // keeps fragmentation low; optionally small requests come from the high end of a chunk.
 //
 // Thread safety: thread-safe; one lock (a SpinLock) per allocator, annotated for Clang's
-// thread-safety analysis. Observers are called under it.
+// thread-safety analysis. Observers are called under it (through Allocator::Notify).
 #ifndef VGPU_ALLOCATOR_BFC_ALLOCATOR_H_
 #define VGPU_ALLOCATOR_BFC_ALLOCATOR_H_
 
@@ -127,10 +127,6 @@ class BFCAllocator final : public Allocator {
   absl::StatusOr<uint64_t> ReleaseEmptyRegions(uint64_t keep_bytes = 0);
   // Rounded size of a live allocation (the chunk it occupies); NotFound for other pointers.
   absl::StatusOr<uint64_t> AllocatedSize(const void* ptr) const;
-  // Events (alloc/free/map/unmap/oom) go to `observer` too; nullptr detaches. The observer
-  // must outlive the allocator or be detached first.
-  void AddObserver(AllocatorObserver* observer) override;
-  void RemoveObserver(AllocatorObserver* observer) override;
 
   // Saturating: sizes near 2^64 round down to the largest multiple instead of wrapping to 0.
   static uint64_t RoundedBytes(uint64_t bytes) {
@@ -189,12 +185,12 @@ class BFCAllocator final : public Allocator {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   AllocatorStats StatsLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   uint64_t LargestFreeLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void Notify(AllocatorEventKind kind, uint64_t ptr, uint64_t bytes)
+  // An event (allocator.h) with the counts after it.
+  void NotifyLocked(AllocatorEventKind kind, uint64_t ptr, uint64_t bytes) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    if (!observers_.empty()) NotifySlow(kind, ptr, bytes);
+    Notify(options_.name, AllocatorEvent{kind, ptr, bytes, counters_.stats.bytes_in_use,
+                                         counters_.stats.bytes_reserved});
   }
-  void NotifySlow(AllocatorEventKind kind, uint64_t ptr, uint64_t bytes)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   uint32_t NewChunk() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void DeleteChunk(uint32_t c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -257,9 +253,8 @@ class BFCAllocator final : public Allocator {
     return m != 0 ? 64 + std::countr_zero(m) : -1;
   }
   uint64_t next_region_bytes_ ABSL_GUARDED_BY(mu_) = 0;
-  std::vector<AllocatorObserver*> observers_ ABSL_GUARDED_BY(mu_);
 
-  AllocatorStats stats_ ABSL_GUARDED_BY(mu_);
+  AllocatorCounters counters_ ABSL_GUARDED_BY(mu_);
 };
 
 // The factory's creators (allocator/factory.h): a logical device's BFC over Executor::Allocate,

@@ -166,18 +166,20 @@ absl::StatusOr<std::unique_ptr<Allocator>> CreateFakeVmmAllocator(uint64_t granu
   return std::unique_ptr<Allocator>(std::move(a));
 }
 
-absl::Status CheckFakeVmm(const FakeVmm& f) {
-  VGPU_RETURN_IF_ERROR(f.alloc->CheckInvariants());
-  const VmmAllocator::GranuleCounts c = f.alloc->Granules();
-  const uint64_t g = f.alloc->granularity();
-  if (f.backend->mapped_bytes() != c.mapped * g) {
-    return absl::InternalError(absl::StrCat(f.alloc->name(), ": invariant broken: backend has ",
-                                            f.backend->mapped_bytes(),
+absl::Status CheckFakeVmm(const FakeVmm& f) { return CheckFakeVmm(*f.alloc, *f.backend); }
+
+absl::Status CheckFakeVmm(const VmmAllocator& alloc, const FakeVmmExecutor& backend) {
+  VGPU_RETURN_IF_ERROR(alloc.CheckInvariants());
+  const VmmAllocator::GranuleCounts c = alloc.Granules();
+  const uint64_t g = alloc.granularity();
+  if (backend.mapped_bytes() != c.mapped * g) {
+    return absl::InternalError(absl::StrCat(alloc.name(), ": invariant broken: backend has ",
+                                            backend.mapped_bytes(),
                                             " bytes mapped, allocator counts ", c.mapped * g));
   }
-  if (f.backend->physical_bytes() != c.created * g) {
-    return absl::InternalError(absl::StrCat(f.alloc->name(), ": invariant broken: backend holds ",
-                                            f.backend->physical_bytes(),
+  if (backend.physical_bytes() != c.created * g) {
+    return absl::InternalError(absl::StrCat(alloc.name(), ": invariant broken: backend holds ",
+                                            backend.physical_bytes(),
                                             " physical bytes, allocator counts ", c.created * g));
   }
   return absl::OkStatus();

@@ -73,6 +73,7 @@ absl::StatusOr<std::unique_ptr<Allocator>> CreateFakeVmmAllocator(uint64_t granu
 // The allocator's CheckInvariants, then its granule counts against the device's: bytes mapped
 // and physical bytes held must agree.
 absl::Status CheckFakeVmm(const FakeVmm& f);
+absl::Status CheckFakeVmm(const VmmAllocator& alloc, const FakeVmmExecutor& backend);
 
 }  // namespace vgpu::testing
 

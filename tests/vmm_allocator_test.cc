@@ -924,12 +924,21 @@ std::unique_ptr<Allocator> HostVmm(uint64_t limit, bool growth) {
   return MakeVmmAllocator(ConformanceExecutor(), limit, growth);
 }
 
+// CheckFakeVmm for the suite's plain allocators: the fake device is the allocator's executor.
+absl::Status CheckFakeVmmAllocator(const Allocator& a) {
+  const auto* vmm = dynamic_cast<const VmmAllocator*>(&a);
+  const auto* device = vmm != nullptr ? dynamic_cast<FakeVmmExecutor*>(vmm->executor()) : nullptr;
+  if (device == nullptr) return absl::InternalError(a.name() + ": not a vmm allocator on a fake");
+  return CheckFakeVmm(*vmm, *device);
+}
+
 struct VmmFakeGrowthOff {
   static constexpr bool kRealMemory = false;
   static std::unique_ptr<Allocator> Make(uint64_t limit) { return FakeVmm(limit, false); }
   static std::unique_ptr<Allocator> MakeOther(uint64_t limit) {
     return FakeVmm(limit, false, kOtherVaBase);
   }
+  static absl::Status Check(const Allocator& a) { return CheckFakeVmmAllocator(a); }
 };
 struct VmmFakeGrowthOn {
   static constexpr bool kRealMemory = false;
@@ -937,6 +946,7 @@ struct VmmFakeGrowthOn {
   static std::unique_ptr<Allocator> MakeOther(uint64_t limit) {
     return FakeVmm(limit, true, kOtherVaBase);
   }
+  static absl::Status Check(const Allocator& a) { return CheckFakeVmmAllocator(a); }
 };
 struct VmmHostGrowthOff {
   static constexpr bool kRealMemory = true;
