@@ -1,10 +1,11 @@
 #include "vgpu/allocator/allocator.h"
 
-#include <cstdio>
 #include <utility>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/synchronization/mutex.h"
 #include "vgpu/runtime/bytes.h"
 
 namespace vgpu {
@@ -15,15 +16,38 @@ std::string AllocatorStats::ToString() const {
       "largest alloc %s, largest free block %s, fragmentation %.3f, OOMs %d, "
       "regions mapped %d unmapped %d",
       FormatBytes(bytes_in_use), FormatBytes(peak_bytes_in_use), FormatBytes(bytes_reserved),
-      FormatBytes(peak_bytes_reserved), bytes_limit ? FormatBytes(bytes_limit) : "none",
-      num_allocs, num_frees, FormatBytes(largest_alloc_size), FormatBytes(largest_free_block),
-      fragmentation, num_ooms, regions_mapped, regions_unmapped);
+      FormatBytes(peak_bytes_reserved), bytes_limit ? FormatBytes(bytes_limit) : "none", num_allocs,
+      num_frees, FormatBytes(largest_alloc_size), FormatBytes(largest_free_block), fragmentation,
+      num_ooms, regions_mapped, regions_unmapped);
 }
 
-DeviceBuffer::~DeviceBuffer() {
-  absl::Status s = Reset();
-  if (!s.ok()) std::fprintf(stderr, "vgpu: DeviceBuffer free failed: %s\n", s.ToString().c_str());
+namespace {
+
+absl::Mutex sink_mu(absl::kConstInit);
+std::function<void(absl::string_view)>* error_sink ABSL_GUARDED_BY(sink_mu) = nullptr;
+
+void ReportFreeFailure(const absl::Status& s) {
+  if (!s.ok()) ReportAllocatorError(absl::StrCat("vgpu: DeviceBuffer free failed: ", s.ToString()));
 }
+
+}  // namespace
+
+void SetAllocatorErrorSink(std::function<void(absl::string_view message)> sink) {
+  auto* next = sink ? new std::function<void(absl::string_view)>(std::move(sink)) : nullptr;
+  std::function<void(absl::string_view)>* old;
+  {
+    absl::MutexLock l(&sink_mu);
+    old = std::exchange(error_sink, next);
+  }
+  delete old;
+}
+
+void ReportAllocatorError(absl::string_view message) {
+  absl::MutexLock l(&sink_mu);
+  if (error_sink != nullptr) (*error_sink)(message);
+}
+
+DeviceBuffer::~DeviceBuffer() { ReportFreeFailure(Reset()); }
 
 DeviceBuffer::DeviceBuffer(DeviceBuffer&& other) noexcept
     : allocator_(std::exchange(other.allocator_, nullptr)),
@@ -32,8 +56,7 @@ DeviceBuffer::DeviceBuffer(DeviceBuffer&& other) noexcept
 
 DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
   if (this != &other) {
-    absl::Status s = Reset();
-    if (!s.ok()) std::fprintf(stderr, "vgpu: DeviceBuffer free failed: %s\n", s.ToString().c_str());
+    ReportFreeFailure(Reset());
     allocator_ = std::exchange(other.allocator_, nullptr);
     data_ = std::exchange(other.data_, nullptr);
     size_ = std::exchange(other.size_, 0);
@@ -56,9 +79,9 @@ void* DeviceBuffer::Release() {
 
 absl::StatusOr<void*> Allocator::AllocateRaw(uint64_t bytes, uint64_t alignment) {
   if (alignment == 0 || (alignment & (alignment - 1)) != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        name(), ": alignment ", alignment, " is not a power of two (request of ", bytes,
-        " bytes)"));
+    return absl::InvalidArgumentError(absl::StrCat(name(), ": alignment ", alignment,
+                                                   " is not a power of two (request of ", bytes,
+                                                   " bytes)"));
   }
   if (alignment < kDefaultAlignment) alignment = kDefaultAlignment;
   if (bytes == 0) return nullptr;
@@ -75,6 +98,30 @@ absl::StatusOr<DeviceBuffer> Allocator::Allocate(uint64_t bytes, uint64_t alignm
 absl::Status Allocator::Deallocate(void* ptr) {
   if (ptr == nullptr) return absl::OkStatus();
   return DoDeallocate(ptr);
+}
+
+void Allocator::AddObserver(AllocatorObserver* observer) {
+  if (observer == nullptr) return;
+  absl::MutexLock l(&observers_mu_);
+  observers_.push_back(observer);
+  has_observers_.store(true, std::memory_order_relaxed);
+}
+
+void Allocator::RemoveObserver(AllocatorObserver* observer) {
+  absl::MutexLock l(&observers_mu_);
+  observers_.erase(std::remove(observers_.begin(), observers_.end(), observer), observers_.end());
+  has_observers_.store(!observers_.empty(), std::memory_order_relaxed);
+}
+
+void Allocator::NotifySlow(const std::string& allocator_name, const AllocatorEvent& e) const {
+  absl::MutexLock l(&observers_mu_);
+  for (AllocatorObserver* o : observers_) o->OnAllocatorEvent(allocator_name, e);
+}
+
+absl::Status Allocator::OutOfMemoryError(const OutOfMemoryReport& r) const {
+  return absl::ResourceExhaustedError(
+      absl::StrFormat("%s: out of memory allocating %s (%d bytes, rounded to %s): %s. %s. Hint: %s",
+                      name(), FormatBytes(r.bytes), r.bytes, r.rounded, r.why, r.usage, r.hint));
 }
 
 }  // namespace vgpu

@@ -1,19 +1,32 @@
-// The allocator interface every device memory allocator implements (BFC, vmm, adaptors),
-// RMM-style: the public non-virtual Allocate/Deallocate do the argument checks and hand the
-// rest to private DoAllocate/DoDeallocate, so checks are written once. DeviceBuffer is the
-// move-only RAII owner of one allocation.
+// The allocator interface every device memory allocator implements (BFC, vmm, async,
+// adaptors), RMM-style: the public non-virtual Allocate/Deallocate do the argument checks and
+// hand the rest to private DoAllocate/DoDeallocate, so checks are written once. The work every
+// allocator shares is written here once too: the observer list and event delivery
+// (Add/RemoveObserver, Notify), the counters behind Stats (AllocatorCounters) and the
+// out-of-memory message (OutOfMemoryError); an allocator writes its placement policy and calls
+// these where its events happen, under its own lock (see docs/allocator.md).
+// DeviceBuffer is the move-only RAII owner of one allocation.
 //
-// Thread safety: every Allocator is safe to call from any number of threads at once.
+// Thread safety: every Allocator is safe to call from any number of threads at once. The
+// observer list has its own leaf lock; AllocatorCounters is a plain struct guarded by the
+// allocator that holds it.
 // A DeviceBuffer is a plain owner: moving or destroying one object from two threads at once
 // is a data race, like any value type.
 #ifndef VGPU_ALLOCATOR_ALLOCATOR_H_
 #define VGPU_ALLOCATOR_ALLOCATOR_H_
 
+#include <algorithm>
+#include <atomic>
 #include <cstdint>
+#include <functional>
 #include <string>
+#include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
 
 namespace vgpu {
 
@@ -33,7 +46,42 @@ struct AllocatorStats {
   uint64_t num_ooms = 0;
   uint64_t regions_mapped = 0;    // regions (or granule mappings) taken from the device
   uint64_t regions_unmapped = 0;  // and given back
-  std::string ToString() const;   // one line, human-readable sizes
+  // vmm: the granule its regions are counted in, and the executor Map calls made (one per run
+  // of physically contiguous granules); 0 for allocators without mappings.
+  uint64_t mapping_granularity = 0;
+  uint64_t map_calls = 0;
+  std::string ToString() const;  // one line, human-readable sizes
+};
+
+// The counters behind AllocatorStats, kept the same way by every allocator: a plain struct its
+// allocator guards with its own lock (one copy of the bookkeeping, no atomics on the hot path).
+// `charged` is what a block counts against the limit (its rounded or padded size).
+struct AllocatorCounters {
+  void OnAlloc(uint64_t requested, uint64_t charged) {
+    ++stats.num_allocs;
+    stats.bytes_in_use += charged;
+    stats.peak_bytes_in_use = std::max(stats.peak_bytes_in_use, stats.bytes_in_use);
+    stats.largest_alloc_size = std::max(stats.largest_alloc_size, requested);
+  }
+  void OnFree(uint64_t charged) {
+    ++stats.num_frees;
+    stats.bytes_in_use -= charged;
+  }
+  void OnOom() { ++stats.num_ooms; }
+  // Memory taken from (or given back to) the device or sub-allocator, one region at a time.
+  void OnMap(uint64_t bytes) {
+    stats.bytes_reserved += bytes;
+    stats.peak_bytes_reserved = std::max(stats.peak_bytes_reserved, stats.bytes_reserved);
+    ++stats.regions_mapped;
+  }
+  void OnUnmap(uint64_t bytes) {
+    stats.bytes_reserved -= bytes;
+    ++stats.regions_unmapped;
+  }
+  // Live allocations by the counts (allocs - frees), for CheckInvariants.
+  uint64_t live() const { return stats.num_allocs - stats.num_frees; }
+
+  AllocatorStats stats;
 };
 
 // One allocator event, for memory history and trace recording (allocator/memory_history.h,
@@ -53,6 +101,28 @@ class AllocatorObserver {
   virtual ~AllocatorObserver() = default;
   virtual void OnAllocatorEvent(const std::string& allocator_name, const AllocatorEvent& e) = 0;
 };
+
+// What an out-of-memory error reports, beyond the allocator's name and the request. Every
+// allocator's message has one shape: "<name>: out of memory allocating <size> (<n> bytes,
+// rounded to <rounded>): <why>. <usage>. Hint: <hint>"; `usage` is its own numbers (limit,
+// in use, reserved, ...).
+struct OutOfMemoryReport {
+  uint64_t bytes = 0;
+  std::string rounded;  // as the allocator counts it ("2097152", "8 MiB")
+  absl::string_view why;
+  std::string usage;
+  absl::string_view hint;
+};
+
+// Errors with no caller to return them to (a DeviceBuffer's free failing in its destructor, an
+// allocator destroyed with live allocations, a region the device will not take back) go to the
+// process-wide sink set here; with none set (the default) they are dropped: library code never
+// writes to stderr. An application that wants them sets a sink (vgpu-bench: stderr). The sink
+// may be called from any thread, possibly under an allocator's lock: it must be quick and must
+// not call into an allocator. nullptr removes it.
+void SetAllocatorErrorSink(std::function<void(absl::string_view message)> sink);
+// Hands `message` ("vgpu: ..." without a newline) to the sink, if any.
+void ReportAllocatorError(absl::string_view message);
 
 class Allocator;
 
@@ -108,13 +178,32 @@ class Allocator {
   // Walks all bookkeeping; Internal error describing the first inconsistency.
   virtual absl::Status CheckInvariants() const { return absl::OkStatus(); }
   // Also send this allocator's events (alloc/free/map/unmap/oom) to `observer`, which must
-  // outlive the allocator or be removed first. Allocators that report no events ignore it.
-  virtual void AddObserver(AllocatorObserver* /*observer*/) {}
-  virtual void RemoveObserver(AllocatorObserver* /*observer*/) {}
+  // outlive the allocator or be removed first (nullptr is ignored). Allocators that report no
+  // events never call it.
+  void AddObserver(AllocatorObserver* observer) ABSL_LOCKS_EXCLUDED(observers_mu_);
+  void RemoveObserver(AllocatorObserver* observer) ABSL_LOCKS_EXCLUDED(observers_mu_);
+
+ protected:
+  // Sends one event to the observers, under the caller's lock so events keep its order. With
+  // none attached this is one relaxed load.
+  void Notify(const std::string& allocator_name, const AllocatorEvent& e) const
+      ABSL_LOCKS_EXCLUDED(observers_mu_) {
+    if (has_observers_.load(std::memory_order_relaxed)) NotifySlow(allocator_name, e);
+  }
+  // ResourceExhausted with the message shape above.
+  absl::Status OutOfMemoryError(const OutOfMemoryReport& report) const;
 
  private:
+  void NotifySlow(const std::string& allocator_name, const AllocatorEvent& e) const
+      ABSL_LOCKS_EXCLUDED(observers_mu_);
+
   virtual absl::StatusOr<void*> DoAllocate(uint64_t bytes, uint64_t alignment) = 0;
   virtual absl::Status DoDeallocate(void* ptr) = 0;
+
+  // A leaf lock: taken under the allocator's own lock, never the other way round.
+  mutable absl::Mutex observers_mu_;
+  std::vector<AllocatorObserver*> observers_ ABSL_GUARDED_BY(observers_mu_);
+  std::atomic<bool> has_observers_{false};
 };
 
 }  // namespace vgpu

@@ -64,12 +64,13 @@ AsyncAllocator::AsyncAllocator(AsyncOptions options, std::unique_ptr<Stream> own
       owned_stream_(std::move(owned_stream)),
       stream_(stream),
       pool_(std::move(pool)) {
-  stats_.bytes_limit = options_.memory_limit;
+  absl::MutexLock l(&mu_);  // no other thread yet: for the analysis
+  counters_.stats.bytes_limit = options_.memory_limit;
 }
 
 AsyncAllocator::~AsyncAllocator() {
   {
-    std::lock_guard<std::mutex> l(mu_);
+    absl::MutexLock l(&mu_);
     for (auto& [ptr, block] : live_) pool_->FreeAsync(block.base, stream_).IgnoreError();
     live_.clear();
   }
@@ -80,7 +81,7 @@ AsyncAllocator::~AsyncAllocator() {
 }
 
 absl::StatusOr<void*> AsyncAllocator::DoAllocate(uint64_t bytes, uint64_t alignment) {
-  std::unique_lock<std::mutex> l(mu_);
+  absl::MutexLock l(&mu_);
   const uint64_t limit = options_.memory_limit;
   if (bytes > limit) {
     return OomErrorLocked(bytes, RoundUp(limit, kRounding), "over the limit",
@@ -89,10 +90,11 @@ absl::StatusOr<void*> AsyncAllocator::DoAllocate(uint64_t bytes, uint64_t alignm
   const uint64_t rounded = RoundUp(bytes, kRounding);
   // The pool aligns to 256 bytes; larger alignments are carved from a padded block.
   const uint64_t need = rounded + (alignment > kRounding ? alignment - kRounding : 0);
-  if (stats_.bytes_in_use + pending_ + need > limit) {
+  const AllocatorStats& stats = counters_.stats;
+  if (stats.bytes_in_use + pending_ + need > limit) {
     return OomErrorLocked(bytes, rounded,
                           absl::StrCat("it would pass the limit (", FormatBytes(need),
-                                       " more with ", FormatBytes(stats_.bytes_in_use), " in use)"),
+                                       " more with ", FormatBytes(stats.bytes_in_use), " in use)"),
                           "raise the device's memory limit or free buffers sooner");
   }
   absl::StatusOr<void*> base = pool_->AllocateAsync(need, stream_);
@@ -101,10 +103,10 @@ absl::StatusOr<void*> AsyncAllocator::DoAllocate(uint64_t bytes, uint64_t alignm
     // reached yet) may be what is missing. Wait for the stream without the lock (its work may
     // need it), give the cache back and try once more; `pending_` holds our place.
     pending_ += need;
-    l.unlock();
+    mu_.Unlock();
     stream_->Synchronize().IgnoreError();
     absl::Status trimmed = pool_->TrimTo(0);
-    l.lock();
+    mu_.Lock();
     pending_ -= need;
     RefreshReservedLocked();
     base = trimmed.ok() ? pool_->AllocateAsync(need, stream_) : absl::StatusOr<void*>(trimmed);
@@ -123,17 +125,14 @@ absl::StatusOr<void*> AsyncAllocator::DoAllocate(uint64_t bytes, uint64_t alignm
   const uintptr_t b = reinterpret_cast<uintptr_t>(*base);
   void* ptr = reinterpret_cast<void*>(RoundUp(b, alignment));
   live_[ptr] = Block{*base, need, bytes};
-  ++stats_.num_allocs;
-  stats_.bytes_in_use += need;
-  stats_.peak_bytes_in_use = std::max(stats_.peak_bytes_in_use, stats_.bytes_in_use);
-  stats_.largest_alloc_size = std::max(stats_.largest_alloc_size, bytes);
+  counters_.OnAlloc(bytes, need);
   RefreshReservedLocked();
   NotifyLocked(AllocatorEventKind::kAlloc, ptr, bytes);
   return ptr;
 }
 
 absl::Status AsyncAllocator::DoDeallocate(void* ptr) {
-  std::lock_guard<std::mutex> l(mu_);
+  absl::MutexLock l(&mu_);
   auto it = live_.find(ptr);
   if (it == live_.end()) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -143,8 +142,7 @@ absl::Status AsyncAllocator::DoDeallocate(void* ptr) {
   VGPU_RETURN_IF_ERROR(pool_->FreeAsync(it->second.base, stream_));
   const Block block = it->second;
   live_.erase(it);
-  ++stats_.num_frees;
-  stats_.bytes_in_use -= block.size;
+  counters_.OnFree(block.size);
   NotifyLocked(AllocatorEventKind::kFree, ptr, block.requested);
   return absl::OkStatus();
 }
@@ -152,63 +150,57 @@ absl::Status AsyncAllocator::DoDeallocate(void* ptr) {
 absl::Status AsyncAllocator::Trim() {
   VGPU_RETURN_IF_ERROR(stream_->Synchronize());
   VGPU_RETURN_IF_ERROR(pool_->TrimTo(0));
-  std::lock_guard<std::mutex> l(mu_);
+  absl::MutexLock l(&mu_);
   RefreshReservedLocked();
   return absl::OkStatus();
 }
 
 absl::Status AsyncAllocator::OomErrorLocked(uint64_t bytes, uint64_t rounded, absl::string_view why,
                                             absl::string_view hint) {
-  ++stats_.num_ooms;
+  counters_.OnOom();
   NotifyLocked(AllocatorEventKind::kOom, nullptr, bytes);
   RefreshReservedLocked();
-  return absl::ResourceExhaustedError(absl::StrFormat(
-      "%s: out of memory allocating %s (%d bytes, rounded to %d): %s. limit %s, in use %s, "
-      "reserved %s (the driver's pool, VGPU_ALLOCATOR=async). Hint: %s",
-      name(), FormatBytes(bytes), bytes, rounded, why, FormatBytes(options_.memory_limit),
-      FormatBytes(stats_.bytes_in_use), FormatBytes(stats_.bytes_reserved), hint));
+  return OutOfMemoryError(
+      {bytes, absl::StrCat(rounded), why,
+       absl::StrFormat("limit %s, in use %s, reserved %s (the driver's pool, VGPU_ALLOCATOR=async)",
+                       FormatBytes(options_.memory_limit),
+                       FormatBytes(counters_.stats.bytes_in_use),
+                       FormatBytes(counters_.stats.bytes_reserved)),
+       hint});
 }
 
 void AsyncAllocator::RefreshReservedLocked() const {
   absl::StatusOr<MemoryPoolStats> s = pool_->Stats();
   if (!s.ok()) return;  // keep the last known value
-  const uint64_t before = stats_.bytes_reserved, now = s->reserved_bytes;
-  if (now == before) return;
-  stats_.bytes_reserved = now;
-  stats_.peak_bytes_reserved = std::max(stats_.peak_bytes_reserved, now);
+  const uint64_t before = counters_.stats.bytes_reserved, now = s->reserved_bytes;
   if (now > before) {
-    ++stats_.regions_mapped;
+    counters_.OnMap(now - before);
     NotifyLocked(AllocatorEventKind::kMap, nullptr, now - before);
-  } else {
-    ++stats_.regions_unmapped;
+  } else if (now < before) {
+    counters_.OnUnmap(before - now);
     NotifyLocked(AllocatorEventKind::kUnmap, nullptr, before - now);
   }
 }
 
 void AsyncAllocator::NotifyLocked(AllocatorEventKind kind, const void* ptr, uint64_t bytes) const {
-  if (observers_.empty()) return;
-  AllocatorEvent e;
-  e.kind = kind;
-  e.ptr = reinterpret_cast<uint64_t>(ptr);
-  e.bytes = bytes;
-  e.bytes_in_use = stats_.bytes_in_use;
-  e.bytes_reserved = stats_.bytes_reserved;
-  for (AllocatorObserver* o : observers_) o->OnAllocatorEvent(options_.name, e);
+  Notify(options_.name,
+         AllocatorEvent{kind, reinterpret_cast<uint64_t>(ptr), bytes, counters_.stats.bytes_in_use,
+                        counters_.stats.bytes_reserved});
 }
 
 AllocatorStats AsyncAllocator::StatsLocked() const {
   RefreshReservedLocked();
   // The pool's free lists are the driver's: no largest free block or fragmentation to report.
-  return stats_;
+  return counters_.stats;
 }
 
 AllocatorStats AsyncAllocator::Stats() const {
-  std::lock_guard<std::mutex> l(mu_);
+  absl::MutexLock l(&mu_);
   return StatsLocked();
 }
 
 std::string AsyncAllocator::DumpMemoryLog() const {
-  std::lock_guard<std::mutex> l(mu_);
+  absl::MutexLock l(&mu_);
   AllocatorStats s = StatsLocked();
   std::string out =
       absl::StrCat(name(), " (async: the driver's stream-ordered pool)\n  ", s.ToString(), "\n");
@@ -233,7 +225,8 @@ std::string AsyncAllocator::DumpMemoryLog() const {
 }
 
 absl::Status AsyncAllocator::CheckInvariants() const {
-  std::lock_guard<std::mutex> l(mu_);
+  absl::MutexLock l(&mu_);
+  const AllocatorStats& stats = counters_.stats;
   uint64_t sum = 0;
   for (const auto& [ptr, block] : live_) {
     const auto p = reinterpret_cast<uintptr_t>(ptr), b = reinterpret_cast<uintptr_t>(block.base);
@@ -243,32 +236,21 @@ absl::Status AsyncAllocator::CheckInvariants() const {
     }
     sum += block.size;
   }
-  if (sum != stats_.bytes_in_use) {
+  if (sum != stats.bytes_in_use) {
     return absl::InternalError(absl::StrCat(name(), ": live blocks hold ", sum,
-                                            " bytes but bytes_in_use is ", stats_.bytes_in_use));
+                                            " bytes but bytes_in_use is ", stats.bytes_in_use));
   }
-  if (stats_.bytes_in_use > options_.memory_limit) {
-    return absl::InternalError(absl::StrCat(name(), ": ", stats_.bytes_in_use,
+  if (stats.bytes_in_use > options_.memory_limit) {
+    return absl::InternalError(absl::StrCat(name(), ": ", stats.bytes_in_use,
                                             " bytes in use pass the limit of ",
                                             options_.memory_limit));
   }
-  if (live_.size() != stats_.num_allocs - stats_.num_frees) {
+  if (live_.size() != counters_.live()) {
     return absl::InternalError(absl::StrCat(name(), ": ", live_.size(), " live blocks but ",
-                                            stats_.num_allocs, " allocations and ",
-                                            stats_.num_frees, " frees"));
+                                            stats.num_allocs, " allocations and ", stats.num_frees,
+                                            " frees"));
   }
   return absl::OkStatus();
-}
-
-void AsyncAllocator::AddObserver(AllocatorObserver* observer) {
-  if (observer == nullptr) return;
-  std::lock_guard<std::mutex> l(mu_);
-  observers_.push_back(observer);
-}
-
-void AsyncAllocator::RemoveObserver(AllocatorObserver* observer) {
-  std::lock_guard<std::mutex> l(mu_);
-  observers_.erase(std::remove(observers_.begin(), observers_.end(), observer), observers_.end());
 }
 
 absl::StatusOr<std::unique_ptr<Allocator>> CreateAsyncAllocator(

@@ -24,14 +24,14 @@
 
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <string>
-#include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
 #include "vgpu/allocator/allocator.h"
 #include "vgpu/allocator/factory.h"
 #include "vgpu/runtime/platform.h"
@@ -59,10 +59,8 @@ class AsyncAllocator final : public Allocator {
   AllocatorStats Stats() const override;
   std::string DumpMemoryLog() const override;
   absl::Status CheckInvariants() const override;
-  // Events: alloc/free/oom of every block; map/unmap when the pool's reserved memory grows or
-  // shrinks (as observed after an allocation, a trim or a Stats call).
-  void AddObserver(AllocatorObserver* observer) override;
-  void RemoveObserver(AllocatorObserver* observer) override;
+  // Events (AddObserver): alloc/free/oom of every block; map/unmap when the pool's reserved
+  // memory grows or shrinks (as observed after an allocation, a trim or a Stats call).
 
   // Waits for the stream, then gives all cached memory back to the device.
   absl::Status Trim();
@@ -82,22 +80,23 @@ class AsyncAllocator final : public Allocator {
   absl::Status DoDeallocate(void* ptr) override;
 
   absl::Status OomErrorLocked(uint64_t bytes, uint64_t rounded, absl::string_view why,
-                              absl::string_view hint);
+                              absl::string_view hint) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Reads the pool's reserved bytes and reports growth (map) or shrinkage (unmap).
-  void RefreshReservedLocked() const;
-  void NotifyLocked(AllocatorEventKind kind, const void* ptr, uint64_t bytes) const;
-  AllocatorStats StatsLocked() const;
+  void RefreshReservedLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void NotifyLocked(AllocatorEventKind kind, const void* ptr, uint64_t bytes) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  AllocatorStats StatsLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const AsyncOptions options_;
   std::unique_ptr<Stream> owned_stream_;  // when the caller gave none
   Stream* const stream_;
   std::unique_ptr<MemoryPool> pool_;
 
-  mutable std::mutex mu_;
-  absl::flat_hash_map<void*, Block> live_;  // by the pointer handed out
-  uint64_t pending_ = 0;                    // bytes of allocations waiting out a trim
-  mutable AllocatorStats stats_;            // reserved is refreshed from the pool
-  std::vector<AllocatorObserver*> observers_;
+  mutable absl::Mutex mu_;
+  absl::flat_hash_map<void*, Block> live_ ABSL_GUARDED_BY(mu_);  // by the pointer handed out
+  uint64_t pending_ ABSL_GUARDED_BY(mu_) = 0;  // bytes of allocations waiting out a trim
+  // Reserved is refreshed from the pool, also by const readers (Stats).
+  mutable AllocatorCounters counters_ ABSL_GUARDED_BY(mu_);
 };
 
 // The async allocator of one logical device (options.kind ignored), ordered on

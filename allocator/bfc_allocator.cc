@@ -2,13 +2,13 @@
 
 #include <algorithm>
 #include <bit>
-#include <cstdio>
-#include <mutex>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "vgpu/allocator/sub_allocators.h"
 #include "vgpu/runtime/bytes.h"
+#include "vgpu/runtime/status.h"
 
 namespace vgpu {
 namespace {
@@ -22,7 +22,7 @@ BFCAllocator::BFCAllocator(std::unique_ptr<SubAllocator> sub_allocator, BFCOptio
     : sub_allocator_(std::move(sub_allocator)), options_(std::move(options)) {
   std::fill(std::begin(roots_), std::end(roots_), kNone);
   limit_ = options_.memory_limit & ~(kMinAllocationSize - 1);
-  stats_.bytes_limit = limit_;
+  counters_.stats.bytes_limit = limit_;
   next_region_bytes_ = std::max<uint64_t>(RoundedBytes(options_.initial_region_bytes), 256);
   chunks_.reserve(256);
   free_records_.reserve(64);
@@ -37,7 +37,7 @@ BFCAllocator::BFCAllocator(std::unique_ptr<SubAllocator> sub_allocator, BFCOptio
     return;
   }
   if (!options_.allow_growth) {
-    std::lock_guard<SpinLock> l(mu_);
+    SpinLockGuard l(mu_);
     absl::Status s = AddRegionLocked(limit_);
     if (!s.ok()) {
       init_status_ = absl::ResourceExhaustedError(
@@ -49,14 +49,15 @@ BFCAllocator::BFCAllocator(std::unique_ptr<SubAllocator> sub_allocator, BFCOptio
 }
 
 BFCAllocator::~BFCAllocator() {
-  std::lock_guard<SpinLock> l(mu_);
+  SpinLockGuard l(mu_);
   if (!live_.empty()) {
-    std::fprintf(stderr, "vgpu: %s destroyed with %zu live allocations (%s in use)\n",
-                 name().c_str(), live_.size(), FormatBytes(stats_.bytes_in_use).c_str());
+    ReportAllocatorError(absl::StrFormat("vgpu: %s destroyed with %zu live allocations (%s in use)",
+                                         name(), live_.size(),
+                                         FormatBytes(counters_.stats.bytes_in_use)));
   }
   for (const Region& r : regions_) {
     absl::Status s = sub_allocator_->Free(reinterpret_cast<void*>(r.ptr), r.size);
-    if (!s.ok()) std::fprintf(stderr, "vgpu: %s: %s\n", name().c_str(), s.ToString().c_str());
+    if (!s.ok()) ReportAllocatorError(absl::StrCat("vgpu: ", name(), ": ", s.ToString()));
   }
 }
 
@@ -243,15 +244,13 @@ absl::Status BFCAllocator::AddRegionLocked(uint64_t size) {
                                    [](const Region& a, const Region& b) { return a.ptr < b.ptr; }),
                   r);
   BinInsert(c);
-  stats_.bytes_reserved += size;
-  stats_.peak_bytes_reserved = std::max(stats_.peak_bytes_reserved, stats_.bytes_reserved);
-  ++stats_.regions_mapped;
-  Notify(AllocatorEventKind::kMap, ptr, size);
+  counters_.OnMap(size);
+  NotifyLocked(AllocatorEventKind::kMap, ptr, size);
   return absl::OkStatus();
 }
 
 absl::Status BFCAllocator::GrowLocked(uint64_t need) {
-  uint64_t available = limit_ - stats_.bytes_reserved;
+  uint64_t available = limit_ - counters_.stats.bytes_reserved;
   if (need > available) {
     return absl::ResourceExhaustedError(
         absl::StrCat("growing by ", FormatBytes(need), " would pass the limit"));
@@ -299,18 +298,17 @@ uint64_t BFCAllocator::ReleaseEmptyRegionsLocked(uint64_t keep_bytes) {
     absl::Status s = sub_allocator_->Free(reinterpret_cast<void*>(r.ptr), r.size);
     // A region the sub-allocator will not take back is dropped anyway: leaking it is safer
     // than handing out memory in an unknown state.
-    if (!s.ok()) std::fprintf(stderr, "vgpu: %s: %s\n", name().c_str(), s.ToString().c_str());
-    stats_.bytes_reserved -= r.size;
-    ++stats_.regions_unmapped;
+    if (!s.ok()) ReportAllocatorError(absl::StrCat("vgpu: ", name(), ": ", s.ToString()));
+    counters_.OnUnmap(r.size);
     released += r.size;
-    Notify(AllocatorEventKind::kUnmap, r.ptr, r.size);
+    NotifyLocked(AllocatorEventKind::kUnmap, r.ptr, r.size);
   }
   regions_.resize(out);
   return released;
 }
 
 absl::StatusOr<uint64_t> BFCAllocator::ReleaseEmptyRegions(uint64_t keep_bytes) {
-  std::lock_guard<SpinLock> l(mu_);
+  SpinLockGuard l(mu_);
   return ReleaseEmptyRegionsLocked(keep_bytes);
 }
 
@@ -341,11 +339,8 @@ void* BFCAllocator::CarveLocked(uint32_t c, uint64_t rounded, uint64_t alignment
   ch.in_use = true;
   ch.requested = requested;
   live_.Insert(ch.ptr, c);
-  ++stats_.num_allocs;
-  stats_.bytes_in_use += ch.size;
-  stats_.peak_bytes_in_use = std::max(stats_.peak_bytes_in_use, stats_.bytes_in_use);
-  stats_.largest_alloc_size = std::max(stats_.largest_alloc_size, requested);
-  Notify(AllocatorEventKind::kAlloc, ch.ptr, requested);
+  counters_.OnAlloc(requested, ch.size);
+  NotifyLocked(AllocatorEventKind::kAlloc, ch.ptr, requested);
   return reinterpret_cast<void*>(ch.ptr);
 }
 
@@ -383,12 +378,12 @@ absl::StatusOr<void*> BFCAllocator::AllocateLocked(uint64_t bytes, uint64_t alig
 }
 
 absl::StatusOr<void*> BFCAllocator::DoAllocate(uint64_t bytes, uint64_t alignment) {
-  std::lock_guard<SpinLock> l(mu_);
+  SpinLockGuard l(mu_);
   return AllocateLocked(bytes, alignment);
 }
 
 absl::Status BFCAllocator::DoDeallocate(void* ptr) {
-  std::lock_guard<SpinLock> l(mu_);
+  SpinLockGuard l(mu_);
   uint32_t c = live_.Erase(reinterpret_cast<uint64_t>(ptr));
   if (c == PtrMap::kNotFound) {
     return absl::InvalidArgumentError(
@@ -399,8 +394,7 @@ absl::Status BFCAllocator::DoDeallocate(void* ptr) {
   uint64_t requested = ch.requested;
   ch.in_use = false;
   ch.requested = 0;
-  ++stats_.num_frees;
-  stats_.bytes_in_use -= ch.size;
+  counters_.OnFree(ch.size);
   const uint32_t next = ch.next, prev = ch.prev;
   const bool next_free = next != kNone && !chunks_[next].in_use;
   const bool prev_free = prev != kNone && !chunks_[prev].in_use;
@@ -415,12 +409,12 @@ absl::Status BFCAllocator::DoDeallocate(void* ptr) {
     c = prev;
   }
   BinInsert(c);
-  Notify(AllocatorEventKind::kFree, reinterpret_cast<uint64_t>(ptr), requested);
+  NotifyLocked(AllocatorEventKind::kFree, reinterpret_cast<uint64_t>(ptr), requested);
   return absl::OkStatus();
 }
 
 absl::StatusOr<uint64_t> BFCAllocator::AllocatedSize(const void* ptr) const {
-  std::lock_guard<SpinLock> l(mu_);
+  SpinLockGuard l(mu_);
   const uint32_t c = live_.Find(reinterpret_cast<uint64_t>(ptr));
   if (c == PtrMap::kNotFound) {
     return absl::NotFoundError(absl::StrCat(name(), ": ", P(reinterpret_cast<uint64_t>(ptr)),
@@ -430,8 +424,8 @@ absl::StatusOr<uint64_t> BFCAllocator::AllocatedSize(const void* ptr) const {
 }
 
 absl::Status BFCAllocator::OomErrorLocked(uint64_t bytes, uint64_t rounded, absl::string_view why) {
-  ++stats_.num_ooms;
-  Notify(AllocatorEventKind::kOom, 0, bytes);
+  counters_.OnOom();
+  NotifyLocked(AllocatorEventKind::kOom, 0, bytes);
   AllocatorStats s = StatsLocked();
   uint64_t free_in_pool = s.bytes_reserved - s.bytes_in_use;
   std::string hint;
@@ -447,19 +441,20 @@ absl::Status BFCAllocator::OomErrorLocked(uint64_t bytes, uint64_t rounded, absl
       absl::StrAppend(&hint, " ");
     absl::StrAppend(&hint, "or try VGPU_ALLOCATOR=vmm");
   }
-  return absl::ResourceExhaustedError(absl::StrFormat(
-      "%s: out of memory allocating %s (%d bytes, rounded to %d): %s. limit %s, in use %s, "
-      "reserved %s, largest free block %s, fragmentation %.3f. Hint: %s",
-      name(), FormatBytes(bytes), bytes, rounded, why, FormatBytes(limit_),
-      FormatBytes(s.bytes_in_use), FormatBytes(s.bytes_reserved), FormatBytes(s.largest_free_block),
-      s.fragmentation, hint));
+  return OutOfMemoryError(
+      {bytes, absl::StrCat(rounded), why,
+       absl::StrFormat(
+           "limit %s, in use %s, reserved %s, largest free block %s, fragmentation %.3f",
+           FormatBytes(limit_), FormatBytes(s.bytes_in_use), FormatBytes(s.bytes_reserved),
+           FormatBytes(s.largest_free_block), s.fragmentation),
+       hint});
 }
 
 // ---------------------------------------------------------------------------------------------
 // Stats, observers, diagnostics.
 
 AllocatorStats BFCAllocator::StatsLocked() const {
-  AllocatorStats s = stats_;
+  AllocatorStats s = counters_.stats;
   s.largest_free_block = LargestFreeLocked();
   uint64_t free_in_pool = s.bytes_reserved - s.bytes_in_use;
   s.fragmentation =
@@ -468,28 +463,12 @@ AllocatorStats BFCAllocator::StatsLocked() const {
 }
 
 AllocatorStats BFCAllocator::Stats() const {
-  std::lock_guard<SpinLock> l(mu_);
+  SpinLockGuard l(mu_);
   return StatsLocked();
 }
 
-void BFCAllocator::AddObserver(AllocatorObserver* observer) {
-  if (observer == nullptr) return;
-  std::lock_guard<SpinLock> l(mu_);
-  observers_.push_back(observer);
-}
-
-void BFCAllocator::RemoveObserver(AllocatorObserver* observer) {
-  std::lock_guard<SpinLock> l(mu_);
-  observers_.erase(std::remove(observers_.begin(), observers_.end(), observer), observers_.end());
-}
-
-void BFCAllocator::NotifySlow(AllocatorEventKind kind, uint64_t ptr, uint64_t bytes) {
-  AllocatorEvent e{kind, ptr, bytes, stats_.bytes_in_use, stats_.bytes_reserved};
-  for (AllocatorObserver* o : observers_) o->OnAllocatorEvent(options_.name, e);
-}
-
 std::string BFCAllocator::DumpMemoryLog() const {
-  std::lock_guard<SpinLock> l(mu_);
+  SpinLockGuard l(mu_);
   std::string out = absl::StrCat(
       "BFC allocator ", name(), " (sub-allocator ", sub_allocator_->name(), ", growth ",
       options_.allow_growth ? "on" : "off", ")\n  ", StatsLocked().ToString(), "\n");
@@ -547,7 +526,7 @@ std::string BFCAllocator::DumpMemoryLog() const {
 }
 
 absl::Status BFCAllocator::CheckInvariants() const {
-  std::lock_guard<SpinLock> l(mu_);
+  SpinLockGuard l(mu_);
   auto fail = [&](auto&&... args) {
     return absl::InternalError(absl::StrCat(name(), ": invariant broken: ", args...));
   };
@@ -620,17 +599,52 @@ absl::Status BFCAllocator::CheckInvariants() const {
     return fail(records, " chunk records in regions + ", free_records_.size(),
                 " spare != ", chunks_.size());
   }
-  if (in_use != stats_.bytes_in_use) {
-    return fail("bytes in use ", stats_.bytes_in_use, " != sum of chunks ", in_use);
+  const AllocatorStats& stats = counters_.stats;
+  if (in_use != stats.bytes_in_use) {
+    return fail("bytes in use ", stats.bytes_in_use, " != sum of chunks ", in_use);
   }
-  if (reserved != stats_.bytes_reserved) {
-    return fail("bytes reserved ", stats_.bytes_reserved, " != sum of regions ", reserved);
+  if (reserved != stats.bytes_reserved) {
+    return fail("bytes reserved ", stats.bytes_reserved, " != sum of regions ", reserved);
   }
   if (reserved > limit_) return fail("reserved ", reserved, " is over the limit ", limit_);
-  if (stats_.num_allocs - stats_.num_frees != live_.size()) {
+  if (counters_.live() != live_.size()) {
     return fail("allocs - frees != live pointers");
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<Allocator>> CreateBfcAllocator(
+    Executor* executor, const DeviceAllocatorOptions& options) {
+  BFCOptions o;
+  o.name = options.device_name;
+  o.memory_limit = options.memory_limit;
+  o.allow_growth = options.allow_growth;
+  o.garbage_collection = options.garbage_collection;
+  if (options.bfc_small_request_bytes) o.small_request_bytes = *options.bfc_small_request_bytes;
+  if (options.bfc_min_split_bytes) o.min_split_bytes = *options.bfc_min_split_bytes;
+  if (options.bfc_min_split_fraction) o.min_split_fraction = *options.bfc_min_split_fraction;
+  VGPU_ASSIGN_OR_RETURN(
+      std::unique_ptr<BFCAllocator> a,
+      BFCAllocator::Create(std::make_unique<DeviceSubAllocator>(executor), std::move(o)));
+  return std::unique_ptr<Allocator>(std::move(a));
+}
+
+absl::StatusOr<std::unique_ptr<Allocator>> CreateHostBfcAllocator(
+    Executor* executor, const DeviceAllocatorOptions& options) {
+  BFCOptions o;
+  o.name = options.device_name;
+  // "Unlimited": the largest 256-byte multiple, so growth is bounded only by the system.
+  o.memory_limit = options.memory_limit != 0 ? options.memory_limit : ~uint64_t{0} >> 1;
+  o.allow_growth = true;
+  std::unique_ptr<SubAllocator> sub;
+  if (executor != nullptr) {
+    sub = std::make_unique<PinnedHostSubAllocator>(executor);
+  } else {
+    sub = std::make_unique<HostMemorySubAllocator>();
+  }
+  VGPU_ASSIGN_OR_RETURN(std::unique_ptr<BFCAllocator> a,
+                        BFCAllocator::Create(std::move(sub), std::move(o)));
+  return std::unique_ptr<Allocator>(std::move(a));
 }
 
 }  // namespace vgpu

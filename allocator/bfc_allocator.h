@@ -15,7 +15,8 @@
 // slivers (a remainder under a quarter of the request) are not split off, which is what
 // keeps fragmentation low; optionally small requests come from the high end of a chunk.
 //
-// Thread safety: thread-safe; one mutex per allocator. Observers are called under it.
+// Thread safety: thread-safe; one lock (a SpinLock) per allocator, annotated for Clang's
+// thread-safety analysis. Observers are called under it (through Allocator::Notify).
 #ifndef VGPU_ALLOCATOR_BFC_ALLOCATOR_H_
 #define VGPU_ALLOCATOR_BFC_ALLOCATOR_H_
 
@@ -29,9 +30,11 @@
 #include <thread>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "vgpu/allocator/allocator.h"
+#include "vgpu/allocator/factory.h"
 #include "vgpu/allocator/ptr_map.h"
 #include "vgpu/allocator/sub_allocator.h"
 
@@ -61,9 +64,9 @@ struct BFCOptions {
 // The allocator's one lock. Critical sections are tens of nanoseconds, so a test-and-set lock
 // that yields the core after a short spin beats a futex mutex (std::mutex costs two library
 // calls per operation; Debian's absl::Mutex also runs deadlock detection).
-class SpinLock {
+class ABSL_LOCKABLE SpinLock {
  public:
-  void lock() {
+  void lock() ABSL_EXCLUSIVE_LOCK_FUNCTION() {
     while (locked_.exchange(true, std::memory_order_acquire)) {
       for (int i = 0; locked_.load(std::memory_order_relaxed); ++i) {
         if (i < 64) {
@@ -76,10 +79,22 @@ class SpinLock {
       }
     }
   }
-  void unlock() { locked_.store(false, std::memory_order_release); }
+  void unlock() ABSL_UNLOCK_FUNCTION() { locked_.store(false, std::memory_order_release); }
 
  private:
   std::atomic<bool> locked_{false};
+};
+
+// Holds a SpinLock for its scope (std::lock_guard, which Clang's analysis cannot see through).
+class ABSL_SCOPED_LOCKABLE SpinLockGuard {
+ public:
+  explicit SpinLockGuard(SpinLock& mu) ABSL_EXCLUSIVE_LOCK_FUNCTION(mu) : mu_(mu) { mu_.lock(); }
+  ~SpinLockGuard() ABSL_UNLOCK_FUNCTION() { mu_.unlock(); }
+  SpinLockGuard(const SpinLockGuard&) = delete;
+  SpinLockGuard& operator=(const SpinLockGuard&) = delete;
+
+ private:
+  SpinLock& mu_;
 };
 
 class BFCAllocator final : public Allocator {
@@ -102,7 +117,7 @@ class BFCAllocator final : public Allocator {
   std::string name() const override { return options_.name; }
   const BFCOptions& options() const { return options_; }
   SubAllocator* sub_allocator() const { return sub_allocator_.get(); }
-  AllocatorStats Stats() const override;
+  AllocatorStats Stats() const override ABSL_LOCKS_EXCLUDED(mu_);
   std::string DumpMemoryLog() const override;
   absl::Status CheckInvariants() const override;
 
@@ -112,10 +127,6 @@ class BFCAllocator final : public Allocator {
   absl::StatusOr<uint64_t> ReleaseEmptyRegions(uint64_t keep_bytes = 0);
   // Rounded size of a live allocation (the chunk it occupies); NotFound for other pointers.
   absl::StatusOr<uint64_t> AllocatedSize(const void* ptr) const;
-  // Events (alloc/free/map/unmap/oom) go to `observer` too; nullptr detaches. The observer
-  // must outlive the allocator or be detached first.
-  void AddObserver(AllocatorObserver* observer) override;
-  void RemoveObserver(AllocatorObserver* observer) override;
 
   // Saturating: sizes near 2^64 round down to the largest multiple instead of wrapping to 0.
   static uint64_t RoundedBytes(uint64_t bytes) {
@@ -161,46 +172,52 @@ class BFCAllocator final : public Allocator {
   absl::StatusOr<void*> DoAllocate(uint64_t bytes, uint64_t alignment) override;
   absl::Status DoDeallocate(void* ptr) override;
 
-  absl::StatusOr<void*> AllocateLocked(uint64_t bytes, uint64_t alignment);
+  absl::StatusOr<void*> AllocateLocked(uint64_t bytes, uint64_t alignment)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Best-fit free chunk of at least `size` bytes, or kNone.
-  uint32_t FindChunkLocked(uint64_t size) const;
-  void* CarveLocked(uint32_t c, uint64_t rounded, uint64_t alignment, uint64_t requested);
-  absl::Status GrowLocked(uint64_t need);
-  absl::Status AddRegionLocked(uint64_t size);
-  uint64_t ReleaseEmptyRegionsLocked(uint64_t keep_bytes = 0);
-  absl::Status OomErrorLocked(uint64_t bytes, uint64_t rounded, absl::string_view why);
-  AllocatorStats StatsLocked() const;
-  uint64_t LargestFreeLocked() const;
-  void Notify(AllocatorEventKind kind, uint64_t ptr, uint64_t bytes) {
-    if (!observers_.empty()) NotifySlow(kind, ptr, bytes);
+  uint32_t FindChunkLocked(uint64_t size) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void* CarveLocked(uint32_t c, uint64_t rounded, uint64_t alignment, uint64_t requested)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status GrowLocked(uint64_t need) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status AddRegionLocked(uint64_t size) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  uint64_t ReleaseEmptyRegionsLocked(uint64_t keep_bytes = 0) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status OomErrorLocked(uint64_t bytes, uint64_t rounded, absl::string_view why)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  AllocatorStats StatsLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  uint64_t LargestFreeLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // An event (allocator.h) with the counts after it.
+  void NotifyLocked(AllocatorEventKind kind, uint64_t ptr, uint64_t bytes) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    Notify(options_.name, AllocatorEvent{kind, ptr, bytes, counters_.stats.bytes_in_use,
+                                         counters_.stats.bytes_reserved});
   }
-  void NotifySlow(AllocatorEventKind kind, uint64_t ptr, uint64_t bytes);
 
-  uint32_t NewChunk();
-  void DeleteChunk(uint32_t c);
+  uint32_t NewChunk() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void DeleteChunk(uint32_t c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Splits chunk c at `offset`: c keeps [0, offset), the returned new chunk the rest.
-  uint32_t SplitChunk(uint32_t c, uint64_t offset);
+  uint32_t SplitChunk(uint32_t c, uint64_t offset) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Merges c's next neighbour into c.
-  void MergeWithNext(uint32_t c);
+  void MergeWithNext(uint32_t c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Trees: one intrusive treap per size class, ordered by (size, address). The nodes are the
   // chunk records themselves, so inserting or removing a free chunk allocates nothing, and the
   // tiny trees a size class holds (about one chunk each on our traces) cost a few compares.
-  bool KeyLess(uint32_t a, uint32_t b) const {
+  bool KeyLess(uint32_t a, uint32_t b) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     const Chunk& x = chunks_[a];
     const Chunk& y = chunks_[b];
     return x.size < y.size || (x.size == y.size && x.ptr < y.ptr);
   }
-  void BinInsert(uint32_t c);
-  void BinRemove(uint32_t c);
+  void BinInsert(uint32_t c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void BinRemove(uint32_t c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Splits treap t into keys below chunk c's (into *l) and above (into *r).
-  void TreapSplit(uint32_t t, uint32_t c, uint32_t* l, uint32_t* r);
+  void TreapSplit(uint32_t t, uint32_t c, uint32_t* l, uint32_t* r)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Joins two treaps whose keys are all ordered l < r.
-  uint32_t TreapMerge(uint32_t l, uint32_t r);
+  uint32_t TreapMerge(uint32_t l, uint32_t r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Calls fn(chunk) for each chunk of tree t in (size, address) order; false if it is broken
   // (a cycle or more nodes than records).
   template <class Fn>
-  bool ForEachInTree(int t, Fn fn) const;
+  bool ForEachInTree(int t, Fn fn) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const std::unique_ptr<SubAllocator> sub_allocator_;
   const BFCOptions options_;
@@ -208,18 +225,25 @@ class BFCAllocator final : public Allocator {
   absl::Status init_status_;
 
   mutable SpinLock mu_;
-  std::vector<Chunk> chunks_;
-  std::vector<uint32_t> free_records_;
-  std::vector<Region> regions_;
-  PtrMap live_;  // allocated ptr -> chunk
-  uint32_t roots_[kNumTrees];
-  uint32_t rng_ = 0x9e3779b9u;      // xorshift32 state for treap priorities (deterministic)
-  uint64_t tree_mask_[2] = {0, 0};  // bit t: tree t non-empty
-  void MarkTree(int t) { tree_mask_[t >> 6] |= uint64_t{1} << (t & 63); }
-  void UnmarkTree(int t) { tree_mask_[t >> 6] &= ~(uint64_t{1} << (t & 63)); }
-  bool TreeMarked(int t) const { return (tree_mask_[t >> 6] >> (t & 63)) & 1; }
+  std::vector<Chunk> chunks_ ABSL_GUARDED_BY(mu_);
+  std::vector<uint32_t> free_records_ ABSL_GUARDED_BY(mu_);
+  std::vector<Region> regions_ ABSL_GUARDED_BY(mu_);
+  PtrMap live_ ABSL_GUARDED_BY(mu_);  // allocated ptr -> chunk
+  uint32_t roots_[kNumTrees] ABSL_GUARDED_BY(mu_);
+  uint32_t rng_ ABSL_GUARDED_BY(mu_) =
+      0x9e3779b9u;  // xorshift32 state for treap priorities (deterministic)
+  uint64_t tree_mask_[2] ABSL_GUARDED_BY(mu_) = {0, 0};  // bit t: tree t non-empty
+  void MarkTree(int t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    tree_mask_[t >> 6] |= uint64_t{1} << (t & 63);
+  }
+  void UnmarkTree(int t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    tree_mask_[t >> 6] &= ~(uint64_t{1} << (t & 63));
+  }
+  bool TreeMarked(int t) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return (tree_mask_[t >> 6] >> (t & 63)) & 1;
+  }
   // The first non-empty tree >= t, or -1.
-  int NextTree(int t) const {
+  int NextTree(int t) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (t < 64) {
       uint64_t m = tree_mask_[0] & (~uint64_t{0} << t);
       if (m != 0) return std::countr_zero(m);
@@ -228,11 +252,18 @@ class BFCAllocator final : public Allocator {
     uint64_t m = tree_mask_[1] & (~uint64_t{0} << (t - 64));
     return m != 0 ? 64 + std::countr_zero(m) : -1;
   }
-  uint64_t next_region_bytes_ = 0;
-  std::vector<AllocatorObserver*> observers_;
+  uint64_t next_region_bytes_ ABSL_GUARDED_BY(mu_) = 0;
 
-  AllocatorStats stats_;
+  AllocatorCounters counters_ ABSL_GUARDED_BY(mu_);
 };
+
+// The factory's creators (allocator/factory.h): a logical device's BFC over Executor::Allocate,
+// with options' growth, GC and bfc_* knobs; and CPU:0's (kHostMemory), over pinned host memory
+// through `executor` (plain host memory when null), growth on, limit 0 = unlimited.
+absl::StatusOr<std::unique_ptr<Allocator>> CreateBfcAllocator(
+    Executor* executor, const DeviceAllocatorOptions& options);
+absl::StatusOr<std::unique_ptr<Allocator>> CreateHostBfcAllocator(
+    Executor* executor, const DeviceAllocatorOptions& options);
 
 }  // namespace vgpu
 

@@ -1,86 +1,83 @@
 #include "vgpu/allocator/factory.h"
 
+#include <iterator>
 #include <utility>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "vgpu/allocator/async_allocator.h"
 #include "vgpu/allocator/bfc_allocator.h"
-#include "vgpu/allocator/sub_allocators.h"
 #include "vgpu/allocator/vmm_allocator.h"
-#include "vgpu/runtime/status.h"
 #include "vgpu/runtime/user_text.h"
 
 namespace vgpu {
+namespace {
+
+using Creator = absl::StatusOr<std::unique_ptr<Allocator>> (*)(Executor*,
+                                                               const DeviceAllocatorOptions&);
+
+// Every allocator kind: its name (what VGPU_ALLOCATOR and --allocator take, "" for kinds the
+// runtime picks itself) and its creator. A new allocator is one row here.
+struct KindRow {
+  AllocatorKind kind;
+  const char* name;
+  bool user_selectable;
+  bool needs_device;  // an executor and a limit > 0
+  Creator create;
+};
+constexpr KindRow kKinds[] = {
+    {AllocatorKind::kBfc, "bfc", true, true, CreateBfcAllocator},
+    {AllocatorKind::kVmm, "vmm", true, true, CreateVmmAllocator},
+    {AllocatorKind::kAsync, "async", true, true, CreateAsyncAllocator},
+    {AllocatorKind::kHostMemory, "host", false, false, CreateHostBfcAllocator},
+};
+
+const KindRow* Find(AllocatorKind kind) {
+  for (const KindRow& r : kKinds) {
+    if (r.kind == kind) return &r;
+  }
+  return nullptr;
+}
+
+}  // namespace
 
 absl::StatusOr<AllocatorKind> ParseAllocatorKind(absl::string_view text) {
   std::string t = absl::AsciiStrToLower(StripUserValue(text));
-  if (t == "bfc") return AllocatorKind::kBfc;
-  if (t == "vmm") return AllocatorKind::kVmm;
-  if (t == "async") return AllocatorKind::kAsync;
+  for (const KindRow& r : kKinds) {
+    if (r.user_selectable && t == r.name) return r.kind;
+  }
   return absl::InvalidArgumentError(
       absl::StrCat("unknown allocator ", QuoteUserText(text), "; expected bfc, vmm or async"));
 }
 
 absl::string_view AllocatorKindName(AllocatorKind kind) {
-  switch (kind) {
-    case AllocatorKind::kBfc:
-      return "bfc";
-    case AllocatorKind::kVmm:
-      return "vmm";
-    case AllocatorKind::kAsync:
-      return "async";
-  }
-  return "unknown";
+  const KindRow* r = Find(kind);
+  return r != nullptr ? r->name : "unknown";
 }
 
 absl::StatusOr<std::unique_ptr<Allocator>> CreateDeviceAllocator(
     Executor* executor, const DeviceAllocatorOptions& options) {
-  if (executor == nullptr) {
+  const KindRow* r = Find(options.kind);
+  if (r == nullptr) return absl::InvalidArgumentError("unknown allocator kind");
+  if (r->needs_device && executor == nullptr) {
     return absl::InvalidArgumentError(
         absl::StrCat(options.device_name, ": no executor to allocate from"));
   }
-  if (options.memory_limit == 0) {
+  if (r->needs_device && options.memory_limit == 0) {
     return absl::InvalidArgumentError(
         absl::StrCat(options.device_name, ": memory limit must be > 0"));
   }
-  switch (options.kind) {
-    case AllocatorKind::kBfc: {
-      BFCOptions o;
-      o.name = options.device_name;
-      o.memory_limit = options.memory_limit;
-      o.allow_growth = options.allow_growth;
-      o.garbage_collection = options.garbage_collection;
-      VGPU_ASSIGN_OR_RETURN(
-          std::unique_ptr<BFCAllocator> a,
-          BFCAllocator::Create(std::make_unique<DeviceSubAllocator>(executor), std::move(o)));
-      return std::unique_ptr<Allocator>(std::move(a));
-    }
-    case AllocatorKind::kVmm:
-      return CreateVmmAllocator(executor, options);
-    case AllocatorKind::kAsync:
-      return CreateAsyncAllocator(executor, options);
-  }
-  return absl::InvalidArgumentError("unknown allocator kind");
+  return r->create(executor, options);
 }
 
 absl::StatusOr<std::unique_ptr<Allocator>> CreateHostMemoryAllocator(Executor* executor,
                                                                      absl::string_view device_name,
                                                                      uint64_t memory_limit) {
-  BFCOptions o;
-  o.name = std::string(device_name);
-  // "Unlimited": the largest 256-byte multiple, so growth is bounded only by the system.
-  o.memory_limit = memory_limit != 0 ? memory_limit : ~uint64_t{0} >> 1;
-  o.allow_growth = true;
-  std::unique_ptr<SubAllocator> sub;
-  if (executor != nullptr) {
-    sub = std::make_unique<PinnedHostSubAllocator>(executor);
-  } else {
-    sub = std::make_unique<HostMemorySubAllocator>();
-  }
-  VGPU_ASSIGN_OR_RETURN(std::unique_ptr<BFCAllocator> a,
-                        BFCAllocator::Create(std::move(sub), std::move(o)));
-  return std::unique_ptr<Allocator>(std::move(a));
+  DeviceAllocatorOptions o;
+  o.kind = AllocatorKind::kHostMemory;
+  o.device_name = std::string(device_name);
+  o.memory_limit = memory_limit;
+  return CreateDeviceAllocator(executor, o);
 }
 
 }  // namespace vgpu

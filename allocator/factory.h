@@ -1,5 +1,8 @@
-// Builds the allocator of one logical device from its configuration, so the device registry
-// never depends on a particular allocator class.
+// The one allocator factory: every allocator (a logical device's bfc/vmm/async, CPU:0's host
+// memory, vgpu-bench's) is built here from one DeviceAllocatorOptions, so the device registry
+// and the tools never depend on a particular allocator class. Adding an allocator is its class
+// (with a Create*(Executor*, const DeviceAllocatorOptions&) function), a value in
+// AllocatorKind and one row in the table in factory.cc (docs/architecture.md).
 //
 // Thread safety: CreateDeviceAllocator is safe from any thread; the allocators it returns are
 // thread-safe (see allocator.h).
@@ -8,6 +11,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -21,9 +25,13 @@ enum class AllocatorKind {
   kBfc,    // best-fit with coalescing over regions from Executor::Allocate
   kVmm,    // granule pool with stitched virtual ranges (Executor's VMM calls)
   kAsync,  // the driver's stream-ordered pool with our limit (Executor::CreateMemoryPool)
+  // BFC over host memory for CPU:0: pinned through the executor when there is one, plain host
+  // memory otherwise; growth always on; memory_limit 0 = unlimited. Not a VGPU_ALLOCATOR value.
+  kHostMemory,
 };
 
 // "bfc" | "vmm" | "async" (case-insensitive); InvalidArgument naming the value otherwise.
+// (kHostMemory is chosen by the runtime for CPU:0, never by a user.)
 absl::StatusOr<AllocatorKind> ParseAllocatorKind(absl::string_view text);
 absl::string_view AllocatorKindName(AllocatorKind kind);
 
@@ -42,16 +50,26 @@ struct DeviceAllocatorOptions {
   // must outlive the allocator), or nullptr for one of its own. allow_growth is ignored: the
   // driver's pool always grows on demand.
   Stream* stream = nullptr;
+
+  // Tuning knobs (docs/allocator.md, docs/vmm.md "Tuning knobs"; vgpu-bench sets them from its
+  // flags and VGPU_BFC_* / VGPU_VMM_* variables); unset = the allocator's default.
+  std::optional<uint64_t> bfc_small_request_bytes;  // requests carved from a chunk's high end
+  std::optional<uint64_t> bfc_min_split_bytes;      // smaller remainders are not split off
+  std::optional<double> bfc_min_split_fraction;     // ... nor those below this x the request
+  std::optional<uint64_t> vmm_slab_bytes;           // slab size, whole granules
+  std::optional<uint64_t> vmm_small_block_max;      // smaller blocks come from slabs
 };
 
-// An allocator over `executor`'s memory.
+// The allocator of `options.kind` over `executor`'s memory (the executor must outlive it).
+// InvalidArgument without an executor (kHostMemory excepted) or with a zero limit (device kinds).
 absl::StatusOr<std::unique_ptr<Allocator>> CreateDeviceAllocator(
     Executor* executor, const DeviceAllocatorOptions& options);
 
-// An allocator for host memory (CPU:0): pinned through `executor` when given, plain host memory
-// otherwise. Growth on, limited by `memory_limit` (0 = unlimited).
-absl::StatusOr<std::unique_ptr<Allocator>> CreateHostMemoryAllocator(
-    Executor* executor, absl::string_view device_name, uint64_t memory_limit);
+// CreateDeviceAllocator with kind kHostMemory: CPU:0's allocator, pinned through `executor`
+// when given, plain host memory otherwise. Growth on, limited by `memory_limit` (0 = unlimited).
+absl::StatusOr<std::unique_ptr<Allocator>> CreateHostMemoryAllocator(Executor* executor,
+                                                                     absl::string_view device_name,
+                                                                     uint64_t memory_limit);
 
 }  // namespace vgpu
 

@@ -16,12 +16,13 @@
 
 #include <chrono>
 #include <cstdint>
-#include <mutex>
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
 #include "vgpu/allocator/allocator.h"
 
 namespace vgpu {
@@ -53,12 +54,12 @@ class MemoryHistory final : public AllocatorObserver {
  private:
   const size_t capacity_;
   const std::chrono::steady_clock::time_point start_;
-  mutable std::mutex mu_;
-  std::vector<Entry> ring_;
-  size_t next_ = 0;  // slot of the next write once the ring is full
-  uint64_t recorded_ = 0;
-  std::vector<std::string> names_;
-  std::vector<std::pair<std::string, uint64_t>> limits_;
+  mutable absl::Mutex mu_;
+  std::vector<Entry> ring_ ABSL_GUARDED_BY(mu_);
+  size_t next_ ABSL_GUARDED_BY(mu_) = 0;  // slot of the next write once the ring is full
+  uint64_t recorded_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<std::string> names_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::pair<std::string, uint64_t>> limits_ ABSL_GUARDED_BY(mu_);
 };
 
 // Sends `allocator`'s events to `history` (which must outlive it, or be detached).

@@ -12,10 +12,11 @@
 
 #include <cstdint>
 #include <map>
-#include <mutex>
 #include <string>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/synchronization/mutex.h"
 #include "vgpu/allocator/sub_allocator.h"
 #include "vgpu/runtime/platform.h"
 
@@ -50,8 +51,8 @@ class HostMemorySubAllocator final : public SubAllocator {
   absl::Status Free(void* ptr, uint64_t bytes) override;
 
  private:
-  std::mutex mu_;
-  absl::flat_hash_map<void*, uint64_t> live_;  // validates Free
+  absl::Mutex mu_;
+  absl::flat_hash_map<void*, uint64_t> live_ ABSL_GUARDED_BY(mu_);  // validates Free
 };
 
 struct FakeSubAllocatorOptions {
@@ -80,12 +81,12 @@ class FakeSubAllocator final : public SubAllocator {
 
  private:
   const FakeSubAllocatorOptions options_;
-  mutable std::mutex mu_;
-  uint64_t next_ = 0;
-  uint64_t outstanding_ = 0;
-  int64_t alloc_calls_ = 0;
-  int64_t free_calls_ = 0;
-  std::map<uint64_t, uint64_t> live_;  // address -> bytes
+  mutable absl::Mutex mu_;
+  uint64_t next_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t outstanding_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t alloc_calls_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t free_calls_ ABSL_GUARDED_BY(mu_) = 0;
+  std::map<uint64_t, uint64_t> live_ ABSL_GUARDED_BY(mu_);  // address -> bytes
 };
 
 }  // namespace vgpu

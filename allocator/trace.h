@@ -13,14 +13,15 @@
 #define VGPU_ALLOCATOR_TRACE_H_
 
 #include <cstdint>
-#include <mutex>
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
 #include "vgpu/allocator/allocator.h"
 
 namespace vgpu {
@@ -76,15 +77,16 @@ class TraceRecorder final : public AllocatorObserver {
   uint64_t peak_live_bytes() const;  // max of the sum of live requested bytes
 
  private:
-  mutable std::mutex mu_;
+  mutable absl::Mutex mu_;
   std::string name_;
-  std::string body_;
-  uint64_t next_id_ = 0;
-  uint64_t events_ = 0;
-  uint64_t live_bytes_ = 0;
-  uint64_t peak_live_ = 0;
+  std::string body_ ABSL_GUARDED_BY(mu_);
+  uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t events_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t live_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t peak_live_ ABSL_GUARDED_BY(mu_) = 0;
   // (allocator name, ptr) -> (id, bytes): two allocators may hand out the same address.
-  absl::flat_hash_map<std::pair<std::string, uint64_t>, std::pair<uint64_t, uint64_t>> live_;
+  absl::flat_hash_map<std::pair<std::string, uint64_t>, std::pair<uint64_t, uint64_t>> live_
+      ABSL_GUARDED_BY(mu_);
 };
 
 // Sends `allocator`'s allocations and frees to `recorder` (which must outlive it, or be

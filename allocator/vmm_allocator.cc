@@ -24,6 +24,12 @@ void AtomicMax(std::atomic<uint64_t>& a, uint64_t v) {
   }
 }
 
+// "host-vmm:0": the device the granules come from, for names and dumps.
+std::string VmmDeviceName(const Executor* executor) {
+  const Platform* p = executor->platform();
+  return absl::StrCat(p != nullptr ? p->name() : "device", "-vmm:", executor->ordinal());
+}
+
 }  // namespace
 
 // Hands the slab BFC regions made of stitched granules from the pool.
@@ -31,14 +37,13 @@ class VmmAllocator::SlabSubAllocator final : public SubAllocator {
  public:
   explicit SlabSubAllocator(VmmAllocator* owner) : owner_(owner) {}
   std::string name() const override { return owner_->name() + "/granules"; }
-  bool fake() const override { return owner_->backend_->fake(); }
 
   // Slabs are slab_bytes_ (a multiple of the granule). When the pool refuses one, BFC backs
   // off towards the request with smaller sizes: those are rounded up to whole granules, so
   // they fail the same way and BFC ends with the pool's own reason.
   absl::StatusOr<void*> Alloc(uint64_t bytes, uint64_t alignment) override {
     if (bytes == 0) return absl::InvalidArgumentError(absl::StrCat(name(), ": empty slab"));
-    std::lock_guard<std::mutex> l(owner_->mu_);
+    absl::MutexLock l(&owner_->mu_);
     absl::StatusOr<std::unique_ptr<Range>> r = owner_->MapRangeLocked(
         CeilDiv(bytes, owner_->granularity_), std::max(alignment, owner_->granularity_));
     if (!r.ok()) {
@@ -54,7 +59,7 @@ class VmmAllocator::SlabSubAllocator final : public SubAllocator {
   }
 
   absl::Status Free(void* ptr, uint64_t bytes) override {
-    std::lock_guard<std::mutex> l(owner_->mu_);
+    absl::MutexLock l(&owner_->mu_);
     auto it = owner_->slab_ranges_.find(ptr);
     if (it == owner_->slab_ranges_.end() ||
         it->second->granules.size() != CeilDiv(bytes, owner_->granularity_)) {
@@ -88,7 +93,7 @@ class VmmAllocator::SlabObserver final : public AllocatorObserver {
     } else {
       return;  // slab map/unmap are reported by the granule pool, OOMs by AllocateSmall
     }
-    owner_->Notify(e.kind, reinterpret_cast<const void*>(e.ptr), e.bytes);
+    owner_->NotifyEvent(e.kind, reinterpret_cast<const void*>(e.ptr), e.bytes);
   }
 
  private:
@@ -97,35 +102,18 @@ class VmmAllocator::SlabObserver final : public AllocatorObserver {
 
 void VmmAllocator::NotePeak(uint64_t bytes) { AtomicMax(peak_in_use_, bytes); }
 
-void VmmAllocator::Notify(AllocatorEventKind kind, const void* ptr, uint64_t bytes) {
-  if (!has_observers_.load(std::memory_order_relaxed)) return;
-  AllocatorEvent e;
-  e.kind = kind;
-  e.ptr = reinterpret_cast<uint64_t>(ptr);
-  e.bytes = bytes;
-  e.bytes_in_use = large_in_use_.load() + small_in_use_.load();
-  e.bytes_reserved = mapped_bytes_.load();
-  std::lock_guard<std::mutex> l(observers_mu_);
-  for (AllocatorObserver* o : observers_) o->OnAllocatorEvent(options_.name, e);
+void VmmAllocator::NotifyEvent(AllocatorEventKind kind, const void* ptr, uint64_t bytes) const {
+  Notify(options_.name,
+         AllocatorEvent{kind, reinterpret_cast<uint64_t>(ptr), bytes,
+                        large_in_use_.load() + small_in_use_.load(), mapped_bytes_.load()});
 }
 
-void VmmAllocator::AddObserver(AllocatorObserver* observer) {
-  if (observer == nullptr) return;
-  std::lock_guard<std::mutex> l(observers_mu_);
-  observers_.push_back(observer);
-  has_observers_ = true;
-}
-
-void VmmAllocator::RemoveObserver(AllocatorObserver* observer) {
-  std::lock_guard<std::mutex> l(observers_mu_);
-  observers_.erase(std::remove(observers_.begin(), observers_.end(), observer), observers_.end());
-  has_observers_ = !observers_.empty();
-}
-
-absl::StatusOr<std::unique_ptr<VmmAllocator>> VmmAllocator::Create(
-    std::unique_ptr<VmmBackend> backend, VmmOptions options) {
-  if (backend == nullptr) return absl::InvalidArgumentError("vmm allocator: backend is null");
-  uint64_t g = backend->granularity();
+absl::StatusOr<std::unique_ptr<VmmAllocator>> VmmAllocator::Create(Executor* executor,
+                                                                   VmmOptions options) {
+  if (executor == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(options.name, ": no executor to allocate from"));
+  }
+  VGPU_ASSIGN_OR_RETURN(uint64_t g, executor->VirtualMemoryGranularity());
   if (g == 0 || (g & (g - 1)) != 0) {
     return absl::InvalidArgumentError(
         absl::StrCat(options.name, ": VMM granularity ", g, " is not a power of two"));
@@ -135,14 +123,13 @@ absl::StatusOr<std::unique_ptr<VmmAllocator>> VmmAllocator::Create(
         options.name, ": memory limit ", FormatBytes(options.memory_limit),
         " is below one VMM granule (", FormatBytes(g), "); the vmm allocator needs at least one"));
   }
-  std::unique_ptr<VmmAllocator> a(new VmmAllocator(std::move(backend), std::move(options), g));
+  std::unique_ptr<VmmAllocator> a(new VmmAllocator(executor, std::move(options), g));
   VGPU_RETURN_IF_ERROR(a->Init());
   return a;
 }
 
-VmmAllocator::VmmAllocator(std::unique_ptr<VmmBackend> backend, VmmOptions options,
-                           uint64_t granularity)
-    : backend_(std::move(backend)), options_(std::move(options)), granularity_(granularity) {}
+VmmAllocator::VmmAllocator(Executor* executor, VmmOptions options, uint64_t granularity)
+    : executor_(executor), options_(std::move(options)), granularity_(granularity) {}
 
 absl::Status VmmAllocator::Init() {
   const uint64_t g = granularity_;
@@ -182,9 +169,10 @@ absl::Status VmmAllocator::Init() {
   slab_observer_ = std::make_unique<SlabObserver>(this);
   slabs_->AddObserver(slab_observer_.get());
   if (!options_.allow_growth) {
+    absl::MutexLock l(&mu_);  // not shared yet; for the analysis
     // Everything up front, in one physical allocation: one driver call, and granules are
     // (handle, offset) pairs inside it.
-    absl::StatusOr<PhysicalMemoryHandle> h = backend_->CreatePhysicalMemory(limit_granules_ * g);
+    absl::StatusOr<PhysicalMemoryHandle> h = executor_->CreatePhysicalMemory(limit_granules_ * g);
     if (!h.ok()) {
       return absl::ResourceExhaustedError(absl::StrCat(
           name(), ": cannot take the whole limit of ", FormatBytes(limit_granules_ * g),
@@ -204,7 +192,7 @@ absl::Status VmmAllocator::Init() {
 VmmAllocator::~VmmAllocator() {
   // The slab BFC frees its regions through SlabSubAllocator, which takes mu_.
   slabs_.reset();
-  std::lock_guard<std::mutex> l(mu_);
+  absl::MutexLock l(&mu_);
   for (auto& [p, range] : blocks_) UnmapRangeLocked(std::move(range)).IgnoreError();
   blocks_.clear();
   for (auto& [p, range] : slab_ranges_) UnmapRangeLocked(std::move(range)).IgnoreError();
@@ -216,7 +204,7 @@ VmmAllocator::~VmmAllocator() {
   if (options_.allow_growth) {
     GiveBackLocked(0).IgnoreError();
   } else if (bulk_.bytes != 0) {
-    backend_->ReleasePhysicalMemory(bulk_).IgnoreError();
+    executor_->ReleasePhysicalMemory(bulk_).IgnoreError();
   }
 }
 
@@ -234,9 +222,9 @@ absl::StatusOr<void*> VmmAllocator::AllocateSmall(uint64_t bytes, uint64_t align
   if (p.ok() || !absl::IsResourceExhausted(p.status())) return p;
   std::string why;
   {
-    std::lock_guard<std::mutex> l(mu_);
+    absl::MutexLock l(&mu_);
     ++num_ooms_;
-    Notify(AllocatorEventKind::kOom, nullptr, bytes);
+    NotifyEvent(AllocatorEventKind::kOom, nullptr, bytes);
     // The slab BFC's own message would repeat the numbers (and suggest vmm); say why no slab
     // could be added instead: the pool's refusal, or every granule of the limit is a slab.
     why = absl::StrCat(
@@ -249,23 +237,27 @@ absl::StatusOr<void*> VmmAllocator::AllocateSmall(uint64_t bytes, uint64_t align
 
 absl::StatusOr<void*> VmmAllocator::AllocateLarge(uint64_t bytes, uint64_t alignment) {
   const uint64_t count = CeilDiv(bytes, granularity_);
-  std::unique_lock<std::mutex> l(mu_);
+  // Locked by hand: the retry below drops the lock in the middle.
+  mu_.Lock();
   std::unique_ptr<Range> range = TakeCachedLocked(count, alignment);
   if (range == nullptr) {
     absl::StatusOr<std::unique_ptr<Range>> r = MapRangeLocked(count, alignment);
     if (!r.ok() && absl::IsResourceExhausted(r.status()) && slabs_ != nullptr) {
       // Empty slabs hold granules too: let the slab BFC give them back, then retry. Its lock
       // comes before ours, so ours is dropped meanwhile.
-      l.unlock();
+      mu_.Unlock();
       slabs_->ReleaseEmptyRegions().IgnoreError();
-      l.lock();
+      mu_.Lock();
       r = MapRangeLocked(count, alignment);
     }
     if (!r.ok()) {
-      if (!absl::IsResourceExhausted(r.status())) return r.status();
+      if (!absl::IsResourceExhausted(r.status())) {
+        mu_.Unlock();
+        return r.status();
+      }
       ++num_ooms_;
-      Notify(AllocatorEventKind::kOom, nullptr, bytes);
-      l.unlock();  // OomError reads the slab BFC's stats, whose lock comes before ours
+      NotifyEvent(AllocatorEventKind::kOom, nullptr, bytes);
+      mu_.Unlock();  // OomError reads the slab BFC's stats, whose lock comes before ours
       const uint64_t rounded =
           count > UINT64_MAX / granularity_ ? UINT64_MAX : count * granularity_;
       return OomError(bytes, rounded, r.status().message());
@@ -280,15 +272,18 @@ absl::StatusOr<void*> VmmAllocator::AllocateLarge(uint64_t bytes, uint64_t align
   ++num_allocs_;
   AtomicMax(largest_alloc_, bytes);
   NotePeak(large + small_in_use_.load(std::memory_order_relaxed));
-  Notify(AllocatorEventKind::kAlloc, p, bytes);
+  NotifyEvent(AllocatorEventKind::kAlloc, p, bytes);
+  mu_.Unlock();
   return p;
 }
 
 std::unique_ptr<VmmAllocator::Range> VmmAllocator::TakeCachedLocked(uint64_t count,
                                                                     uint64_t alignment) {
   if (cache_.empty()) return nullptr;
-  auto take = [&](std::map<uint64_t, std::vector<std::unique_ptr<Range>>>::iterator it,
-                  bool need_room) -> std::unique_ptr<Range> {
+  auto take =
+      [&](std::map<uint64_t, std::vector<std::unique_ptr<Range>>>::iterator it, bool need_room)
+      // Runs under the caller's mu_; the analysis does not follow lambdas.
+      ABSL_NO_THREAD_SAFETY_ANALYSIS -> std::unique_ptr<Range> {
     auto& v = it->second;
     for (size_t i = v.size(); i-- > 0;) {
       if (reinterpret_cast<uintptr_t>(v[i]->ptr) % alignment != 0) continue;
@@ -340,7 +335,7 @@ absl::Status VmmAllocator::DoDeallocate(void* ptr) {
   // Large blocks start on a granule; anything else can only be a small block, and the slab
   // BFC checks it without our lock.
   if (reinterpret_cast<uintptr_t>(ptr) % granularity_ == 0) {
-    std::unique_lock<std::mutex> l(mu_);
+    absl::ReleasableMutexLock l(&mu_);
     if (auto b = blocks_.find(ptr); b != blocks_.end()) {
       std::unique_ptr<Range> range = std::move(b->second);
       blocks_.erase(b);
@@ -348,7 +343,7 @@ absl::Status VmmAllocator::DoDeallocate(void* ptr) {
       block_granules_ -= count;
       large_in_use_ -= count * granularity_;
       ++num_frees_;
-      Notify(AllocatorEventKind::kFree, ptr, count * granularity_);
+      NotifyEvent(AllocatorEventKind::kFree, ptr, count * granularity_);
       const bool cached = count <= cache_limit_granules_;
       if (cached) {
         cached_granules_ += count;
@@ -360,7 +355,7 @@ absl::Status VmmAllocator::DoDeallocate(void* ptr) {
       if (!options_.allow_growth) return absl::OkStatus();
       VGPU_RETURN_IF_ERROR(EpochGiveBackLocked());
       if (!IdleLocked()) return absl::OkStatus();
-      l.unlock();
+      l.Release();
       return GiveBackIfIdle(cached ? ptr : nullptr, cached ? count : 0);
     }
   }
@@ -394,7 +389,7 @@ absl::Status VmmAllocator::GiveBackIfIdle(const void* last_range, uint64_t last_
   // SlabSubAllocator::Free, which takes ours). Only wholly free slabs go, so a block another
   // thread allocated meanwhile is safe.
   if (slabs_ != nullptr) VGPU_RETURN_IF_ERROR(slabs_->ReleaseEmptyRegions(keep_slab).status());
-  std::lock_guard<std::mutex> l(mu_);
+  absl::MutexLock l(&mu_);
   if (!IdleLocked()) return absl::OkStatus();  // busy again: the epoch rule applies
   const uint64_t cache_keep = keep_granules_ > slab_granules_ ? keep_granules_ - slab_granules_ : 0;
   while (cached_granules_ > cache_keep) VGPU_RETURN_IF_ERROR(EvictOneLocked(last_range));
@@ -418,7 +413,7 @@ absl::Status VmmAllocator::EnsureFreeGranulesLocked(uint64_t count) {
                                               " free granules below the limit; expected ",
                                               limit_granules_ - mapped_granules_));
     }
-    absl::StatusOr<PhysicalMemoryHandle> h = backend_->CreatePhysicalMemory(granularity_);
+    absl::StatusOr<PhysicalMemoryHandle> h = executor_->CreatePhysicalMemory(granularity_);
     if (!h.ok()) {
       if (cached_granules_ > 0) {
         VGPU_RETURN_IF_ERROR(EvictOneLocked());
@@ -450,20 +445,20 @@ absl::StatusOr<std::unique_ptr<VmmAllocator::Range>> VmmAllocator::MapRangeLocke
   // Virtual space is cheap: reserve room to grow to the next power of two, so a cached range
   // can later serve a somewhat larger request by mapping a few more granules at its end.
   range->reserved_bytes = alignment > g ? count * g + alignment : std::bit_ceil(count) * g;
-  VGPU_ASSIGN_OR_RETURN(range->reserved, backend_->ReserveAddressRange(range->reserved_bytes));
+  VGPU_ASSIGN_OR_RETURN(range->reserved, executor_->ReserveAddressRange(range->reserved_bytes));
   if (alignment <= g && reinterpret_cast<uint64_t>(range->reserved) % g != 0) {
     // Drivers return granule-aligned ranges, but nothing here may rely on it: rounding the
     // base up would leave one granule less than reserved for. Ask again with a granule spare.
-    backend_->FreeAddressRange(range->reserved, range->reserved_bytes).IgnoreError();
+    executor_->FreeAddressRange(range->reserved, range->reserved_bytes).IgnoreError();
     range->reserved_bytes += g;
-    VGPU_ASSIGN_OR_RETURN(range->reserved, backend_->ReserveAddressRange(range->reserved_bytes));
+    VGPU_ASSIGN_OR_RETURN(range->reserved, executor_->ReserveAddressRange(range->reserved_bytes));
   }
   range->ptr = reinterpret_cast<void*>(
       AlignUp(reinterpret_cast<uint64_t>(range->reserved), std::max(alignment, g)));
   range->granules.reserve(count);
   absl::Status s = GrowRangeLocked(range.get(), count);
   if (!s.ok()) {
-    backend_->FreeAddressRange(range->reserved, range->reserved_bytes).IgnoreError();
+    executor_->FreeAddressRange(range->reserved, range->reserved_bytes).IgnoreError();
     return s;
   }
   return range;
@@ -492,7 +487,7 @@ absl::Status VmmAllocator::GrowRangeLocked(Range* range, uint64_t count) {
       if (next.handle.value != first.handle.value || next.offset != first.offset + n * g) break;
       ++n;
     }
-    absl::Status s = backend_->Map(base + i * g, n * g, first.handle, first.offset);
+    absl::Status s = executor_->Map(base + i * g, n * g, first.handle, first.offset);
     if (!s.ok()) {
       ShrinkRangeLocked(range, old).IgnoreError();
       return s;
@@ -510,7 +505,7 @@ absl::Status VmmAllocator::GrowRangeLocked(Range* range, uint64_t count) {
   free_low_water_ = std::min<uint64_t>(free_low_water_, free_granules_.size());
   peak_mapped_ = std::max(peak_mapped_, mapped_granules_);
   mapped_bytes_.store(mapped_granules_ * g);
-  Notify(AllocatorEventKind::kMap, base + old * g, (count - old) * g);
+  NotifyEvent(AllocatorEventKind::kMap, base + old * g, (count - old) * g);
   return absl::OkStatus();
 }
 
@@ -523,7 +518,7 @@ absl::Status VmmAllocator::ShrinkRangeLocked(Range* range, uint64_t count) {
   while (range->granules.size() > count) {
     const uint64_t start = range->run_starts.back();
     const uint64_t end = range->granules.size();
-    absl::Status s = backend_->Unmap(base + start * g, (end - start) * g);
+    absl::Status s = executor_->Unmap(base + start * g, (end - start) * g);
     if (!s.ok()) {
       mapped_bytes_.store(mapped_granules_ * g);
       return s;
@@ -534,7 +529,7 @@ absl::Status VmmAllocator::ShrinkRangeLocked(Range* range, uint64_t count) {
     if (start < count) {
       const Granule& first = granules_[range->granules[start]];
       absl::Status m =
-          backend_->Map(base + start * g, (count - start) * g, first.handle, first.offset);
+          executor_->Map(base + start * g, (count - start) * g, first.handle, first.offset);
       if (m.ok()) {
         ++map_calls_;
         range->run_starts.push_back(start);
@@ -552,20 +547,20 @@ absl::Status VmmAllocator::ShrinkRangeLocked(Range* range, uint64_t count) {
     }
     if (!s.ok()) {
       mapped_bytes_.store(mapped_granules_ * g);
-      Notify(AllocatorEventKind::kUnmap, base + keep * g, (old - keep) * g);
+      NotifyEvent(AllocatorEventKind::kUnmap, base + keep * g, (old - keep) * g);
       return s;
     }
   }
   if (old > count) {
     mapped_bytes_.store(mapped_granules_ * g);
-    Notify(AllocatorEventKind::kUnmap, base + count * g, (old - count) * g);
+    NotifyEvent(AllocatorEventKind::kUnmap, base + count * g, (old - count) * g);
   }
   return absl::OkStatus();
 }
 
 absl::Status VmmAllocator::UnmapRangeLocked(std::unique_ptr<Range> range) {
   VGPU_RETURN_IF_ERROR(ShrinkRangeLocked(range.get(), 0));
-  return backend_->FreeAddressRange(range->reserved, range->reserved_bytes);
+  return executor_->FreeAddressRange(range->reserved, range->reserved_bytes);
 }
 
 absl::Status VmmAllocator::EvictOneLocked(const void* spare) {
@@ -603,7 +598,7 @@ absl::Status VmmAllocator::EpochGiveBackLocked() {
 absl::Status VmmAllocator::GiveBackLocked(uint64_t keep) {
   while (free_granules_.size() > keep) {
     uint32_t slot = free_granules_.back();
-    VGPU_RETURN_IF_ERROR(backend_->ReleasePhysicalMemory(granules_[slot].handle));
+    VGPU_RETURN_IF_ERROR(executor_->ReleasePhysicalMemory(granules_[slot].handle));
     free_granules_.pop_back();
     granules_[slot] = Granule{};
     free_slots_.push_back(slot);
@@ -615,7 +610,7 @@ absl::Status VmmAllocator::GiveBackLocked(uint64_t keep) {
 
 absl::Status VmmAllocator::Trim() {
   if (slabs_ != nullptr) slabs_->ReleaseEmptyRegions().IgnoreError();
-  std::lock_guard<std::mutex> l(mu_);
+  absl::MutexLock l(&mu_);
   while (cached_granules_ > 0) VGPU_RETURN_IF_ERROR(EvictOneLocked());
   if (options_.allow_growth) VGPU_RETURN_IF_ERROR(GiveBackLocked(0));
   return absl::OkStatus();
@@ -625,21 +620,23 @@ absl::Status VmmAllocator::OomError(uint64_t bytes, uint64_t rounded, absl::stri
   // The same numbers as Stats(): the slab BFC's first (its lock comes before ours).
   AllocatorStats slab;
   if (slabs_ != nullptr) slab = slabs_->Stats();
-  std::lock_guard<std::mutex> l(mu_);
+  absl::MutexLock l(&mu_);
   const AllocatorStats s = CombinedStatsLocked(slab);
   const uint64_t g = granularity_;
   // Granules below the limit plus cached ones can all be stitched into one new block.
   const uint64_t stitchable = (limit_granules_ - mapped_granules_ + cached_granules_) * g;
-  return absl::ResourceExhaustedError(absl::StrFormat(
-      "%s: out of memory allocating %s (%d bytes, rounded to %s): %s. limit %s (%d granules of "
-      "%s), in use %s, reserved (mapped) %s, largest free block %s, fragmentation %.3f; cached "
-      "%s, in slabs %s, largest block the limit still allows %s. Hint: raise the logical "
-      "device's memory limit or free buffers earlier; the vmm allocator stitches any free "
-      "granules, so large blocks never fail from fragmentation.",
-      name(), FormatBytes(bytes), bytes, FormatBytes(rounded), why, FormatBytes(s.bytes_limit),
-      limit_granules_, FormatBytes(g), FormatBytes(s.bytes_in_use), FormatBytes(s.bytes_reserved),
-      FormatBytes(s.largest_free_block), s.fragmentation, FormatBytes(cached_granules_ * g),
-      FormatBytes(slab_granules_ * g), FormatBytes(stitchable)));
+  return OutOfMemoryError(
+      {bytes, FormatBytes(rounded), why,
+       absl::StrFormat("limit %s (%d granules of %s), in use %s, reserved (mapped) %s, largest "
+                       "free block %s, fragmentation %.3f; cached %s, in slabs %s, largest block "
+                       "the limit still allows %s",
+                       FormatBytes(s.bytes_limit), limit_granules_, FormatBytes(g),
+                       FormatBytes(s.bytes_in_use), FormatBytes(s.bytes_reserved),
+                       FormatBytes(s.largest_free_block), s.fragmentation,
+                       FormatBytes(cached_granules_ * g), FormatBytes(slab_granules_ * g),
+                       FormatBytes(stitchable)),
+       "raise the logical device's memory limit or free buffers earlier; the vmm allocator "
+       "stitches any free granules, so large blocks never fail from fragmentation."});
 }
 
 AllocatorStats VmmAllocator::CombinedStatsLocked(const AllocatorStats& slab) const {
@@ -656,6 +653,8 @@ AllocatorStats VmmAllocator::CombinedStatsLocked(const AllocatorStats& slab) con
   s.num_ooms = num_ooms_;
   s.regions_mapped = regions_mapped_;
   s.regions_unmapped = regions_unmapped_;
+  s.mapping_granularity = g;
+  s.map_calls = map_calls_;
   // Free memory in the pool (mapped, not in use) is cached granules and free slab space.
   // Cached granules can be restitched into one block, so together they are one free block.
   s.largest_free_block = std::max(cached_granules_ * g, slab.largest_free_block);
@@ -669,12 +668,12 @@ AllocatorStats VmmAllocator::CombinedStatsLocked(const AllocatorStats& slab) con
 AllocatorStats VmmAllocator::Stats() const {
   AllocatorStats slab;
   if (slabs_ != nullptr) slab = slabs_->Stats();
-  std::lock_guard<std::mutex> l(mu_);
+  absl::MutexLock l(&mu_);
   return CombinedStatsLocked(slab);
 }
 
 VmmAllocator::GranuleCounts VmmAllocator::Granules() const {
-  std::lock_guard<std::mutex> l(mu_);
+  absl::MutexLock l(&mu_);
   GranuleCounts c;
   c.created = created_granules_;
   c.mapped = mapped_granules_;
@@ -696,10 +695,10 @@ std::string VmmAllocator::DumpMemoryLog() const {
   {
     AllocatorStats slab;
     if (slabs_ != nullptr) slab = slabs_->Stats();
-    std::lock_guard<std::mutex> l(mu_);
+    absl::MutexLock l(&mu_);
     const uint64_t g = granularity_;
-    absl::StrAppend(&out, name(), " (vmm over ", backend_->name(), ", granule ", FormatBytes(g),
-                    ")\n  ", CombinedStatsLocked(slab).ToString(), "\n");
+    absl::StrAppend(&out, name(), " (vmm over ", VmmDeviceName(executor_), ", granule ",
+                    FormatBytes(g), ")\n  ", CombinedStatsLocked(slab).ToString(), "\n");
     absl::StrAppendFormat(&out,
                           "  granules: limit %d, created %d, mapped %d (blocks %d, cache %d, "
                           "slabs %d), free in pool %d; cache hits %d, evictions %d\n",
@@ -766,13 +765,14 @@ absl::Status VmmAllocator::CheckInvariants() const {
     VGPU_RETURN_IF_ERROR(slabs_->CheckInvariants());
     slab = slabs_->Stats();
   }
-  std::lock_guard<std::mutex> l(mu_);
+  absl::MutexLock l(&mu_);
   auto fail = [&](auto... parts) {
     return absl::InternalError(absl::StrCat(name(), ": invariant broken: ", parts...));
   };
   std::vector<uint8_t> seen(granules_.size(), 0);
   uint64_t n_blocks = 0, n_cache = 0, n_slabs = 0, large = 0;
-  auto visit = [&](const Range& r, uint64_t* total) -> absl::Status {
+  // Runs under mu_ (held above); the analysis does not follow lambdas.
+  auto visit = [&](const Range& r, uint64_t* total) ABSL_NO_THREAD_SAFETY_ANALYSIS -> absl::Status {
     if (r.granules.empty()) return fail("empty range at ", P(r.ptr));
     uint64_t off = reinterpret_cast<uint64_t>(r.ptr) - reinterpret_cast<uint64_t>(r.reserved);
     if (off + r.granules.size() * granularity_ > r.reserved_bytes) {
@@ -844,38 +844,23 @@ absl::Status VmmAllocator::CheckInvariants() const {
     return fail("cache holds ", cached_granules_, " granules over its limit ",
                 cache_limit_granules_);
   }
-  if (const auto* fake = dynamic_cast<const FakeVmmBackend*>(backend_.get())) {
-    if (fake->mapped_bytes() != mapped_granules_ * granularity_) {
-      return fail("backend has ", fake->mapped_bytes(), " bytes mapped, allocator counts ",
-                  mapped_granules_ * granularity_);
-    }
-    if (fake->physical_bytes() != created_granules_ * granularity_) {
-      return fail("backend holds ", fake->physical_bytes(), " physical bytes, allocator counts ",
-                  created_granules_ * granularity_);
-    }
-  }
   return absl::OkStatus();
 }
 
 absl::StatusOr<std::unique_ptr<Allocator>> CreateVmmAllocator(
     Executor* executor, const DeviceAllocatorOptions& options) {
-  VGPU_ASSIGN_OR_RETURN(std::unique_ptr<VmmBackend> backend, CreateExecutorVmmBackend(executor));
+  if (executor == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(options.device_name, ": no executor to allocate from"));
+  }
   VmmOptions vo;
-  vo.name = options.device_name.empty() ? backend->name() : options.device_name;
+  vo.name = options.device_name.empty() ? VmmDeviceName(executor) : options.device_name;
   vo.memory_limit = options.memory_limit;
   vo.allow_growth = options.allow_growth;
+  if (options.vmm_slab_bytes) vo.slab_bytes = *options.vmm_slab_bytes;
+  if (options.vmm_small_block_max) vo.small_block_max = *options.vmm_small_block_max;
   VGPU_ASSIGN_OR_RETURN(std::unique_ptr<VmmAllocator> a,
-                        VmmAllocator::Create(std::move(backend), std::move(vo)));
-  return std::unique_ptr<Allocator>(std::move(a));
-}
-
-absl::StatusOr<std::unique_ptr<Allocator>> CreateFakeVmmAllocator(uint64_t granularity,
-                                                                  VmmOptions options) {
-  VGPU_ASSIGN_OR_RETURN(
-      std::unique_ptr<VmmAllocator> a,
-      VmmAllocator::Create(std::make_unique<FakeVmmBackend>(granularity, /*physical_capacity=*/0,
-                                                            /*checked=*/false),
-                           std::move(options)));
+                        VmmAllocator::Create(executor, std::move(vo)));
   return std::unique_ptr<Allocator>(std::move(a));
 }
 

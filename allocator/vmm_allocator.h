@@ -29,16 +29,16 @@
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "vgpu/allocator/allocator.h"
 #include "vgpu/allocator/factory.h"
-#include "vgpu/allocator/vmm_backend.h"
 #include "vgpu/runtime/platform.h"
 
 namespace vgpu {
@@ -72,8 +72,10 @@ struct VmmOptions {
 
 class VmmAllocator final : public Allocator {
  public:
-  // Use CreateVmmAllocator / CreateFakeVmmAllocator, or this to pass any backend.
-  static absl::StatusOr<std::unique_ptr<VmmAllocator>> Create(std::unique_ptr<VmmBackend> backend,
+  // Over `executor`'s VMM calls (its virtual-memory capability; the executor must outlive the
+  // allocator): Unimplemented/FailedPrecondition when it has none, InvalidArgument when its
+  // granularity is not a power of two or the limit is below one granule.
+  static absl::StatusOr<std::unique_ptr<VmmAllocator>> Create(Executor* executor,
                                                               VmmOptions options);
   ~VmmAllocator() override;
 
@@ -81,16 +83,15 @@ class VmmAllocator final : public Allocator {
   AllocatorStats Stats() const override;
   std::string DumpMemoryLog() const override;
   absl::Status CheckInvariants() const override;
-  // Events: alloc/free/oom of every block (small ones too) and map/unmap of granule runs.
-  void AddObserver(AllocatorObserver* observer) override;
-  void RemoveObserver(AllocatorObserver* observer) override;
+  // Events (AddObserver): alloc/free/oom of every block (small ones too) and map/unmap of
+  // granule runs.
 
   // Evicts the mapping cache, frees empty slabs and (with growth) gives every free granule
   // back to the device. Live blocks are untouched.
-  absl::Status Trim();
+  absl::Status Trim() ABSL_LOCKS_EXCLUDED(mu_);
 
   uint64_t granularity() const { return granularity_; }
-  VmmBackend* backend() const { return backend_.get(); }
+  Executor* executor() const { return executor_; }
   // Granule counts, for tests and tools.
   struct GranuleCounts {
     uint64_t created = 0;  // physical granules held from the device
@@ -103,12 +104,12 @@ class VmmAllocator final : public Allocator {
     uint64_t limit = 0;
     uint64_t cache_hits = 0;
     uint64_t cache_evictions = 0;
-    // Backend Map / Unmap calls: one per run of physically contiguous granules (a Map is one
+    // Executor Map / Unmap calls: one per run of physically contiguous granules (a Map is one
     // cuMemMap + one cuMemSetAccess on cuda), not one per granule.
     uint64_t map_calls = 0;
     uint64_t unmap_calls = 0;
   };
-  GranuleCounts Granules() const;
+  GranuleCounts Granules() const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   struct Granule {
@@ -129,50 +130,57 @@ class VmmAllocator final : public Allocator {
   class SlabSubAllocator;
   class SlabObserver;
   void NotePeak(uint64_t bytes);
-  void Notify(AllocatorEventKind kind, const void* ptr, uint64_t bytes);
+  // An event (allocator.h) with the in-use and mapped bytes after it; under mu_ or the slab
+  // BFC's lock (atomics only).
+  void NotifyEvent(AllocatorEventKind kind, const void* ptr, uint64_t bytes) const;
 
-  VmmAllocator(std::unique_ptr<VmmBackend> backend, VmmOptions options, uint64_t granularity);
+  VmmAllocator(Executor* executor, VmmOptions options, uint64_t granularity);
   absl::Status Init();
 
   absl::StatusOr<void*> DoAllocate(uint64_t bytes, uint64_t alignment) override;
   absl::Status DoDeallocate(void* ptr) override;
 
-  absl::StatusOr<void*> AllocateSmall(uint64_t bytes, uint64_t alignment);
-  absl::StatusOr<void*> AllocateLarge(uint64_t bytes, uint64_t alignment);
+  absl::StatusOr<void*> AllocateSmall(uint64_t bytes, uint64_t alignment) ABSL_LOCKS_EXCLUDED(mu_);
+  absl::StatusOr<void*> AllocateLarge(uint64_t bytes, uint64_t alignment) ABSL_LOCKS_EXCLUDED(mu_);
   // Maps `count` granules at a fresh range aligned to `alignment`; evicts the cache when the
   // limit needs it. ResourceExhausted when even that is not enough.
-  absl::StatusOr<std::unique_ptr<Range>> MapRangeLocked(uint64_t count, uint64_t alignment);
-  absl::Status UnmapRangeLocked(std::unique_ptr<Range> range);
+  absl::StatusOr<std::unique_ptr<Range>> MapRangeLocked(uint64_t count, uint64_t alignment)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status UnmapRangeLocked(std::unique_ptr<Range> range) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Maps free granules at the end of `range` up to `count` (within its reservation), or
   // unmaps its tail down to `count`, one granule per call.
-  absl::Status GrowRangeLocked(Range* range, uint64_t count);
-  absl::Status ShrinkRangeLocked(Range* range, uint64_t count);
+  absl::Status GrowRangeLocked(Range* range, uint64_t count) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status ShrinkRangeLocked(Range* range, uint64_t count) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   uint64_t CapacityOf(const Range& range) const;  // granules the reservation can hold
   // A cached range resized to `count` granules (exact, shrunk or grown), or null.
-  std::unique_ptr<Range> TakeCachedLocked(uint64_t count, uint64_t alignment);
+  std::unique_ptr<Range> TakeCachedLocked(uint64_t count, uint64_t alignment)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Makes `count` granules free (unmapped) in the pool, creating them (growth) or evicting
   // the cache as needed, within the limit.
-  absl::Status EnsureFreeGranulesLocked(uint64_t count);
+  absl::Status EnsureFreeGranulesLocked(uint64_t count) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Unmaps the largest cached range; the one at `spare` only when nothing else is cached.
-  absl::Status EvictOneLocked(const void* spare = nullptr);
-  absl::Status GiveBackLocked(uint64_t keep);
+  absl::Status EvictOneLocked(const void* spare = nullptr) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status GiveBackLocked(uint64_t keep) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // After a free of a large block or a slab with allow_growth: granules free through a whole
   // epoch go back to the device (beyond keep_granules_).
-  absl::Status EpochGiveBackLocked();
+  absl::Status EpochGiveBackLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Nothing allocated (no large block, no small one).
-  bool IdleLocked() const;
+  bool IdleLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // With allow_growth, after the last live block is freed (either path): empty slabs, the
   // mapping cache and every free granule go back to the device, except a reserve of
   // keep_granules_ kept mapped (the block freed last first: `last_range`, its cached range of
   // `last_granules`, or null after a small free). Takes the slab BFC's lock, then ours: call
   // it with neither held. Does nothing if a block was allocated meanwhile.
-  absl::Status GiveBackIfIdle(const void* last_range, uint64_t last_granules);
+  absl::Status GiveBackIfIdle(const void* last_range, uint64_t last_granules)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // ResourceExhausted with Stats()'s numbers; call without mu_ (reads the slab BFC first).
-  absl::Status OomError(uint64_t bytes, uint64_t rounded, absl::string_view why) const;
+  absl::Status OomError(uint64_t bytes, uint64_t rounded, absl::string_view why) const
+      ABSL_LOCKS_EXCLUDED(mu_);
   // Stats() from the slab BFC's stats (taken before mu_) and ours.
-  AllocatorStats CombinedStatsLocked(const AllocatorStats& slab) const;
+  AllocatorStats CombinedStatsLocked(const AllocatorStats& slab) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
-  const std::unique_ptr<VmmBackend> backend_;
+  Executor* const executor_;
   const VmmOptions options_;
   const uint64_t granularity_;
   uint64_t limit_granules_ = 0;
@@ -183,45 +191,52 @@ class VmmAllocator final : public Allocator {
   std::unique_ptr<SlabObserver> slab_observer_;
   std::unique_ptr<BFCAllocator> slabs_;  // small blocks, over SlabSubAllocator
 
-  mutable std::mutex mu_;
-  PhysicalMemoryHandle bulk_;            // growth off: the one allocation of the whole limit
-  std::vector<Granule> granules_;        // index -> granule; holes have handle.bytes == 0
-  std::vector<uint32_t> free_slots_;     // holes in granules_ (growth gave them back)
-  std::vector<uint32_t> free_granules_;  // created and unmapped (LIFO)
-  uint64_t mapped_granules_ = 0;
-  uint64_t created_granules_ = 0;
-  uint64_t free_low_water_ = 0;  // fewest free granules during this give-back epoch
-  uint64_t epoch_frees_ = 0;
-  absl::flat_hash_map<void*, std::unique_ptr<Range>> blocks_;  // live large blocks by ptr
-  absl::flat_hash_map<void*, std::unique_ptr<Range>> slab_ranges_;
-  std::map<uint64_t, std::vector<std::unique_ptr<Range>>> cache_;  // granule count -> ranges
-  uint64_t cached_granules_ = 0;
-  std::string slab_refusal_;  // why the pool last refused the slab BFC a slab ("" = it did not)
-  uint64_t block_granules_ = 0;
-  uint64_t slab_granules_ = 0;
-  // Stats of the large path (the slab BFC keeps its own).
-  uint64_t num_allocs_ = 0, num_frees_ = 0, num_ooms_ = 0, peak_mapped_ = 0;
+  mutable absl::Mutex mu_;
+  // growth off: the one allocation of the whole limit
+  PhysicalMemoryHandle bulk_ ABSL_GUARDED_BY(mu_);
+  // index -> granule; holes have handle.bytes == 0
+  std::vector<Granule> granules_ ABSL_GUARDED_BY(mu_);
+  std::vector<uint32_t> free_slots_ ABSL_GUARDED_BY(mu_);     // holes in granules_ (given back)
+  std::vector<uint32_t> free_granules_ ABSL_GUARDED_BY(mu_);  // created and unmapped (LIFO)
+  uint64_t mapped_granules_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t created_granules_ ABSL_GUARDED_BY(mu_) = 0;
+  // fewest free granules during this give-back epoch
+  uint64_t free_low_water_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t epoch_frees_ ABSL_GUARDED_BY(mu_) = 0;
+  // live large blocks by ptr
+  absl::flat_hash_map<void*, std::unique_ptr<Range>> blocks_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<void*, std::unique_ptr<Range>> slab_ranges_ ABSL_GUARDED_BY(mu_);
+  // granule count -> ranges
+  std::map<uint64_t, std::vector<std::unique_ptr<Range>>> cache_ ABSL_GUARDED_BY(mu_);
+  uint64_t cached_granules_ ABSL_GUARDED_BY(mu_) = 0;
+  // why the pool last refused the slab BFC a slab ("" = it did not)
+  std::string slab_refusal_ ABSL_GUARDED_BY(mu_);
+  uint64_t block_granules_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t slab_granules_ ABSL_GUARDED_BY(mu_) = 0;
+  // Stats of the large path (the slab BFC keeps its own). Not AllocatorCounters: in-use bytes
+  // span both paths and the small one never takes mu_, so they are the atomics below.
+  uint64_t num_allocs_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t num_frees_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t num_ooms_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t peak_mapped_ ABSL_GUARDED_BY(mu_) = 0;
   // Atomics: the small path never takes mu_; the slab BFC reports through SlabObserver.
   std::atomic<uint64_t> large_in_use_{0};
   std::atomic<uint64_t> small_in_use_{0};
   std::atomic<uint64_t> peak_in_use_{0};
   std::atomic<uint64_t> largest_alloc_{0};
   std::atomic<uint64_t> mapped_bytes_{0};  // mirror of mapped_granules_ for observers
-  // Observers: a leaf lock, taken under mu_ or under the slab BFC's lock.
-  std::atomic<bool> has_observers_{false};
-  std::mutex observers_mu_;
-  std::vector<AllocatorObserver*> observers_;
-  uint64_t regions_mapped_ = 0, regions_unmapped_ = 0;
-  uint64_t map_calls_ = 0, unmap_calls_ = 0;
-  uint64_t cache_hits_ = 0, cache_evictions_ = 0;
+  uint64_t regions_mapped_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t regions_unmapped_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t map_calls_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t unmap_calls_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t cache_hits_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t cache_evictions_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
-// The vmm allocator of one logical device over `executor`'s VMM calls (options.kind ignored).
+// The factory's creator (allocator/factory.h): the vmm allocator of one logical device over
+// `executor`'s VMM calls, with options' growth and vmm_* knobs (options.kind ignored).
 absl::StatusOr<std::unique_ptr<Allocator>> CreateVmmAllocator(
     Executor* executor, const DeviceAllocatorOptions& options);
-// Over an unchecked FakeVmmBackend of `granularity` (no memory touched, counters only): replay.
-absl::StatusOr<std::unique_ptr<Allocator>> CreateFakeVmmAllocator(uint64_t granularity,
-                                                                  VmmOptions options);
 
 }  // namespace vgpu
 

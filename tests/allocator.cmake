@@ -105,3 +105,16 @@ head -c 300 \"$h\"")
 set_tests_properties(vgpu_bench_replay_memory_history PROPERTIES LABELS bench
   SKIP_REGULAR_EXPRESSION "SKIPPED:"
   PASS_REGULAR_EXPRESSION "\"recorded\":6900,\"dropped\":0,\"limits\":{[^}]*},\"allocators\":\\[\"replay/transformer_train\"\\],\"events\":\\[{\"t_ns\":[0-9]+,\"allocator\":0,\"kind\":\"map\"")
+
+# The tests' checked fake VMM device (tests/fake_vmm_executor.h), built on vgpu-bench's
+# address-only device (vgpu_tools_lib), for the tests that build vmm allocators over it.
+if(TARGET vgpu_tools_lib)
+  add_library(vgpu_fake_vmm STATIC ${CMAKE_CURRENT_SOURCE_DIR}/fake_vmm_executor.cc)
+  target_link_libraries(vgpu_fake_vmm PUBLIC vgpu::vgpu vgpu_tools_lib)
+  foreach(t vmm_allocator_test hostile_config_test allocator_trace_recorder_test
+            vmm_replay_stress_test)
+    if(TARGET ${t})
+      target_link_libraries(${t} PRIVATE vgpu_fake_vmm)
+    endif()
+  endforeach()
+endif()

@@ -11,6 +11,9 @@
 //   static std::unique_ptr<Allocator> MakeOther(uint64_t limit);
 //   // Optional: false when the type cannot run here (no GPU); the tests then skip.
 //   static bool Available();
+//   // Optional: a stronger check than CheckInvariants (the fake-VMM types also compare the
+//   // fake device's counts); the suite calls it wherever it checks invariants.
+//   static absl::Status Check(const Allocator& allocator);
 // and instantiate the suite in your own test file:
 //   using MyTypes = ::testing::Types<MyAllocatorType>;
 //   INSTANTIATE_TYPED_TEST_SUITE_P(Mine, AllocatorConformance, MyTypes);
@@ -34,6 +37,16 @@ namespace vgpu::testing {
 
 inline constexpr uint64_t kConformanceLimit = uint64_t{64} << 20;
 
+// The suite's invariant check: T::Check when the type has one, else CheckInvariants.
+template <typename T>
+absl::Status CheckAllocator(const Allocator& a) {
+  if constexpr (requires { T::Check(a); }) {
+    return T::Check(a);
+  } else {
+    return a.CheckInvariants();
+  }
+}
+
 template <typename T>
 class AllocatorConformance : public ::testing::Test {
  protected:
@@ -45,7 +58,7 @@ class AllocatorConformance : public ::testing::Test {
     ASSERT_NE(allocator_, nullptr);
   }
   void TearDown() override {
-    if (allocator_ != nullptr) EXPECT_THAT(allocator_->CheckInvariants(), IsOk());
+    if (allocator_ != nullptr) EXPECT_THAT(CheckAllocator<T>(*allocator_), IsOk());
   }
   std::unique_ptr<Allocator> allocator_;
 };
@@ -143,7 +156,7 @@ TYPED_TEST_P(AllocatorConformance, FillsToTheLimitThenFailsCleanly) {
   AllocatorStats s = a.Stats();
   EXPECT_LE(s.bytes_reserved, kConformanceLimit);
   EXPECT_GE(s.num_ooms, 1u);
-  EXPECT_THAT(a.CheckInvariants(), IsOk());
+  EXPECT_THAT(CheckAllocator<TypeParam>(a), IsOk());
   // Freeing makes room again.
   ASSERT_FALSE(ptrs.empty());
   EXPECT_THAT(a.Deallocate(ptrs.back()), IsOk());
@@ -198,7 +211,7 @@ TYPED_TEST_P(AllocatorConformance, BadPointersChangeNothing) {
     EXPECT_THAT(s, StatusIs(absl::StatusCode::kInvalidArgument, ::testing::HasSubstr(a.name())))
         << what;
     expect_same(a.Stats(), before, what);
-    EXPECT_THAT(a.CheckInvariants(), IsOk()) << what;
+    EXPECT_THAT(CheckAllocator<TypeParam>(a), IsOk()) << what;
   }
   expect_same(other->Stats(), other_before, "the other allocator");
   EXPECT_THAT(a.Deallocate(*p), IsOk());
@@ -207,7 +220,7 @@ TYPED_TEST_P(AllocatorConformance, BadPointersChangeNothing) {
   EXPECT_THAT(a.Deallocate(*big), IsOk());
   EXPECT_THAT(other->Deallocate(*q), IsOk());
   EXPECT_THAT(other->Deallocate(*qbig), IsOk());
-  EXPECT_THAT(other->CheckInvariants(), IsOk());
+  EXPECT_THAT(CheckAllocator<TypeParam>(*other), IsOk());
   EXPECT_EQ(a.Stats().bytes_in_use, 0u);
 }
 
@@ -302,7 +315,7 @@ TYPED_TEST_P(AllocatorConformance, RandomOpsKeepInvariants) {
       live[i] = live.back();
       live.pop_back();
     }
-    ASSERT_THAT(a.CheckInvariants(), IsOk()) << "op " << op;
+    ASSERT_THAT(CheckAllocator<TypeParam>(a), IsOk()) << "op " << op;
   }
   for (void* p : live) ASSERT_THAT(a.Deallocate(p), IsOk());
 }

@@ -8,13 +8,14 @@
 #include <utility>
 #include <vector>
 
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
 #include "vgpu/allocator/bfc_allocator.h"
 #include "vgpu/allocator/sub_allocators.h"
 #include "vgpu/allocator/trace.h"
 #include "vgpu/allocator/vmm_allocator.h"
-#include "gmock/gmock.h"
-#include "gtest/gtest.h"
 #include "vgpu/runtime/status_matchers.h"
+#include "vgpu/tests/fake_vmm_executor.h"
 
 namespace vgpu {
 namespace {
@@ -39,7 +40,7 @@ std::unique_ptr<Allocator> FakeVmm(uint64_t limit) {
   o.name = "GPU:1";
   o.memory_limit = limit;
   o.allow_growth = true;
-  auto a = CreateFakeVmmAllocator(2 * kMiB, o);
+  auto a = ::vgpu::testing::CreateFakeVmmAllocator(2 * kMiB, o);
   EXPECT_THAT(a.status(), IsOk());
   return a.ok() ? *std::move(a) : nullptr;
 }

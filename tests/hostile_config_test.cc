@@ -11,20 +11,20 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
 #include "vgpu/allocator/bfc_allocator.h"
 #include "vgpu/allocator/factory.h"
 #include "vgpu/allocator/sub_allocators.h"
 #include "vgpu/allocator/vmm_allocator.h"
-#include "vgpu/allocator/vmm_backend.h"
 #include "vgpu/devices/config.h"
 #include "vgpu/devices/runtime.h"
-#include "gmock/gmock.h"
-#include "gtest/gtest.h"
 #include "vgpu/runtime/bytes.h"
 #include "vgpu/runtime/host/host_platform.h"
 #include "vgpu/runtime/status.h"
 #include "vgpu/runtime/status_matchers.h"
 #include "vgpu/runtime/user_text.h"
+#include "vgpu/tests/fake_vmm_executor.h"
 
 namespace vgpu {
 namespace {
@@ -248,16 +248,13 @@ TEST(HostileConfig, ReservationsAreAlignedWhateverTheKernelReturns) {
   }
 }
 
-// A backend that never aligns its reservations (a page past a granule): the vmm allocator
+// A device that never aligns its reservations (a page past a granule): the vmm allocator
 // must not assume an alignment it was not promised.
-class MisalignedBackend : public VmmBackend {
+class MisalignedExecutor : public ::vgpu::testing::FakeVmmExecutor {
  public:
-  explicit MisalignedBackend(uint64_t g) : g_(g), inner_(g) {}
-  std::string name() const override { return "misaligned"; }
-  uint64_t granularity() const override { return g_; }
-  bool fake() const override { return true; }
+  explicit MisalignedExecutor(uint64_t g) : FakeVmmExecutor(g), g_(g) {}
   absl::StatusOr<void*> ReserveAddressRange(uint64_t bytes) override {
-    VGPU_ASSIGN_OR_RETURN(void* p, inner_.ReserveAddressRange(bytes + g_));
+    VGPU_ASSIGN_OR_RETURN(void* p, FakeVmmExecutor::ReserveAddressRange(bytes + g_));
     char* out = static_cast<char*>(p) + kOffset;
     ranges_[out] = bytes;
     return out;
@@ -266,21 +263,15 @@ class MisalignedBackend : public VmmBackend {
     auto it = ranges_.find(va);
     if (it == ranges_.end() || it->second != bytes) return absl::InvalidArgumentError("free");
     ranges_.erase(it);
-    return inner_.FreeAddressRange(static_cast<char*>(va) - kOffset, bytes + g_);
-  }
-  absl::StatusOr<PhysicalMemoryHandle> CreatePhysicalMemory(uint64_t bytes) override {
-    return inner_.CreatePhysicalMemory(bytes);
-  }
-  absl::Status ReleasePhysicalMemory(PhysicalMemoryHandle h) override {
-    return inner_.ReleasePhysicalMemory(h);
+    return FakeVmmExecutor::FreeAddressRange(static_cast<char*>(va) - kOffset, bytes + g_);
   }
   absl::Status Map(void* va, uint64_t bytes, PhysicalMemoryHandle h, uint64_t offset) override {
     VGPU_RETURN_IF_ERROR(Inside(va, bytes));
-    return inner_.Map(va, bytes, h, offset);
+    return FakeVmmExecutor::Map(va, bytes, h, offset);
   }
   absl::Status Unmap(void* va, uint64_t bytes) override {
     VGPU_RETURN_IF_ERROR(Inside(va, bytes));
-    return inner_.Unmap(va, bytes);
+    return FakeVmmExecutor::Unmap(va, bytes);
   }
 
  private:
@@ -295,7 +286,6 @@ class MisalignedBackend : public VmmBackend {
     return absl::InvalidArgumentError("range is not inside a reserved address range");
   }
   uint64_t g_;
-  FakeVmmBackend inner_;
   std::map<void*, uint64_t> ranges_;
 };
 
@@ -306,7 +296,8 @@ TEST(HostileConfig, VmmAllocatorDoesNotAssumeAlignedReservations) {
     o.name = "GPU:0";
     o.memory_limit = 64 * kMiB;
     o.allow_growth = growth;
-    auto a = VmmAllocator::Create(std::make_unique<MisalignedBackend>(g), o);
+    MisalignedExecutor device(g);
+    auto a = VmmAllocator::Create(&device, o);
     ASSERT_THAT(a.status(), IsOk());
     std::vector<void*> held;
     for (uint64_t bytes : {g, 2 * g, 4 * g, 3 * g + 1, uint64_t{512}, g / 2 + 1, 16 * g}) {

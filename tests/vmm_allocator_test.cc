@@ -1,5 +1,6 @@
-// Tests of the vmm allocator: exact granule accounting on the fake backend, real memory
-// through stitched mappings on the host platform, randomized invariants, threads, errors.
+// Tests of the vmm allocator: exact granule accounting on the fake device
+// (tests/fake_vmm_executor.h), real memory through stitched mappings on the host platform,
+// randomized invariants, threads, errors.
 #include "vgpu/allocator/vmm_allocator.h"
 
 #include <cstring>
@@ -10,14 +11,14 @@
 #include <vector>
 
 #include "absl/strings/str_format.h"
-#include "vgpu/allocator/factory.h"
-#include "vgpu/allocator/vmm_backend.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "vgpu/allocator/factory.h"
 #include "vgpu/runtime/bytes.h"
 #include "vgpu/runtime/host/host_platform.h"
 #include "vgpu/runtime/status_matchers.h"
 #include "vgpu/tests/allocator_conformance.h"
+#include "vgpu/tests/fake_vmm_executor.h"
 #include "vgpu/tests/vmm_test_util.h"
 
 namespace vgpu {
@@ -26,6 +27,9 @@ namespace {
 using ::testing::AllOf;
 using ::testing::HasSubstr;
 using ::testing::Not;
+using ::vgpu::testing::CheckFakeVmm;
+using ::vgpu::testing::CreateFakeVmmAllocator;
+using ::vgpu::testing::FakeVmmExecutor;
 using ::vgpu::testing::FreeStitchedBlock;
 using ::vgpu::testing::IsOk;
 using ::vgpu::testing::MakeVmmAllocator;
@@ -38,22 +42,16 @@ constexpr uint64_t kMiB = 1024 * kKiB;
 constexpr uint64_t kG = 2 * kMiB;  // granule
 constexpr uint64_t CeilDivForTest(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
 
-struct Fake {
-  FakeVmmBackend* backend = nullptr;
-  std::unique_ptr<VmmAllocator> alloc;
-};
+using Fake = ::vgpu::testing::FakeVmm;
 
 // A second fake card whose virtual addresses do not overlap the default one's.
-constexpr uint64_t kOtherVaBase = FakeVmmBackend::kDefaultVaBase + (uint64_t{1} << 44);
+constexpr uint64_t kOtherVaBase = FakeVmmExecutor::kDefaultVaBase + (uint64_t{1} << 44);
 
 Fake MakeFake(VmmOptions o, uint64_t capacity = 0,
-              uint64_t va_base = FakeVmmBackend::kDefaultVaBase) {
-  auto backend = std::make_unique<FakeVmmBackend>(kG, capacity, /*checked=*/true, va_base);
-  Fake f;
-  f.backend = backend.get();
-  auto a = VmmAllocator::Create(std::move(backend), std::move(o));
-  EXPECT_THAT(a.status(), IsOk());
-  if (a.ok()) f.alloc = *std::move(a);
+              uint64_t va_base = FakeVmmExecutor::kDefaultVaBase) {
+  absl::Status s;
+  Fake f = ::vgpu::testing::MakeFakeVmm(kG, std::move(o), capacity, /*checked=*/true, va_base, &s);
+  EXPECT_THAT(s, IsOk());
   return f;
 }
 
@@ -66,14 +64,14 @@ VmmOptions Opts(uint64_t limit, bool growth, bool cache = true) {
   return o;
 }
 
-std::pair<uint64_t, uint64_t> At(FakeVmmBackend* b, void* p, uint64_t granule) {
+std::pair<uint64_t, uint64_t> At(FakeVmmExecutor* b, void* p, uint64_t granule) {
   auto t = b->Translate(static_cast<char*>(p) + granule * kG);
   EXPECT_THAT(t.status(), IsOk());
   return t.ok() ? *t : std::pair<uint64_t, uint64_t>{0, 0};
 }
 
 TEST(FakeVmmBackendTest, ChecksLikeADriver) {
-  FakeVmmBackend b(kG, 4 * kG);
+  FakeVmmExecutor b(kG, 4 * kG);
   EXPECT_THAT(b.ReserveAddressRange(kG + 1).status(), StatusIs(absl::StatusCode::kInvalidArgument));
   auto va = b.ReserveAddressRange(2 * kG);
   ASSERT_THAT(va.status(), IsOk());
@@ -114,8 +112,8 @@ TEST(VmmAllocatorTest, GrowthOffTakesTheLimitUpFront) {
   EXPECT_EQ(c.mapped, 0u);
   EXPECT_EQ(f.alloc->Stats().bytes_reserved, 0u);  // reserved = mapped
   // A card without the memory refuses creation.
-  auto backend = std::make_unique<FakeVmmBackend>(kG, 8 * kG);
-  EXPECT_THAT(VmmAllocator::Create(std::move(backend), Opts(10 * kG, false)).status(),
+  FakeVmmExecutor backend(kG, 8 * kG);
+  EXPECT_THAT(VmmAllocator::Create(&backend, Opts(10 * kG, false)).status(),
               StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("up front")));
 }
 
@@ -141,7 +139,7 @@ TEST(VmmAllocatorTest, LargeBlocksRoundToGranulesAndCountMapped) {
   EXPECT_EQ(s.peak_bytes_in_use, 4 * kG);
   EXPECT_EQ(s.peak_bytes_reserved, 4 * kG);
   EXPECT_EQ(f.alloc->Granules().free, 10u);
-  EXPECT_THAT(f.alloc->CheckInvariants(), IsOk());
+  EXPECT_THAT(CheckFakeVmm(f), IsOk());
 }
 
 // The heart of it: free granules scattered between live blocks still make one big block.
@@ -157,20 +155,20 @@ TEST(VmmAllocatorTest, StitchesNonContiguousGranules) {
   // Free every other granule: physical granules 0, 2, 4, 6 are free, none adjacent.
   std::set<uint64_t> freed_offsets;
   for (int i = 0; i < 8; i += 2) {
-    freed_offsets.insert(At(f.backend, one[i], 0).second);
+    freed_offsets.insert(At(f.backend.get(), one[i], 0).second);
     ASSERT_THAT(f.alloc->Deallocate(one[i]), IsOk());
   }
   auto big = f.alloc->AllocateRaw(4 * kG);
   ASSERT_THAT(big.status(), IsOk());
   std::set<uint64_t> got;
-  for (uint64_t g = 0; g < 4; ++g) got.insert(At(f.backend, *big, g).second);
+  for (uint64_t g = 0; g < 4; ++g) got.insert(At(f.backend.get(), *big, g).second);
   EXPECT_EQ(got, freed_offsets);  // exactly the scattered granules, now one virtual range
   EXPECT_EQ(f.alloc->Granules().mapped, 8u);
-  EXPECT_THAT(f.alloc->CheckInvariants(), IsOk());
+  EXPECT_THAT(CheckFakeVmm(f), IsOk());
   EXPECT_THAT(f.alloc->AllocateRaw(kG).status(), StatusIs(absl::StatusCode::kResourceExhausted));
   ASSERT_THAT(f.alloc->Deallocate(*big), IsOk());
   for (int i = 1; i < 8; i += 2) ASSERT_THAT(f.alloc->Deallocate(one[i]), IsOk());
-  EXPECT_THAT(f.alloc->CheckInvariants(), IsOk());
+  EXPECT_THAT(CheckFakeVmm(f), IsOk());
 }
 
 TEST(VmmAllocatorTest, LimitCountsMappedGranulesNotVirtualSpace) {
@@ -197,7 +195,7 @@ TEST(VmmAllocatorTest, LimitCountsMappedGranulesNotVirtualSpace) {
               StatusIs(absl::StatusCode::kResourceExhausted));
   EXPECT_THAT(f.alloc->AllocateRaw(UINT64_MAX - kG).status(),
               StatusIs(absl::StatusCode::kResourceExhausted));
-  EXPECT_THAT(f.alloc->CheckInvariants(), IsOk());
+  EXPECT_THAT(CheckFakeVmm(f), IsOk());
   ASSERT_THAT(f.alloc->Deallocate(*a), IsOk());
   ASSERT_THAT(f.alloc->Deallocate(*b), IsOk());
 }
@@ -220,7 +218,7 @@ TEST(VmmAllocatorTest, CacheReusesAHotSizeWithoutRemapping) {
   EXPECT_EQ(f.alloc->Granules().cache_hits, 10u);
   EXPECT_EQ(f.alloc->Stats().regions_mapped, 3u);  // mapped once
   EXPECT_EQ(f.alloc->Stats().regions_unmapped, 0u);
-  EXPECT_THAT(f.alloc->CheckInvariants(), IsOk());
+  EXPECT_THAT(CheckFakeVmm(f), IsOk());
 }
 
 TEST(VmmAllocatorTest, CacheIsEvictedBeforeTheLimitIsHit) {
@@ -241,7 +239,7 @@ TEST(VmmAllocatorTest, CacheIsEvictedBeforeTheLimitIsHit) {
   EXPECT_EQ(g.cached, 0u);
   EXPECT_EQ(g.cache_evictions, 2u);
   EXPECT_EQ(g.mapped, 7u);
-  EXPECT_THAT(f.alloc->CheckInvariants(), IsOk());
+  EXPECT_THAT(CheckFakeVmm(f), IsOk());
   // Cache over its own cap evicts too.
   ASSERT_THAT(f.alloc->Deallocate(*c), IsOk());
   VmmOptions small = Opts(16 * kG, false);
@@ -252,7 +250,7 @@ TEST(VmmAllocatorTest, CacheIsEvictedBeforeTheLimitIsHit) {
   ASSERT_THAT(h.alloc->Deallocate(*x), IsOk());
   ASSERT_THAT(h.alloc->Deallocate(*y), IsOk());
   EXPECT_LE(h.alloc->Granules().cached, 4u);
-  EXPECT_THAT(h.alloc->CheckInvariants(), IsOk());
+  EXPECT_THAT(CheckFakeVmm(h), IsOk());
 }
 
 TEST(VmmAllocatorTest, GrowthGivesGranulesBackToTheDevice) {
@@ -277,7 +275,7 @@ TEST(VmmAllocatorTest, GrowthGivesGranulesBackToTheDevice) {
       auto p = f.alloc->AllocateRaw(3 * kG);
       ASSERT_THAT(p.status(), IsOk());
       ASSERT_THAT(f.alloc->Deallocate(*p), IsOk());
-      ASSERT_THAT(f.alloc->CheckInvariants(), IsOk());
+      ASSERT_THAT(CheckFakeVmm(f), IsOk());
     }
   }
   EXPECT_EQ(f.alloc->Granules().free, 5u);  // 3 in use each step + the reserve of 2
@@ -286,11 +284,11 @@ TEST(VmmAllocatorTest, GrowthGivesGranulesBackToTheDevice) {
   ASSERT_THAT(f.alloc->Deallocate(*keep), IsOk());
   EXPECT_EQ(f.backend->physical_bytes(), 0u);
   EXPECT_EQ(f.alloc->Granules().created, 0u);
-  EXPECT_THAT(f.alloc->CheckInvariants(), IsOk());
+  EXPECT_THAT(CheckFakeVmm(f), IsOk());
   // The slots are reused.
   auto again = f.alloc->AllocateRaw(5 * kG);
   ASSERT_THAT(again.status(), IsOk());
-  EXPECT_THAT(f.alloc->CheckInvariants(), IsOk());
+  EXPECT_THAT(CheckFakeVmm(f), IsOk());
   ASSERT_THAT(f.alloc->Deallocate(*again), IsOk());
 }
 
@@ -300,7 +298,7 @@ TEST(VmmAllocatorTest, GrowthStopsWhenTheCardIsFull) {
   ASSERT_THAT(a.status(), IsOk());
   auto b = f.alloc->AllocateRaw(2 * kG);
   EXPECT_THAT(b.status(), StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("device")));
-  EXPECT_THAT(f.alloc->CheckInvariants(), IsOk());
+  EXPECT_THAT(CheckFakeVmm(f), IsOk());
   EXPECT_THAT(f.alloc->AllocateRaw(kG).status(), IsOk());
 }
 
@@ -352,7 +350,7 @@ TEST(VmmAllocatorTest, IdleGivesEverythingBackWhicheverBlockIsFreedLast) {
     g = f.alloc->Granules();
     if (small_last) EXPECT_EQ(g.cached, 6u);
     if (!small_last) EXPECT_EQ(g.slabs, 2u);
-    EXPECT_THAT(f.alloc->CheckInvariants(), IsOk());
+    EXPECT_THAT(CheckFakeVmm(f), IsOk());
     // The last block: idle. Only the reserve stays, the last block's own memory: one empty
     // slab, or its cached granule (the block of kG).
     ASSERT_THAT(f.alloc->Deallocate(last.back()), IsOk());
@@ -374,7 +372,7 @@ TEST(VmmAllocatorTest, IdleGivesEverythingBackWhicheverBlockIsFreedLast) {
     EXPECT_EQ(s.largest_free_block, kG);
     EXPECT_EQ(s.fragmentation, 0.0);
     EXPECT_EQ(s.regions_mapped, s.regions_unmapped + 1);
-    EXPECT_THAT(f.alloc->CheckInvariants(), IsOk());
+    EXPECT_THAT(CheckFakeVmm(f), IsOk());
     // Trim gives back the reserve: nothing is held.
     ASSERT_THAT(f.alloc->Trim(), IsOk());
     g = f.alloc->Granules();
@@ -388,18 +386,18 @@ TEST(VmmAllocatorTest, IdleGivesEverythingBackWhicheverBlockIsFreedLast) {
     EXPECT_EQ(s.bytes_reserved, 0u);
     EXPECT_EQ(s.largest_free_block, 0u);
     EXPECT_EQ(s.regions_mapped, s.regions_unmapped);
-    EXPECT_THAT(f.alloc->CheckInvariants(), IsOk());
+    EXPECT_THAT(CheckFakeVmm(f), IsOk());
     // And it starts again from nothing.
     auto a = f.alloc->AllocateRaw(1000);
     auto b = f.alloc->AllocateRaw(2 * kG);
     ASSERT_THAT(a.status(), IsOk());
     ASSERT_THAT(b.status(), IsOk());
     EXPECT_EQ(f.alloc->Granules().created, 3u);
-    EXPECT_THAT(f.alloc->CheckInvariants(), IsOk());
+    EXPECT_THAT(CheckFakeVmm(f), IsOk());
     ASSERT_THAT(f.alloc->Deallocate(*b), IsOk());
     ASSERT_THAT(f.alloc->Deallocate(*a), IsOk());
     EXPECT_EQ(f.backend->physical_bytes(), kG);
-    EXPECT_THAT(f.alloc->CheckInvariants(), IsOk());
+    EXPECT_THAT(CheckFakeVmm(f), IsOk());
   }
 }
 
@@ -426,7 +424,7 @@ TEST(VmmAllocatorTest, IdleReserveServesAnAllocFreeLoop) {
       EXPECT_EQ(maps, 20 * CeilDivForTest(bytes, kG)) << "over the reserve: mapped every time";
     }
   }
-  EXPECT_THAT(f.alloc->CheckInvariants(), IsOk());
+  EXPECT_THAT(CheckFakeVmm(f), IsOk());
 }
 
 // Growth off: the whole limit stays held from the card; an idle allocator keeps its slabs and
@@ -451,7 +449,7 @@ TEST(VmmAllocatorTest, IdleWithoutGrowthKeepsTheLimit) {
   EXPECT_EQ(g.mapped, 0u);
   EXPECT_EQ(g.free, 16u);
   EXPECT_EQ(f.backend->physical_bytes(), 16 * kG);
-  EXPECT_THAT(f.alloc->CheckInvariants(), IsOk());
+  EXPECT_THAT(CheckFakeVmm(f), IsOk());
 }
 
 // The OOM names the device, the request and its rounded size, the limit, in use, reserved,
@@ -511,7 +509,7 @@ TEST(VmmAllocatorTest, OomMessageMatchesStats) {
   for (void* q : fill) ASSERT_THAT(f.alloc->Deallocate(q), IsOk());
   ASSERT_THAT(f.alloc->Deallocate(*big), IsOk());
   ASSERT_THAT(f.alloc->Deallocate(*small), IsOk());
-  EXPECT_THAT(f.alloc->CheckInvariants(), IsOk());
+  EXPECT_THAT(CheckFakeVmm(f), IsOk());
 }
 
 TEST(VmmAllocatorTest, LargeAlignmentIsHonoured) {
@@ -520,7 +518,7 @@ TEST(VmmAllocatorTest, LargeAlignmentIsHonoured) {
   ASSERT_THAT(p.status(), IsOk());
   EXPECT_EQ(reinterpret_cast<uintptr_t>(*p) % (16 * kMiB), 0u);
   EXPECT_EQ(f.alloc->Granules().mapped, 1u);
-  EXPECT_THAT(f.alloc->CheckInvariants(), IsOk());
+  EXPECT_THAT(CheckFakeVmm(f), IsOk());
   ASSERT_THAT(f.alloc->Deallocate(*p), IsOk());
   // A small request with a granule alignment takes the large path (it would not fit a slab
   // after padding).
@@ -570,12 +568,12 @@ TEST(VmmAllocatorTest, DoubleFreeAndForeignPointersChangeNothing) {
   EXPECT_EQ(after.bytes_in_use, before.bytes_in_use);
   EXPECT_EQ(after.num_frees, before.num_frees);
   EXPECT_EQ(f.alloc->Granules().mapped, granules.mapped);
-  EXPECT_THAT(f.alloc->CheckInvariants(), IsOk());
+  EXPECT_THAT(CheckFakeVmm(f), IsOk());
   EXPECT_THAT(f.alloc->Deallocate(*q), IsOk());
   EXPECT_THAT(f.alloc->Deallocate(*small), IsOk());
   EXPECT_THAT(other.alloc->Deallocate(*r), IsOk());
   EXPECT_THAT(other.alloc->Deallocate(*r_small), IsOk());
-  EXPECT_THAT(other.alloc->CheckInvariants(), IsOk());
+  EXPECT_THAT(CheckFakeVmm(other), IsOk());
 }
 
 TEST(VmmAllocatorTest, RandomizedKeepsInvariants) {
@@ -603,12 +601,12 @@ TEST(VmmAllocatorTest, RandomizedKeepsInvariants) {
         live[k] = live.back();
         live.pop_back();
       }
-      ASSERT_THAT(f.alloc->CheckInvariants(), IsOk()) << "op " << i;
+      ASSERT_THAT(CheckFakeVmm(f), IsOk()) << "op " << i;
     }
     EXPECT_GT(ooms, 0);  // the limit was exercised
     for (void* p : live) ASSERT_THAT(f.alloc->Deallocate(p), IsOk());
     EXPECT_EQ(f.alloc->Stats().bytes_in_use, 0u);
-    ASSERT_THAT(f.alloc->CheckInvariants(), IsOk());
+    ASSERT_THAT(CheckFakeVmm(f), IsOk());
   }
 }
 
@@ -637,7 +635,7 @@ TEST(VmmAllocatorTest, ConcurrentThreads) {
   for (auto& t : threads) t.join();
   EXPECT_EQ(f.alloc->Stats().bytes_in_use, 0u);
   EXPECT_EQ(f.alloc->Stats().num_allocs, f.alloc->Stats().num_frees);
-  EXPECT_THAT(f.alloc->CheckInvariants(), IsOk());
+  EXPECT_THAT(CheckFakeVmm(f), IsOk());
 }
 
 // Growth on, threads that each hold at most one block: the allocator goes idle again and
@@ -663,7 +661,7 @@ TEST(VmmAllocatorTest, IdleGiveBackRacesWithAllocations) {
   EXPECT_EQ(s.bytes_in_use, 0u);
   EXPECT_EQ(s.num_allocs, 6000u);
   EXPECT_EQ(s.num_frees, 6000u);
-  EXPECT_THAT(f.alloc->CheckInvariants(), IsOk());
+  EXPECT_THAT(CheckFakeVmm(f), IsOk());
   // The last free found it idle (no thread was left to allocate): only the reserve is held
   // (limit / 64 = one granule), mapped.
   auto g = f.alloc->Granules();
@@ -693,7 +691,7 @@ TEST(VmmAllocatorTest, SmallBlocksShareGranuleSlabs) {
   ASSERT_THAT(big.status(), IsOk());
   EXPECT_EQ(f.alloc->Granules().in_blocks, 1u);
   EXPECT_EQ(f.alloc->Stats().peak_bytes_in_use, 100u * 1024 + kG);
-  EXPECT_THAT(f.alloc->CheckInvariants(), IsOk());
+  EXPECT_THAT(CheckFakeVmm(f), IsOk());
   for (void* p : small) ASSERT_THAT(f.alloc->Deallocate(p), IsOk());
   EXPECT_THAT(f.alloc->Deallocate(small[0]),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("double free")));
@@ -703,7 +701,7 @@ TEST(VmmAllocatorTest, SmallBlocksShareGranuleSlabs) {
   EXPECT_EQ(s.num_frees, 101u);
   ASSERT_THAT(f.alloc->Trim(), IsOk());
   EXPECT_EQ(f.alloc->Granules().mapped, 0u);  // the empty slab went back to the pool
-  EXPECT_THAT(f.alloc->CheckInvariants(), IsOk());
+  EXPECT_THAT(CheckFakeVmm(f), IsOk());
 }
 
 TEST(VmmAllocatorTest, EmptySlabsAreReclaimedForLargeBlocks) {
@@ -725,7 +723,7 @@ TEST(VmmAllocatorTest, EmptySlabsAreReclaimedForLargeBlocks) {
                AllOf(HasSubstr("GPU:0 (physical GPU 0)"), HasSubstr("no slab has room"),
                      HasSubstr("every granule of the limit is in a slab"),
                      Not(HasSubstr("not a multiple")), Not(HasSubstr("VGPU_ALLOCATOR=vmm")))));
-  EXPECT_THAT(f.alloc->CheckInvariants(), IsOk());
+  EXPECT_THAT(CheckFakeVmm(f), IsOk());
   for (void* p : small) ASSERT_THAT(f.alloc->Deallocate(p), IsOk());
   // The slabs are empty but mapped; a large block needs their granules.
   EXPECT_EQ(f.alloc->Granules().in_slabs, 4u);
@@ -734,12 +732,12 @@ TEST(VmmAllocatorTest, EmptySlabsAreReclaimedForLargeBlocks) {
   EXPECT_EQ(f.alloc->Granules().in_slabs, 0u);
   EXPECT_EQ(f.alloc->Granules().in_blocks, 4u);
   EXPECT_THAT(f.alloc->AllocateRaw(1).status(), StatusIs(absl::StatusCode::kResourceExhausted));
-  EXPECT_THAT(f.alloc->CheckInvariants(), IsOk());
+  EXPECT_THAT(CheckFakeVmm(f), IsOk());
   ASSERT_THAT(f.alloc->Deallocate(*big), IsOk());
   auto again = f.alloc->AllocateRaw(1);
   ASSERT_THAT(again.status(), IsOk());
   ASSERT_THAT(f.alloc->Deallocate(*again), IsOk());
-  EXPECT_THAT(f.alloc->CheckInvariants(), IsOk());
+  EXPECT_THAT(CheckFakeVmm(f), IsOk());
 }
 
 class Recorder : public AllocatorObserver {
@@ -904,8 +902,11 @@ TEST_F(VmmHostTest, GrowthOffFailsCleanlyWhenTheDeviceIsTooSmall) {
 // ---- the shared allocator conformance suite ----
 
 std::unique_ptr<Allocator> FakeVmm(uint64_t limit, bool growth,
-                                   uint64_t va_base = FakeVmmBackend::kDefaultVaBase) {
+                                   uint64_t va_base = FakeVmmExecutor::kDefaultVaBase) {
   Fake f = MakeFake(Opts(limit, growth), /*capacity=*/0, va_base);
+  // The suite takes a plain allocator: its device stays alive to the end of the program.
+  static auto* devices = new std::vector<std::unique_ptr<FakeVmmExecutor>>();
+  devices->push_back(std::move(f.backend));
   return std::move(f.alloc);
 }
 
@@ -923,12 +924,21 @@ std::unique_ptr<Allocator> HostVmm(uint64_t limit, bool growth) {
   return MakeVmmAllocator(ConformanceExecutor(), limit, growth);
 }
 
+// CheckFakeVmm for the suite's plain allocators: the fake device is the allocator's executor.
+absl::Status CheckFakeVmmAllocator(const Allocator& a) {
+  const auto* vmm = dynamic_cast<const VmmAllocator*>(&a);
+  const auto* device = vmm != nullptr ? dynamic_cast<FakeVmmExecutor*>(vmm->executor()) : nullptr;
+  if (device == nullptr) return absl::InternalError(a.name() + ": not a vmm allocator on a fake");
+  return CheckFakeVmm(*vmm, *device);
+}
+
 struct VmmFakeGrowthOff {
   static constexpr bool kRealMemory = false;
   static std::unique_ptr<Allocator> Make(uint64_t limit) { return FakeVmm(limit, false); }
   static std::unique_ptr<Allocator> MakeOther(uint64_t limit) {
     return FakeVmm(limit, false, kOtherVaBase);
   }
+  static absl::Status Check(const Allocator& a) { return CheckFakeVmmAllocator(a); }
 };
 struct VmmFakeGrowthOn {
   static constexpr bool kRealMemory = false;
@@ -936,6 +946,7 @@ struct VmmFakeGrowthOn {
   static std::unique_ptr<Allocator> MakeOther(uint64_t limit) {
     return FakeVmm(limit, true, kOtherVaBase);
   }
+  static absl::Status Check(const Allocator& a) { return CheckFakeVmmAllocator(a); }
 };
 struct VmmHostGrowthOff {
   static constexpr bool kRealMemory = true;
@@ -970,14 +981,14 @@ TEST(VmmAllocatorRunsTest, ContiguousGranulesMapInOneCall) {
   EXPECT_EQ(c.mapped, 32u);
   EXPECT_EQ(c.map_calls, 1u);
   EXPECT_EQ(f.backend->mapped_bytes(), 32 * kG);
-  auto first = At(f.backend, *p, 0), last = At(f.backend, *p, 31);
+  auto first = At(f.backend.get(), *p, 0), last = At(f.backend.get(), *p, 31);
   EXPECT_EQ(first.first, last.first);
   EXPECT_EQ(last.second, first.second + 31 * kG);
   ASSERT_THAT(f.alloc->Deallocate(*p), IsOk());
   c = f.alloc->Granules();
   EXPECT_EQ(c.unmap_calls, 1u);
   EXPECT_EQ(f.backend->mapped_bytes(), 0u);
-  EXPECT_THAT(f.alloc->CheckInvariants(), IsOk());
+  EXPECT_THAT(CheckFakeVmm(f), IsOk());
 }
 
 TEST(VmmAllocatorRunsTest, CachedRangesShrinkAndGrowByWholeMappings) {
@@ -993,7 +1004,7 @@ TEST(VmmAllocatorRunsTest, CachedRangesShrinkAndGrowByWholeMappings) {
     auto p = f.alloc->AllocateRaw(n * kG);
     ASSERT_THAT(p.status(), IsOk());
     live.push_back(*p);
-    EXPECT_THAT(f.alloc->CheckInvariants(), IsOk());
+    EXPECT_THAT(CheckFakeVmm(f), IsOk());
   }
   auto c = f.alloc->Granules();
   EXPECT_LT(c.map_calls, c.mapped);  // runs, not granules
@@ -1004,7 +1015,7 @@ TEST(VmmAllocatorRunsTest, CachedRangesShrinkAndGrowByWholeMappings) {
   }
   ASSERT_THAT(f.alloc->Trim(), IsOk());
   EXPECT_EQ(f.backend->mapped_bytes(), 0u);
-  EXPECT_THAT(f.alloc->CheckInvariants(), IsOk());
+  EXPECT_THAT(CheckFakeVmm(f), IsOk());
 }
 
 }  // namespace

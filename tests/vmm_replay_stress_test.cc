@@ -1,6 +1,6 @@
 // Replays the shipped allocation traces on the vmm allocator (fake backend, 2 MiB granules) and
-// checks the memory bars of docs/allocator.md and docs/vmm.md: the smallest limit above which every limit
-// in 0.5 % steps replays (min_limit_ratio over peak live bytes). Timing is printed, not
+// checks the memory bars of docs/allocator.md and docs/vmm.md: the smallest limit above which every
+// limit in 0.5 % steps replays (min_limit_ratio over peak live bytes). Timing is printed, not
 // asserted (vgpu-bench measures speed). The traces ship in tools/traces.
 #include <algorithm>
 #include <cstdio>
@@ -12,8 +12,9 @@
 #include <unordered_map>
 #include <vector>
 
-#include "vgpu/allocator/vmm_allocator.h"
 #include "gtest/gtest.h"
+#include "vgpu/allocator/vmm_allocator.h"
+#include "vgpu/tests/fake_vmm_executor.h"
 
 namespace vgpu {
 namespace {
@@ -81,7 +82,7 @@ bool Replays(const Trace& t, uint64_t limit, bool growth, double* ns_per_op = nu
   o.name = "replay";
   o.memory_limit = limit;
   o.allow_growth = growth;
-  auto a = CreateFakeVmmAllocator(uint64_t{2} << 20, o);
+  auto a = ::vgpu::testing::CreateFakeVmmAllocator(uint64_t{2} << 20, o);
   if (!a.ok()) return false;
   std::vector<void*> ptrs(t.slots, nullptr);
   bool ok = true;
@@ -120,7 +121,8 @@ struct MinLimit {
   double first_fit_ratio = 0;
 };
 
-// As vgpu-bench --min-limit (docs/allocator.md): limits (1 + k/200) x peak live; the first of 20 consecutive passes.
+// As vgpu-bench --min-limit (docs/allocator.md): limits (1 + k/200) x peak live; the first of 20
+// consecutive passes.
 MinLimit Scan(const Trace& t, bool growth) {
   MinLimit m;
   int run = 0;

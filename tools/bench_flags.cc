@@ -125,13 +125,31 @@ void AddKnobFlags(flags::FlagSet& fs, std::vector<std::pair<std::string, std::st
 
 std::string BenchUsage() { return kSynopsis; }
 
-absl::StatusOr<BenchTuning> ReadBenchTuning(const std::function<const char*(const char*)>& getenv) {
+absl::StatusOr<BenchTuning> ReadBenchTuning(const std::function<const char*(const char*)>& getenv,
+                                            const BenchArgs& args) {
   BenchTuning t;
   for (const Knob& k : kKnobs) {
-    if (const char* v = getenv(k.env); v != nullptr) VGPU_RETURN_IF_ERROR(ReadKnob(k, v, t));
+    // The knob's flag, when given, replaces its variable (the last flag of a knob wins).
+    const char* v = getenv(k.env);
+    std::string flag_value;
+    for (const auto& [env, value] : args.tuning) {
+      if (env == k.env) {
+        flag_value = value;
+        v = flag_value.c_str();
+      }
+    }
+    if (v != nullptr) VGPU_RETURN_IF_ERROR(ReadKnob(k, v, t));
   }
   VGPU_RETURN_IF_ERROR(CheckTuning(t));
   return t;
+}
+
+void BenchTuning::ApplyTo(DeviceAllocatorOptions& options) const {
+  options.bfc_small_request_bytes = bfc_small_request_bytes;
+  options.bfc_min_split_bytes = bfc_min_split_bytes;
+  options.bfc_min_split_fraction = bfc_min_split_fraction;
+  options.vmm_slab_bytes = vmm_slab_bytes;
+  options.vmm_small_block_max = vmm_small_block_max;
 }
 
 absl::StatusOr<BenchArgs> ParseBenchArgs(const std::vector<std::string>& argv) {

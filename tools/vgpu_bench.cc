@@ -7,8 +7,8 @@
 //   vgpu-bench [COMMAND] --help
 // Exit status 2 for a bad command line or tuning knob, before anything runs.
 // Each ends with one JSON line. The command line is parsed by ParseBenchArgs (bench_flags.cc,
-// tools/flags.h rules); the allocator of a kind is built by MakeBenchAllocator; the tuning knobs
-// (VGPU_BFC_*, VGPU_VMM_* or their flags) are read by ReadBenchTuning.
+// tools/flags.h rules); the tuning knobs (VGPU_BFC_*, VGPU_VMM_* or their flags) are read by
+// ReadBenchTuning; MakeBenchAllocator hands both to the one allocator factory.
 #include "vgpu/tools/vgpu_bench.h"
 
 #include <cstdio>
@@ -17,69 +17,40 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "vgpu/allocator/async_allocator.h"
-#include "vgpu/allocator/bfc_allocator.h"
-#include "vgpu/allocator/sub_allocators.h"
-#include "vgpu/allocator/vmm_allocator.h"
+#include "vgpu/allocator/factory.h"
 #include "vgpu/runtime/bytes.h"
 #include "vgpu/runtime/status.h"
 #include "vgpu/tools/flags.h"
 
 namespace vgpu::bench {
 
-absl::StatusOr<std::unique_ptr<Allocator>> MakeBenchAllocator(const BenchAllocatorSpec& spec) {
-  if (spec.kind == "bfc") {
-    BFCOptions o;
-    o.name = spec.name;
-    o.memory_limit = spec.limit;
-    o.allow_growth = spec.allow_growth;
-    // Tuning knobs (docs/allocator.md): checked by main before anything runs.
-    VGPU_ASSIGN_OR_RETURN(BenchTuning t, ReadBenchTuning(std::getenv));
-    if (t.bfc_small_request_bytes) o.small_request_bytes = *t.bfc_small_request_bytes;
-    if (t.bfc_min_split_bytes) o.min_split_bytes = *t.bfc_min_split_bytes;
-    if (t.bfc_min_split_fraction) o.min_split_fraction = *t.bfc_min_split_fraction;
-    std::unique_ptr<SubAllocator> sub;
-    if (spec.executor != nullptr) {
-      sub = std::make_unique<DeviceSubAllocator>(spec.executor);
-    } else {
-      sub = std::make_unique<FakeSubAllocator>();
-    }
-    VGPU_ASSIGN_OR_RETURN(std::unique_ptr<BFCAllocator> a,
-                          BFCAllocator::Create(std::move(sub), std::move(o)));
-    return std::unique_ptr<Allocator>(std::move(a));
-  }
-  if (spec.kind == "vmm") {
-    if (spec.executor != nullptr) {
-      DeviceAllocatorOptions o;
-      o.kind = AllocatorKind::kVmm;
-      o.device_name = spec.name;
-      o.memory_limit = spec.limit;
-      o.allow_growth = spec.allow_growth;
-      return CreateVmmAllocator(spec.executor, o);
-    }
-    VmmOptions o;
-    o.name = spec.name;
-    o.memory_limit = spec.limit;
-    o.allow_growth = spec.allow_growth;
-    // Tuning knobs (docs/vmm.md): checked by main before anything runs.
-    VGPU_ASSIGN_OR_RETURN(BenchTuning t, ReadBenchTuning(std::getenv));
-    if (t.vmm_small_block_max) o.small_block_max = *t.vmm_small_block_max;
-    if (t.vmm_slab_bytes) o.slab_bytes = *t.vmm_slab_bytes;
-    return CreateFakeVmmAllocator(kBenchVmmGranule, std::move(o));
-  }
-  if (spec.kind == "async") {
-    if (spec.executor == nullptr) {
+absl::StatusOr<BenchAllocator> MakeBenchAllocator(const BenchAllocatorSpec& spec) {
+  VGPU_ASSIGN_OR_RETURN(AllocatorKind kind, ParseAllocatorKind(spec.kind));
+  BenchAllocator out;
+  Executor* executor = spec.executor;
+  if (executor == nullptr) {
+    if (kind == AllocatorKind::kAsync) {
       return absl::InvalidArgumentError(
           "--allocator async needs --platform host|cuda: it runs on the driver's pool, which "
           "has no fake-address mode");
     }
-    DeviceAllocatorOptions o;
-    o.kind = AllocatorKind::kAsync;
-    o.device_name = spec.name;
-    o.memory_limit = spec.limit;
-    return CreateAsyncAllocator(spec.executor, o);
+    out.fake_device = std::make_unique<FakeAddressExecutor>(kBenchVmmGranule);
+    executor = out.fake_device.get();
   }
-  return absl::InvalidArgumentError(absl::StrCat("unknown allocator kind \"", spec.kind, "\""));
+  DeviceAllocatorOptions o;
+  o.kind = kind;
+  o.device_name = spec.name;
+  o.memory_limit = spec.limit;
+  o.allow_growth = spec.allow_growth;
+  spec.tuning.ApplyTo(o);
+  if (spec.executor != nullptr) {
+    // The vmm knobs are sized for the fake device's 2 MiB granule; a real device's vmm
+    // allocator runs as the runtime builds it.
+    o.vmm_slab_bytes.reset();
+    o.vmm_small_block_max.reset();
+  }
+  VGPU_ASSIGN_OR_RETURN(out.allocator, CreateDeviceAllocator(executor, o));
+  return out;
 }
 
 absl::StatusOr<Executor*> BenchExecutor(const std::string& platform) {
@@ -95,6 +66,9 @@ absl::StatusOr<Executor*> BenchExecutor(const std::string& platform) {
 
 int main(int argc, char** argv) {
   vgpu::flags::ExitFailsOnStdoutError("vgpu-bench");
+  vgpu::SetAllocatorErrorSink([](absl::string_view m) {
+    std::fprintf(stderr, "%.*s\n", static_cast<int>(m.size()), m.data());
+  });
   namespace flags = vgpu::flags;
   absl::StatusOr<vgpu::bench::BenchArgs> a = vgpu::bench::ParseBenchArgs(flags::Args(argc, argv));
   if (!a.ok()) {
@@ -106,13 +80,13 @@ int main(int argc, char** argv) {
     std::printf("%s", a->usage.c_str());
     return 0;
   }
-  // Knob flags override their variables; then every knob is checked before anything runs.
-  for (const auto& [env, value] : a->tuning) setenv(env.c_str(), value.c_str(), 1);
-  if (absl::StatusOr<vgpu::bench::BenchTuning> t = vgpu::bench::ReadBenchTuning(std::getenv);
-      !t.ok()) {
+  // Knob flags override their variables; every knob is checked before anything runs.
+  absl::StatusOr<vgpu::bench::BenchTuning> t = vgpu::bench::ReadBenchTuning(std::getenv, *a);
+  if (!t.ok()) {
     std::fprintf(stderr, "vgpu-bench: %s\n", std::string(t.status().message()).c_str());
     return flags::kExitUsage;
   }
+  a->tuning_values = *t;
   if (a->command == "replay") return vgpu::bench::RunReplay(*a);
   if (a->command == "allreduce") return vgpu::bench::RunAllReduce(*a);
   return vgpu::bench::RunAlloc(*a, argc, argv);

@@ -1,10 +1,13 @@
-// Shared pieces of vgpu-bench: the parsed command line and the one place that builds an
-// allocator of a given kind for a benchmark (extend MakeBenchAllocator for a new kind).
+// Shared pieces of vgpu-bench: the parsed command line, the tuning knobs, the fake-address
+// device replays run on, and MakeBenchAllocator, which hands all of them to the one allocator
+// factory (allocator/factory.h; a new allocator kind needs no edit here).
 //
-// Thread safety: the functions here are reentrant.
+// Thread safety: the functions here are reentrant; FakeAddressExecutor is safe from any thread
+// (atomic counters).
 #ifndef VGPU_TOOLS_VGPU_BENCH_H_
 #define VGPU_TOOLS_VGPU_BENCH_H_
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -14,11 +17,24 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "vgpu/allocator/allocator.h"
+#include "vgpu/allocator/factory.h"
 #include "vgpu/runtime/platform.h"
 
 namespace vgpu::bench {
 
+// Allocator tuning knobs (docs/allocator.md, docs/vmm.md "Tuning knobs"): each is a VGPU_*
+// variable and a vgpu-bench flag; unset = the allocator's default.
+struct BenchTuning {
+  std::optional<uint64_t> bfc_small_request_bytes;  // VGPU_BFC_SMALL_REQUEST_BYTES, 0..1 TiB
+  std::optional<uint64_t> bfc_min_split_bytes;      // VGPU_BFC_MIN_SPLIT_BYTES, 1 B..1 TiB
+  std::optional<double> bfc_min_split_fraction;     // VGPU_BFC_MIN_SPLIT_FRACTION, [0, 1]
+  std::optional<uint64_t> vmm_slab_bytes;           // VGPU_VMM_SLAB_BYTES, k x 2 MiB, <= 1 TiB
+  std::optional<uint64_t> vmm_small_block_max;      // VGPU_VMM_SMALL_BLOCK_MAX, 1 B..slab
+  // Sets the knobs that are given on the allocator factory's options.
+  void ApplyTo(DeviceAllocatorOptions& options) const;
+};
 struct BenchArgs {
   std::string command;     // replay | alloc | allreduce
   std::string trace_path;  // replay
@@ -37,6 +53,8 @@ struct BenchArgs {
   int iterations = 10;
   // Tuning-knob flags given (env var name -> value): they override the environment.
   std::vector<std::pair<std::string, std::string>> tuning;
+  // The knobs in effect (environment, then flags), set by main from ReadBenchTuning.
+  BenchTuning tuning_values;
   bool help = false;  // --help: print usage (on stdout) and exit 0
   std::string usage;  // the usage of the command (or of the tool when no command was parsed)
 };
@@ -47,20 +65,76 @@ absl::StatusOr<BenchArgs> ParseBenchArgs(const std::vector<std::string>& argv);
 // The whole tool's usage.
 std::string BenchUsage();
 
-// Allocator tuning knobs (docs/allocator.md, docs/vmm.md "Tuning knobs"): each is a VGPU_*
-// variable and a vgpu-bench flag; unset = the allocator's default.
-struct BenchTuning {
-  std::optional<uint64_t> bfc_small_request_bytes;  // VGPU_BFC_SMALL_REQUEST_BYTES, 0..1 TiB
-  std::optional<uint64_t> bfc_min_split_bytes;      // VGPU_BFC_MIN_SPLIT_BYTES, 1 B..1 TiB
-  std::optional<double> bfc_min_split_fraction;     // VGPU_BFC_MIN_SPLIT_FRACTION, [0, 1]
-  std::optional<uint64_t> vmm_slab_bytes;           // VGPU_VMM_SLAB_BYTES, k x 2 MiB, <= 1 TiB
-  std::optional<uint64_t> vmm_small_block_max;      // VGPU_VMM_SMALL_BLOCK_MAX, 1 B..slab
-};
 // The granule of vgpu-bench's fake-address VMM (a slab is a whole number of them).
 inline constexpr uint64_t kBenchVmmGranule = uint64_t{2} << 20;
-// Reads and checks the knobs through `getenv` (std::getenv in the tool). InvalidArgument in the
-// project's format, e.g. VGPU_BFC_MIN_SPLIT_BYTES="1MiBx": invalid byte size ...
-absl::StatusOr<BenchTuning> ReadBenchTuning(const std::function<const char*(const char*)>& getenv);
+// Reads and checks the knobs through `getenv` (std::getenv in the tool), then applies the knob
+// flags in `args.tuning` over them (a flag overrides its variable); nothing is written back to
+// the environment. InvalidArgument in the project's format, e.g.
+// VGPU_BFC_MIN_SPLIT_BYTES="1MiBx": invalid byte size ...
+absl::StatusOr<BenchTuning> ReadBenchTuning(const std::function<const char*(const char*)>& getenv,
+                                            const BenchArgs& args = BenchArgs());
+
+// A device that only hands out addresses and never has memory behind them: Allocate bumps
+// 256-aligned addresses up from 1 TiB, and the VMM calls of `granularity` (0: none) keep lock-
+// free counters only (no validation), so a 100 GiB trace replays on any machine and the replay
+// measures the allocator, not this. `physical_capacity` (0 = unlimited) makes
+// CreatePhysicalMemory fail with ResourceExhausted past that many bytes, like a full card.
+// Streams, events, BLAS and kernels are Unimplemented. The tests' checked fake
+// (tests/fake_vmm_executor.h) builds on it.
+class FakeAddressExecutor : public Executor {
+ public:
+  // Far from anything real, so a stray write faults.
+  static constexpr uint64_t kDefaultVaBase = uint64_t{0x7e00} << 32;
+  explicit FakeAddressExecutor(uint64_t granularity, uint64_t physical_capacity = 0,
+                               uint64_t va_base = kDefaultVaBase);
+
+  Platform* platform() const override;  // "fake", with no devices of its own
+  int ordinal() const override { return 0; }
+  absl::StatusOr<PhysicalDeviceInfo> Describe() override;
+  absl::StatusOr<void*> Allocate(uint64_t bytes) override;
+  absl::Status Free(void* ptr) override;
+  absl::StatusOr<void*> HostAllocate(uint64_t bytes) override;
+  absl::Status HostFree(void* ptr) override;
+  absl::StatusOr<uint64_t> VirtualMemoryGranularity() override;
+  absl::StatusOr<void*> ReserveAddressRange(uint64_t bytes) override;
+  absl::Status FreeAddressRange(void* va, uint64_t bytes) override;
+  absl::StatusOr<PhysicalMemoryHandle> CreatePhysicalMemory(uint64_t bytes) override;
+  absl::Status ReleasePhysicalMemory(PhysicalMemoryHandle handle) override;
+  absl::Status Map(void* va, uint64_t bytes, PhysicalMemoryHandle handle, uint64_t offset) override;
+  absl::Status Unmap(void* va, uint64_t bytes) override;
+  std::pair<int, int> StreamPriorityRange() const override { return {0, 0}; }
+  absl::StatusOr<std::vector<int>> PartitionSms(absl::Span<const int> sm_counts) override;
+  absl::StatusOr<std::unique_ptr<Stream>> CreateStream(const StreamOptions& options) override;
+  absl::StatusOr<std::unique_ptr<Event>> CreateEvent() override;
+  bool CanAccessPeer(const Executor&) const override { return false; }
+  absl::StatusOr<Blas*> GetBlas() override;
+  absl::StatusOr<Kernels*> GetKernels() override;
+
+  uint64_t granularity() const { return granularity_; }
+  uint64_t physical_bytes() const { return physical_bytes_.load(); }  // created, not released
+  uint64_t mapped_bytes() const { return mapped_bytes_.load(); }      // currently mapped
+  uint64_t reserved_ranges() const { return ranges_.load(); }
+
+ protected:
+  // InvalidArgument unless `bytes` is a positive multiple of the granularity.
+  absl::Status CheckGranular(const char* what, uint64_t bytes) const;
+  absl::Status RefuseCreate(uint64_t bytes, uint64_t created) const;
+  uint64_t physical_capacity() const { return physical_capacity_; }
+  uint64_t NextRange(uint64_t bytes);  // a fresh fake range's address
+  uint64_t NextHandle() { return next_handle_++; }
+
+  // Counters of both modes (the checked fake keeps them under its lock).
+  std::atomic<uint64_t> physical_bytes_{0};
+  std::atomic<uint64_t> mapped_bytes_{0};
+  std::atomic<uint64_t> ranges_{0};
+
+ private:
+  const uint64_t granularity_;
+  const uint64_t physical_capacity_;
+  std::atomic<uint64_t> next_va_;
+  std::atomic<uint64_t> next_handle_{1};
+  std::atomic<uint64_t> next_raw_{uint64_t{1} << 40};
+};
 
 struct BenchAllocatorSpec {
   std::string kind = "bfc";  // bfc | vmm | async (async needs an executor)
@@ -68,9 +142,17 @@ struct BenchAllocatorSpec {
   uint64_t limit = 0;
   bool allow_growth = false;
   Executor* executor = nullptr;  // nullptr: fake addresses, no memory touched
+  BenchTuning tuning;            // checked by main before anything runs
 };
-// THE hook: the allocator a benchmark runs for `spec.kind`.
-absl::StatusOr<std::unique_ptr<Allocator>> MakeBenchAllocator(const BenchAllocatorSpec& spec);
+// An allocator and the fake-address device it runs on when the spec names no executor (the
+// allocator is destroyed first).
+struct BenchAllocator {
+  std::unique_ptr<FakeAddressExecutor> fake_device;
+  std::unique_ptr<Allocator> allocator;
+};
+// The allocator a benchmark runs for `spec.kind`, built by the one allocator factory
+// (allocator/factory.h) from the spec's options and knobs.
+absl::StatusOr<BenchAllocator> MakeBenchAllocator(const BenchAllocatorSpec& spec);
 
 // The executor of device 0 of `platform` ("host" or "cuda"); a clear error when the platform
 // has no device.

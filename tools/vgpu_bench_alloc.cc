@@ -102,12 +102,13 @@ int RunAlloc(const BenchArgs& args, int argc, char** argv) {
   spec.limit = args.limit ? *args.limit : 2048 * kMiB;
   spec.allow_growth = true;
   spec.executor = g_executor;
-  absl::StatusOr<std::unique_ptr<Allocator>> a = MakeBenchAllocator(spec);
+  spec.tuning = args.tuning_values;
+  absl::StatusOr<BenchAllocator> a = MakeBenchAllocator(spec);
   if (!a.ok()) {
     std::fprintf(stderr, "vgpu-bench alloc: %s\n", a.status().ToString().c_str());
     return 1;
   }
-  g_allocator = a->get();
+  g_allocator = a->allocator.get();
   std::vector<uint64_t> mixed(4096);
   std::mt19937_64 rng(42);
   std::uniform_real_distribution<double> u(std::log(256.0), std::log(4.0 * kMiB));
@@ -168,7 +169,7 @@ int RunAlloc(const BenchArgs& args, int argc, char** argv) {
     w.Null();
   w.EndObject();
   g_allocator = nullptr;
-  a->reset();
+  a->allocator.reset();
   std::printf("%s\n", w.str().c_str());
   return 0;
 }

@@ -13,7 +13,6 @@
 #include "absl/strings/str_format.h"
 #include "vgpu/allocator/memory_history.h"
 #include "vgpu/allocator/trace.h"
-#include "vgpu/allocator/vmm_allocator.h"
 #include "vgpu/runtime/bytes.h"
 #include "vgpu/runtime/json.h"
 #include "vgpu/tools/vgpu_bench.h"
@@ -49,13 +48,13 @@ uint64_t LimitFor(uint64_t peak, int k) {
 // Replays once at `limit` on a fresh allocator; whether every allocation succeeded.
 absl::StatusOr<bool> Fits(const Trace& trace, BenchAllocatorSpec spec, uint64_t limit) {
   spec.limit = limit;
-  absl::StatusOr<std::unique_ptr<Allocator>> a = MakeBenchAllocator(spec);
+  absl::StatusOr<BenchAllocator> a = MakeBenchAllocator(spec);
   if (!a.ok()) {
     // Growth off and the limit is not there (real device): does not fit.
     if (absl::IsResourceExhausted(a.status())) return false;
     return a.status();
   }
-  absl::StatusOr<ReplayResult> r = ReplayTrace(trace, **a, /*stop_at_failure=*/true);
+  absl::StatusOr<ReplayResult> r = ReplayTrace(trace, *a->allocator, /*stop_at_failure=*/true);
   if (!r.ok()) return r.status();
   return r->failures == 0;
 }
@@ -113,6 +112,7 @@ int RunReplay(const BenchArgs& args) {
   spec.kind = args.allocator;
   spec.allow_growth = args.allow_growth;
   spec.name = absl::StrCat("replay/", trace->name);
+  spec.tuning = args.tuning_values;
   if (!args.platform.empty()) {
     absl::StatusOr<Executor*> e = BenchExecutor(args.platform);
     if (!e.ok()) {
@@ -178,7 +178,7 @@ int RunReplay(const BenchArgs& args) {
   double setup_ms = 0;
   for (int run = 0; run < kMaxTimedRuns; ++run) {
     auto setup_start = std::chrono::steady_clock::now();
-    absl::StatusOr<std::unique_ptr<Allocator>> a = MakeBenchAllocator(spec);
+    absl::StatusOr<BenchAllocator> a = MakeBenchAllocator(spec);
     if (run == 0) {
       setup_ms =
           std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - setup_start)
@@ -189,21 +189,23 @@ int RunReplay(const BenchArgs& args) {
       return 1;
     }
     bool record = run == 0 && !args.memory_history_path.empty();
-    if (record) AttachMemoryHistory(**a, &history);
-    absl::StatusOr<ReplayResult> r = ReplayTrace(*trace, **a, /*stop_at_failure=*/false);
-    if (record) DetachMemoryHistory(**a, &history);
+    Allocator& allocator = *a->allocator;
+    if (record) AttachMemoryHistory(allocator, &history);
+    absl::StatusOr<ReplayResult> r = ReplayTrace(*trace, allocator, /*stop_at_failure=*/false);
+    if (record) DetachMemoryHistory(allocator, &history);
     if (!r.ok()) {
       std::fprintf(stderr, "vgpu-bench replay: %s\n", r.status().ToString().c_str());
       return 1;
     }
     if (run == 0) {
       first = *r;
-      peak_reserved = (*a)->Stats().peak_bytes_reserved;
-      if (auto* vmm = dynamic_cast<VmmAllocator*>(a->get()); vmm != nullptr) {
-        const VmmAllocator::GranuleCounts c = vmm->Granules();
-        const double gib = static_cast<double>((*a)->Stats().regions_mapped) *
-                           static_cast<double>(vmm->granularity()) / double(uint64_t{1} << 30);
-        if (gib > 0) map_calls_per_gib = static_cast<double>(c.map_calls) / gib;
+      const AllocatorStats stats = allocator.Stats();
+      peak_reserved = stats.peak_bytes_reserved;
+      if (stats.mapping_granularity > 0) {  // vmm: regions are granules
+        const double gib = static_cast<double>(stats.regions_mapped) *
+                           static_cast<double>(stats.mapping_granularity) /
+                           double(uint64_t{1} << 30);
+        if (gib > 0) map_calls_per_gib = static_cast<double>(stats.map_calls) / gib;
       }
     }
     best_ns = best_ns < 0 ? r->elapsed_ns : std::min(best_ns, r->elapsed_ns);

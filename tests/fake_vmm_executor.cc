@@ -1,0 +1,188 @@
+#include "vgpu/tests/fake_vmm_executor.h"
+
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "vgpu/runtime/status.h"
+
+namespace vgpu::testing {
+
+using bench::FakeAddressExecutor;
+
+FakeVmmExecutor::FakeVmmExecutor(uint64_t granularity, uint64_t physical_capacity, bool checked,
+                                 uint64_t va_base)
+    : FakeAddressExecutor(granularity, physical_capacity, va_base), checked_(checked) {}
+
+absl::StatusOr<void*> FakeVmmExecutor::ReserveAddressRange(uint64_t bytes) {
+  if (!checked_) return FakeAddressExecutor::ReserveAddressRange(bytes);
+  VGPU_RETURN_IF_ERROR(CheckGranular("ReserveAddressRange", bytes));
+  uint64_t va = NextRange(bytes);
+  absl::MutexLock l(&mu_);
+  ranges_.emplace(va, bytes);
+  return reinterpret_cast<void*>(va);
+}
+
+absl::Status FakeVmmExecutor::FreeAddressRange(void* va, uint64_t bytes) {
+  if (!checked_) return FakeAddressExecutor::FreeAddressRange(va, bytes);
+  absl::MutexLock l(&mu_);
+  uint64_t v = reinterpret_cast<uint64_t>(va);
+  auto it = ranges_.find(v);
+  if (it == ranges_.end() || it->second != bytes) {
+    return absl::InvalidArgumentError(absl::StrCat("fake-vmm FreeAddressRange: 0x", absl::Hex(v),
+                                                   " + ", bytes, " is not a reserved range"));
+  }
+  for (uint64_t g = v; g < v + bytes; g += granularity()) {
+    if (granules_.contains(g)) {
+      return absl::FailedPreconditionError(absl::StrCat("fake-vmm FreeAddressRange: granule at 0x",
+                                                        absl::Hex(g), " is still mapped"));
+    }
+  }
+  ranges_.erase(it);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<PhysicalMemoryHandle> FakeVmmExecutor::CreatePhysicalMemory(uint64_t bytes) {
+  if (!checked_) return FakeAddressExecutor::CreatePhysicalMemory(bytes);
+  VGPU_RETURN_IF_ERROR(CheckGranular("CreatePhysicalMemory", bytes));
+  absl::MutexLock l(&mu_);
+  if (physical_capacity() != 0 && physical_bytes_ + bytes > physical_capacity()) {
+    return RefuseCreate(bytes, physical_bytes_);
+  }
+  uint64_t h = NextHandle();
+  handles_.emplace(h, bytes);
+  physical_bytes_ += bytes;
+  return PhysicalMemoryHandle{h, bytes};
+}
+
+absl::Status FakeVmmExecutor::ReleasePhysicalMemory(PhysicalMemoryHandle handle) {
+  if (!checked_) return FakeAddressExecutor::ReleasePhysicalMemory(handle);
+  absl::MutexLock l(&mu_);
+  auto it = handles_.find(handle.value);
+  if (it == handles_.end() || it->second != handle.bytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("fake-vmm ReleasePhysicalMemory: unknown handle ", handle.value));
+  }
+  auto refs = map_refs_.find(handle.value);
+  if (refs != map_refs_.end() && refs->second != 0) {
+    return absl::FailedPreconditionError(absl::StrCat("fake-vmm ReleasePhysicalMemory: handle ",
+                                                      handle.value, " still has ", refs->second,
+                                                      " mapped granules"));
+  }
+  map_refs_.erase(handle.value);
+  physical_bytes_ -= it->second;
+  handles_.erase(it);
+  return absl::OkStatus();
+}
+
+absl::Status FakeVmmExecutor::Map(void* va, uint64_t bytes, PhysicalMemoryHandle handle,
+                                  uint64_t offset) {
+  if (!checked_) return FakeAddressExecutor::Map(va, bytes, handle, offset);
+  VGPU_RETURN_IF_ERROR(CheckGranular("Map", bytes));
+  const uint64_t v = reinterpret_cast<uint64_t>(va), g = granularity();
+  absl::MutexLock l(&mu_);
+  auto h = handles_.find(handle.value);
+  if (h == handles_.end() || offset % g != 0 || offset + bytes > h->second) {
+    return absl::InvalidArgumentError(absl::StrCat("fake-vmm Map: unknown handle ", handle.value,
+                                                   " or range past its end (offset ", offset, ", ",
+                                                   bytes, " bytes)"));
+  }
+  auto r = ranges_.upper_bound(v);
+  if (v % g != 0 || r == ranges_.begin() || (--r, v + bytes > r->first + r->second)) {
+    return absl::InvalidArgumentError(absl::StrCat("fake-vmm Map: 0x", absl::Hex(v), " + ", bytes,
+                                                   " is not inside a reserved range"));
+  }
+  for (uint64_t a = v; a < v + bytes; a += g) {
+    if (granules_.contains(a)) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("fake-vmm Map: granule at 0x", absl::Hex(a), " is already mapped"));
+    }
+  }
+  for (uint64_t i = 0; i < bytes; i += g) {
+    granules_.emplace(v + i, std::make_pair(handle.value, offset + i));
+  }
+  map_refs_[handle.value] += bytes / g;
+  mapped_bytes_ += bytes;
+  return absl::OkStatus();
+}
+
+absl::Status FakeVmmExecutor::Unmap(void* va, uint64_t bytes) {
+  if (!checked_) return FakeAddressExecutor::Unmap(va, bytes);
+  VGPU_RETURN_IF_ERROR(CheckGranular("Unmap", bytes));
+  const uint64_t v = reinterpret_cast<uint64_t>(va), g = granularity();
+  absl::MutexLock l(&mu_);
+  for (uint64_t a = v; a < v + bytes; a += g) {
+    if (!granules_.contains(a)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("fake-vmm Unmap: granule at 0x", absl::Hex(a), " is not mapped"));
+    }
+  }
+  for (uint64_t a = v; a < v + bytes; a += g) {
+    auto it = granules_.find(a);
+    --map_refs_[it->second.first];
+    granules_.erase(it);
+  }
+  mapped_bytes_ -= bytes;
+  return absl::OkStatus();
+}
+
+uint64_t FakeVmmExecutor::reserved_ranges() const {
+  if (!checked_) return FakeAddressExecutor::reserved_ranges();
+  absl::MutexLock l(&mu_);
+  return ranges_.size();
+}
+
+absl::StatusOr<std::pair<uint64_t, uint64_t>> FakeVmmExecutor::Translate(const void* va) const {
+  if (!checked_) return absl::FailedPreconditionError("fake-vmm: Translate needs checked mode");
+  absl::MutexLock l(&mu_);
+  auto it = granules_.find(reinterpret_cast<uint64_t>(va));
+  if (it == granules_.end()) {
+    return absl::NotFoundError(
+        absl::StrCat("fake-vmm: nothing mapped at 0x", absl::Hex(reinterpret_cast<uint64_t>(va))));
+  }
+  return it->second;
+}
+
+FakeVmm MakeFakeVmm(uint64_t granularity, VmmOptions options, uint64_t capacity, bool checked,
+                    uint64_t va_base, absl::Status* status) {
+  FakeVmm f;
+  f.backend = std::make_unique<FakeVmmExecutor>(granularity, capacity, checked, va_base);
+  absl::StatusOr<std::unique_ptr<VmmAllocator>> a =
+      VmmAllocator::Create(f.backend.get(), std::move(options));
+  if (status != nullptr) *status = a.status();
+  if (a.ok()) f.alloc = *std::move(a);
+  return f;
+}
+
+absl::StatusOr<std::unique_ptr<Allocator>> CreateFakeVmmAllocator(uint64_t granularity,
+                                                                  VmmOptions options) {
+  // Devices outlive every allocator of the test program: kept here, never reused.
+  static absl::Mutex mu(absl::kConstInit);
+  static auto* devices = new std::vector<std::unique_ptr<FakeVmmExecutor>>();
+  auto device = std::make_unique<FakeVmmExecutor>(granularity, 0, /*checked=*/false);
+  VGPU_ASSIGN_OR_RETURN(std::unique_ptr<VmmAllocator> a,
+                        VmmAllocator::Create(device.get(), std::move(options)));
+  absl::MutexLock l(&mu);
+  devices->push_back(std::move(device));
+  return std::unique_ptr<Allocator>(std::move(a));
+}
+
+absl::Status CheckFakeVmm(const FakeVmm& f) { return CheckFakeVmm(*f.alloc, *f.backend); }
+
+absl::Status CheckFakeVmm(const VmmAllocator& alloc, const FakeVmmExecutor& backend) {
+  VGPU_RETURN_IF_ERROR(alloc.CheckInvariants());
+  const VmmAllocator::GranuleCounts c = alloc.Granules();
+  const uint64_t g = alloc.granularity();
+  if (backend.mapped_bytes() != c.mapped * g) {
+    return absl::InternalError(absl::StrCat(alloc.name(), ": invariant broken: backend has ",
+                                            backend.mapped_bytes(),
+                                            " bytes mapped, allocator counts ", c.mapped * g));
+  }
+  if (backend.physical_bytes() != c.created * g) {
+    return absl::InternalError(absl::StrCat(alloc.name(), ": invariant broken: backend holds ",
+                                            backend.physical_bytes(),
+                                            " physical bytes, allocator counts ", c.created * g));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace vgpu::testing

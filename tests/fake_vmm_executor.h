@@ -1,0 +1,80 @@
+// The tests' fake VMM device: an Executor whose virtual-memory calls are pure bookkeeping
+// (fake addresses, counted calls, never touching memory), checked like a driver checks them
+// (granular sizes, known handles, maps inside reservations, no double mapping), so tests see
+// misuse as errors and can look up what is mapped where. With `checked` false it is vgpu-bench's
+// address-only device (counters only), for replays. Also: the helpers that build a vmm allocator
+// over one and compare its granule counts with the device's.
+//
+// Thread safety: FakeVmmExecutor is safe to call from any thread (one mutex in checked mode,
+// atomics otherwise); the helpers are called from the test's thread.
+#ifndef VGPU_TESTS_FAKE_VMM_EXECUTOR_H_
+#define VGPU_TESTS_FAKE_VMM_EXECUTOR_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <utility>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "vgpu/allocator/vmm_allocator.h"
+#include "vgpu/tools/vgpu_bench.h"
+
+namespace vgpu::testing {
+
+// `physical_capacity` (0 = unlimited) makes CreatePhysicalMemory fail with ResourceExhausted
+// past that many bytes, like a full card. `va_base` is the first fake address (rounded up to
+// the granule); give two devices different bases when a test needs their allocators'
+// addresses to differ.
+class FakeVmmExecutor : public bench::FakeAddressExecutor {
+ public:
+  explicit FakeVmmExecutor(uint64_t granularity, uint64_t physical_capacity = 0,
+                           bool checked = true, uint64_t va_base = kDefaultVaBase);
+
+  absl::StatusOr<void*> ReserveAddressRange(uint64_t bytes) override;
+  absl::Status FreeAddressRange(void* va, uint64_t bytes) override;
+  absl::StatusOr<PhysicalMemoryHandle> CreatePhysicalMemory(uint64_t bytes) override;
+  absl::Status ReleasePhysicalMemory(PhysicalMemoryHandle handle) override;
+  absl::Status Map(void* va, uint64_t bytes, PhysicalMemoryHandle handle, uint64_t offset) override;
+  absl::Status Unmap(void* va, uint64_t bytes) override;
+
+  uint64_t reserved_ranges() const;
+  // The physical (handle, offset) mapped at granule-aligned `va`; NotFound when unmapped,
+  // FailedPrecondition when not `checked`.
+  absl::StatusOr<std::pair<uint64_t, uint64_t>> Translate(const void* va) const;
+
+ private:
+  const bool checked_;
+  mutable absl::Mutex mu_;
+  std::map<uint64_t, uint64_t> ranges_ ABSL_GUARDED_BY(mu_);               // va -> bytes
+  absl::flat_hash_map<uint64_t, uint64_t> handles_ ABSL_GUARDED_BY(mu_);   // handle -> bytes
+  absl::flat_hash_map<uint64_t, uint64_t> map_refs_ ABSL_GUARDED_BY(mu_);  // handle -> granules
+  // granule va -> (handle, offset): 50k entries for 100 GiB, so replays stay cheap.
+  absl::flat_hash_map<uint64_t, std::pair<uint64_t, uint64_t>> granules_ ABSL_GUARDED_BY(mu_);
+};
+
+// A vmm allocator over its own fake device (destroyed after the allocator).
+struct FakeVmm {
+  std::unique_ptr<FakeVmmExecutor> backend;
+  std::unique_ptr<VmmAllocator> alloc;
+};
+// Over a checked (or not) fake device of `granularity`; the allocator is null when Create
+// fails, and `status` says why.
+FakeVmm MakeFakeVmm(uint64_t granularity, VmmOptions options, uint64_t capacity = 0,
+                    bool checked = true, uint64_t va_base = FakeVmmExecutor::kDefaultVaBase,
+                    absl::Status* status = nullptr);
+// An allocator that owns its unchecked fake device, for replays and suites that take a plain
+// std::unique_ptr<Allocator> (the device lives until the end of the test program).
+absl::StatusOr<std::unique_ptr<Allocator>> CreateFakeVmmAllocator(uint64_t granularity,
+                                                                  VmmOptions options);
+// The allocator's CheckInvariants, then its granule counts against the device's: bytes mapped
+// and physical bytes held must agree.
+absl::Status CheckFakeVmm(const FakeVmm& f);
+absl::Status CheckFakeVmm(const VmmAllocator& alloc, const FakeVmmExecutor& backend);
+
+}  // namespace vgpu::testing
+
+#endif  // VGPU_TESTS_FAKE_VMM_EXECUTOR_H_
