@@ -4,12 +4,13 @@
 // first use; a handle is not thread-safe, so cublasSetStream + the call run under the BLAS
 // mutex.
 #include <map>
-#include <mutex>
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/synchronization/mutex.h"
 #include "vgpu/runtime/cuda/call_log.h"
 #include "vgpu/runtime/cuda/cuda_executor.h"
 #include "vgpu/runtime/cuda/dynamic_library.h"
@@ -126,7 +127,7 @@ class CudaBlas : public Blas {
  public:
   CudaBlas(CudaExecutor* executor, const CublasApi* api) : executor_(executor), api_(api) {}
   ~CudaBlas() override {
-    std::lock_guard<std::mutex> l(mu_);
+    absl::MutexLock l(&mu_);
     for (auto& [key, entry] : handles_) {
       ScopedContext scope(executor_->driver(), entry.context);
       if (scope.status().ok()) api_->destroy(entry.handle);
@@ -134,8 +135,8 @@ class CudaBlas : public Blas {
   }
 
   // The primary context's handle, made now so that a missing or broken cuBLAS fails GetBlas.
-  absl::Status Init() {
-    std::lock_guard<std::mutex> l(mu_);
+  absl::Status Init() ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock l(&mu_);
     return HandleLocked({0, -1}, executor_->context()).status();
   }
 
@@ -166,13 +167,14 @@ class CudaBlas : public Blas {
   uint64_t WorkspaceBytes() const override {
     return executor_->compute_capability_major() >= 9 ? uint64_t{32} << 20 : uint64_t{4} << 20;
   }
-  absl::Status SetWorkspace(Stream* stream, void* workspace, uint64_t bytes) override {
+  absl::Status SetWorkspace(Stream* stream, void* workspace, uint64_t bytes) override
+      ABSL_LOCKS_EXCLUDED(mu_) {
     CudaStream* s = AsCudaStream(stream);
     if (s == nullptr || s->cuda_executor() != executor_) {
       return absl::InvalidArgumentError(
           absl::StrCat("SetWorkspace: the stream does not belong to ", executor_->label()));
     }
-    std::lock_guard<std::mutex> l(mu_);
+    absl::MutexLock l(&mu_);
     if (workspace == nullptr) {
       workspaces_.erase(s->handle());
     } else {
@@ -189,7 +191,8 @@ class CudaBlas : public Blas {
     cublasHandle_t handle = nullptr;
   };
 
-  absl::StatusOr<cublasHandle_t> HandleLocked(Key key, CUcontext ctx) {
+  absl::StatusOr<cublasHandle_t> HandleLocked(Key key, CUcontext ctx)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     auto it = handles_.find(key);
     if (it != handles_.end()) return it->second.handle;
     VGPU_CUDA_SCOPE(executor_->driver(), ctx);
@@ -204,7 +207,7 @@ class CudaBlas : public Blas {
   }
 
   template <typename F>
-  absl::Status Run(Stream* stream, const char* what, F call) {
+  absl::Status Run(Stream* stream, const char* what, F call) ABSL_LOCKS_EXCLUDED(mu_) {
     CudaStream* s = AsCudaStream(stream);
     if (s == nullptr || s->cuda_executor() != executor_) {
       return absl::InvalidArgumentError(
@@ -212,7 +215,7 @@ class CudaBlas : public Blas {
     }
     VGPU_CUDA_SCOPE(executor_->driver(), s->context());
     VGPU_RETURN_IF_ERROR(s->Begin());
-    std::lock_guard<std::mutex> l(mu_);
+    absl::MutexLock l(&mu_);
     const Key key{s->sm_partition() < 0 ? 0 : s->generation(), s->sm_partition()};
     VGPU_ASSIGN_OR_RETURN(cublasHandle_t handle, HandleLocked(key, s->context()));
     VGPU_RETURN_IF_ERROR(ToStatus(api_->set_stream(handle, s->handle()),
@@ -228,9 +231,10 @@ class CudaBlas : public Blas {
 
   CudaExecutor* executor_;
   const CublasApi* api_;
-  std::mutex mu_;
-  std::map<Key, Entry> handles_;
-  std::map<CUstream, std::pair<void*, uint64_t>> workspaces_;  // SetWorkspace, per stream
+  absl::Mutex mu_;
+  std::map<Key, Entry> handles_ ABSL_GUARDED_BY(mu_);
+  // SetWorkspace, per stream.
+  std::map<CUstream, std::pair<void*, uint64_t>> workspaces_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace

@@ -1,6 +1,7 @@
 // The cuda platform's classes, shared by the files of runtime/cuda, one class per file:
 // cuda_context.cc (ScopedContext), cuda_event.cc, cuda_stream.cc, cuda_executor.cc,
-// cuda_memory_pool.cc, cuda_platform.cc, cuda_blas.cc, cuda_kernels.cc, cuda_nccl.cc. Internal: includes cuda.h; nothing outside runtime/cuda may include it.
+// cuda_memory_pool.cc, cuda_platform.cc, cuda_blas.cc, cuda_kernels.cc, cuda_nccl.cc. Internal:
+// includes cuda.h; nothing outside runtime/cuda may include it.
 //
 // Every driver call runs inside a ScopedContext: the right context (the device's primary
 // context, or a stream's green context) is pushed for the call and the caller's own current
@@ -18,12 +19,14 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
+#include <mutex>  // std::once_flag
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
+#include "absl/synchronization/mutex.h"
 #include "vgpu/runtime/cuda/cuda_driver.h"
 #include "vgpu/runtime/platform.h"
 #include "vgpu/runtime/status.h"
@@ -105,19 +108,20 @@ class CudaEvent : public Event {
 
   // The event to record on a stream of `ctx` (made current by the caller); becomes the
   // latest recorded one once the record is enqueued (MarkRecorded).
-  absl::StatusOr<CUevent> EventFor(CUcontext ctx);
-  void MarkRecorded(CUevent event);
+  absl::StatusOr<CUevent> EventFor(CUcontext ctx) ABSL_LOCKS_EXCLUDED(mu_);
+  void MarkRecorded(CUevent event) ABSL_LOCKS_EXCLUDED(mu_);
   // The latest recorded event, or nullptr when never recorded.
-  CUevent latest();
+  CUevent latest() ABSL_LOCKS_EXCLUDED(mu_);
   // Hands over the events of contexts other than `keep` (green contexts about to be
   // destroyed by re-partitioning), forgetting them.
-  std::vector<std::pair<CUcontext, CUevent>> TakeEventsExcept(CUcontext keep);
+  std::vector<std::pair<CUcontext, CUevent>> TakeEventsExcept(CUcontext keep)
+      ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   CudaExecutor* executor_;
-  std::mutex mu_;
-  std::map<CUcontext, CUevent> events_;
-  CUevent latest_ = nullptr;
+  absl::Mutex mu_;
+  std::map<CUcontext, CUevent> events_ ABSL_GUARDED_BY(mu_);
+  CUevent latest_ ABSL_GUARDED_BY(mu_) = nullptr;
 };
 
 class CudaStream : public Stream {
@@ -149,17 +153,18 @@ class CudaStream : public Stream {
 
   // The sticky error (OK when usable); also runs the executor's deferred releases. Every
   // enqueue starts with it, inside a ScopedContext of context().
-  absl::Status Begin();
+  absl::Status Begin() ABSL_LOCKS_EXCLUDED(mu_);
   // Records `status` as the stream's sticky error (the first one wins) and returns it.
-  absl::Status Fail(absl::Status status);
+  absl::Status Fail(absl::Status status) ABSL_LOCKS_EXCLUDED(mu_);
   // A result of an enqueue call: errors are returned, not sticky (nothing was queued).
   absl::Status Check(CUresult result, absl::string_view what);
 
   // Device-side error reporting for kernels: a mapped pinned uint64 the kernel stores
   // ((row + 1) << 32 | uint32 value) into, and a host function enqueued after the kernel that
   // turns a non-zero slot into the stream's sticky error built by `make_error(row, value)`.
-  absl::StatusOr<CUdeviceptr> DeviceErrorSlot();
-  absl::Status CheckDeviceErrorSlot(std::function<absl::Status(int row, int value)> make_error);
+  absl::StatusOr<CUdeviceptr> DeviceErrorSlot() ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status CheckDeviceErrorSlot(std::function<absl::Status(int row, int value)> make_error)
+      ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   CudaExecutor* executor_;
@@ -169,10 +174,10 @@ class CudaStream : public Stream {
   int sm_partition_;
   uint64_t generation_;
 
-  std::mutex mu_;
-  absl::Status error_;
-  uint64_t* error_slot_host_ = nullptr;  // cuMemHostAlloc(DEVICEMAP)
-  CUdeviceptr error_slot_device_ = 0;
+  absl::Mutex mu_;
+  absl::Status error_ ABSL_GUARDED_BY(mu_);
+  uint64_t* error_slot_host_ ABSL_GUARDED_BY(mu_) = nullptr;  // cuMemHostAlloc(DEVICEMAP)
+  CUdeviceptr error_slot_device_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 // nullptr when `stream` is not a cuda stream.
@@ -211,7 +216,7 @@ class CudaExecutor : public Executor {
   bool CanAccessPeer(const Executor& other) const override;
 
   absl::StatusOr<Blas*> GetBlas() override;
-  absl::StatusOr<Kernels*> GetKernels() override;
+  absl::StatusOr<Kernels*> GetKernels() override ABSL_LOCKS_EXCLUDED(kernels_mu_, module_mu_);
   // cuMemPoolCreate on this device (see cuda_memory_pool.cc).
   absl::StatusOr<std::unique_ptr<MemoryPool>> CreateMemoryPool(
       const MemoryPoolOptions& options) override;
@@ -234,19 +239,21 @@ class CudaExecutor : public Executor {
 
   // Runs `release` (which makes its own ScopedContext) now, or, in a host callback where no
   // CUDA call is allowed, at the next DrainGraveyard on a host thread.
-  void Release(std::function<void()> release);
+  void Release(std::function<void()> release) ABSL_LOCKS_EXCLUDED(graveyard_mu_);
   // Runs the deferred releases; a no-op in a host callback or when there are none.
-  void DrainGraveyard();
+  void DrainGraveyard() ABSL_LOCKS_EXCLUDED(partition_mu_, graveyard_mu_);
   // Live events register so that re-partitioning destroys their green-context events while
   // those contexts exist; EventDestroyed destroys (or defers) the events of one CudaEvent.
-  void EventCreated(CudaEvent* event);
-  void EventDestroyed(CudaEvent* event, std::map<CUcontext, CUevent> events);
+  void EventCreated(CudaEvent* event) ABSL_LOCKS_EXCLUDED(graveyard_mu_);
+  void EventDestroyed(CudaEvent* event, std::map<CUcontext, CUevent> events)
+      ABSL_LOCKS_EXCLUDED(partition_mu_, graveyard_mu_);
   int sm_count() const { return sm_count_; }
   // "cuda GPU 0 (NVIDIA H100 80GB HBM3)", for messages.
   const std::string& label() const { return label_; }
 
   // The kernels module loaded in the stream's context (loaded on first use per context).
-  absl::StatusOr<const KernelFunctions*> KernelFunctionsFor(CudaStream* stream);
+  absl::StatusOr<const KernelFunctions*> KernelFunctionsFor(CudaStream* stream)
+      ABSL_LOCKS_EXCLUDED(module_mu_);
   // Streams of SM partitions alive; PartitionSms refuses to re-partition while any are.
   void StreamDestroyed(int sm_partition);
 
@@ -256,10 +263,12 @@ class CudaExecutor : public Executor {
     CUcontext context = nullptr;
     int sm_count = 0;
   };
-  void DestroyPartitionsLocked();
-  void DrainGraveyardLocked();  // partition_mu_ held
+  void DestroyPartitionsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(partition_mu_)
+      ABSL_LOCKS_EXCLUDED(graveyard_mu_, module_mu_);
+  void DrainGraveyardLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(partition_mu_)
+      ABSL_LOCKS_EXCLUDED(graveyard_mu_);
   absl::Status CheckGranular(absl::string_view what, uint64_t bytes);
-  bool InReservationLocked(CUdeviceptr va, uint64_t bytes) const;
+  bool InReservationLocked(CUdeviceptr va, uint64_t bytes) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   std::string Where(absl::string_view call) const;
   absl::StatusOr<KernelFunctions> LoadModule(CUcontext ctx);
 
@@ -276,36 +285,40 @@ class CudaExecutor : public Executor {
   bool vmm_supported_ = false;
   uint64_t vmm_granularity_ = 0;
 
-  std::mutex mu_;
-  absl::flat_hash_map<CUdeviceptr, uint64_t> allocations_;
-  absl::flat_hash_set<void*> host_allocations_;
-  std::map<CUdeviceptr, uint64_t> reservations_;
-  absl::flat_hash_map<CUmemGenericAllocationHandle, uint64_t> physical_;
+  // Lock order: kernels_mu_, partition_mu_ before module_mu_ and graveyard_mu_; graveyard_mu_
+  // before a CudaEvent's own mutex. mu_ is a leaf.
+  absl::Mutex mu_;
+  absl::flat_hash_map<CUdeviceptr, uint64_t> allocations_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_set<void*> host_allocations_ ABSL_GUARDED_BY(mu_);
+  std::map<CUdeviceptr, uint64_t> reservations_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<CUmemGenericAllocationHandle, uint64_t> physical_ ABSL_GUARDED_BY(mu_);
 
   // SM partitions (green contexts) and the kernel modules of every context.
-  std::mutex partition_mu_;
-  std::vector<Partition> partitions_;
-  std::vector<CUgreenCtx> split_helpers_;  // green contexts made only to split the remainder
-  uint64_t generation_ = 0;
+  absl::Mutex partition_mu_;
+  std::vector<Partition> partitions_ ABSL_GUARDED_BY(partition_mu_);
+  // Green contexts made only to split the remainder.
+  std::vector<CUgreenCtx> split_helpers_ ABSL_GUARDED_BY(partition_mu_);
+  uint64_t generation_ ABSL_GUARDED_BY(partition_mu_) = 0;
   std::atomic<int> partition_streams_{0};
-  std::mutex module_mu_;
-  std::map<std::pair<uint64_t, int>, KernelFunctions> modules_;  // (generation, partition)
+  absl::Mutex module_mu_ ABSL_ACQUIRED_AFTER(partition_mu_, kernels_mu_);
+  // (generation, partition)
+  std::map<std::pair<uint64_t, int>, KernelFunctions> modules_ ABSL_GUARDED_BY(module_mu_);
 
   absl::flat_hash_set<int> peers_enabled_;  // CUDA ordinals; written only by Init
 
   // Deferred releases (see Release) and the live events; guarded by graveyard_mu_, drained
   // under partition_mu_ so that no green context dies under a deferred release.
-  std::mutex graveyard_mu_;
-  std::vector<std::function<void()>> graveyard_;
-  std::vector<std::pair<CUcontext, CUevent>> graveyard_events_;
+  absl::Mutex graveyard_mu_ ABSL_ACQUIRED_AFTER(partition_mu_);
+  std::vector<std::function<void()>> graveyard_ ABSL_GUARDED_BY(graveyard_mu_);
+  std::vector<std::pair<CUcontext, CUevent>> graveyard_events_ ABSL_GUARDED_BY(graveyard_mu_);
   std::atomic<int> graveyard_pending_{0};
-  absl::flat_hash_set<CudaEvent*> live_events_;
+  absl::flat_hash_set<CudaEvent*> live_events_ ABSL_GUARDED_BY(graveyard_mu_);
 
   std::once_flag blas_once_;
   absl::Status blas_status_;
   std::unique_ptr<Blas> blas_;
-  std::mutex kernels_mu_;
-  std::unique_ptr<Kernels> kernels_;
+  absl::Mutex kernels_mu_;
+  std::unique_ptr<Kernels> kernels_ ABSL_GUARDED_BY(kernels_mu_);
 };
 
 class CudaPlatform : public Platform {

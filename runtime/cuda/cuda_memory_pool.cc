@@ -1,7 +1,9 @@
 #include <memory>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "vgpu/runtime/bytes.h"
 #include "vgpu/runtime/cuda/cuda_executor.h"
 #include "vgpu/runtime/status.h"
@@ -23,7 +25,8 @@ class CudaMemoryPool : public MemoryPool {
     });
   }
 
-  absl::StatusOr<void*> AllocateAsync(uint64_t bytes, Stream* stream) override {
+  absl::StatusOr<void*> AllocateAsync(uint64_t bytes, Stream* stream) override
+      ABSL_LOCKS_EXCLUDED(mu_) {
     if (bytes == 0) return absl::InvalidArgumentError(Where("AllocateAsync: zero bytes"));
     VGPU_ASSIGN_OR_RETURN(CudaStream * cs, Check(stream, "AllocateAsync"));
     VGPU_CUDA_SCOPE(executor_->driver(), cs->context());
@@ -32,15 +35,15 @@ class CudaMemoryPool : public MemoryPool {
         ToStatus(executor_->driver().cuMemAllocFromPoolAsync(&p, bytes, pool_, cs->handle()),
                  Where(absl::StrCat("cuMemAllocFromPoolAsync of ", FormatBytes(bytes), " (", bytes,
                                     " bytes)"))));
-    std::lock_guard<std::mutex> l(mu_);
+    absl::MutexLock l(&mu_);
     live_.insert(p);
     return Vptr(p);
   }
 
-  absl::Status FreeAsync(void* ptr, Stream* stream) override {
+  absl::Status FreeAsync(void* ptr, Stream* stream) override ABSL_LOCKS_EXCLUDED(mu_) {
     VGPU_ASSIGN_OR_RETURN(CudaStream * cs, Check(stream, "FreeAsync"));
     {
-      std::lock_guard<std::mutex> l(mu_);
+      absl::MutexLock l(&mu_);
       if (live_.erase(Dptr(ptr)) == 0) {
         return absl::InvalidArgumentError(Where(absl::StrCat(
             "FreeAsync of ", absl::Hex(reinterpret_cast<uintptr_t>(ptr)),
@@ -87,8 +90,8 @@ class CudaMemoryPool : public MemoryPool {
 
   CudaExecutor* const executor_;
   const CUmemoryPool pool_;
-  std::mutex mu_;
-  absl::flat_hash_set<CUdeviceptr> live_;
+  absl::Mutex mu_;
+  absl::flat_hash_set<CUdeviceptr> live_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace

@@ -1,12 +1,13 @@
 #include "vgpu/runtime/cuda/cuda_nccl.h"
 
-#include <mutex>
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
 #include "vgpu/runtime/cuda/call_log.h"
 #include "vgpu/runtime/cuda/cuda_executor.h"
 #include "vgpu/runtime/cuda/dynamic_library.h"
@@ -140,7 +141,7 @@ class CudaNcclCommunicator : public NcclCommunicator {
   int size() const override { return static_cast<int>(comms_.size()); }
 
   absl::Status AllReduce(absl::Span<const AllReduceBuffer> buffers, uint64_t count,
-                         AllReduceOp op) override {
+                         AllReduceOp op) override ABSL_LOCKS_EXCLUDED(mu_) {
     if (buffers.size() != comms_.size()) {
       return absl::InvalidArgumentError(absl::StrCat("NCCL AllReduce: ", buffers.size(),
                                                      " buffers for ", comms_.size(), " ranks"));
@@ -160,7 +161,16 @@ class CudaNcclCommunicator : public NcclCommunicator {
       streams.push_back(s);
     }
     if (count == 0) return absl::OkStatus();
-    std::lock_guard<std::mutex> l(mu_);
+    absl::MutexLock l(&mu_);
+    return EnqueueGroupLocked(buffers, streams, count, op);
+  }
+
+ private:
+  // One ncclGroupStart/End group at a time: groups of two threads on the same communicators
+  // must not interleave.
+  absl::Status EnqueueGroupLocked(absl::Span<const AllReduceBuffer> buffers,
+                                  const std::vector<CudaStream*>& streams, uint64_t count,
+                                  AllReduceOp op) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     VGPU_RETURN_IF_ERROR(ToStatus(api_->group_start(), "ncclGroupStart"));
     absl::Status status;
     for (size_t i = 0; i < buffers.size() && status.ok(); ++i) {
@@ -174,11 +184,10 @@ class CudaNcclCommunicator : public NcclCommunicator {
     return status.ok() ? end : status;
   }
 
- private:
   const NcclApi* api_;
   std::vector<CudaExecutor*> executors_;
   std::vector<ncclComm_t> comms_;
-  std::mutex mu_;
+  absl::Mutex mu_;
 };
 
 }  // namespace

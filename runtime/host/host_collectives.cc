@@ -2,11 +2,12 @@
 
 #include <algorithm>
 #include <cstring>
-#include <mutex>
 #include <utility>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "vgpu/runtime/host/host_platform.h"
 #include "vgpu/runtime/status.h"
 
@@ -42,7 +43,7 @@ class HostCommunicator : public NcclCommunicator {
   int size() const override { return static_cast<int>(executors_.size()); }
 
   absl::Status AllReduce(absl::Span<const AllReduceBuffer> buffers, uint64_t count,
-                         AllReduceOp op) override {
+                         AllReduceOp op) override ABSL_LOCKS_EXCLUDED(mu_) {
     const size_t n = executors_.size();
     if (buffers.size() != n) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -60,7 +61,7 @@ class HostCommunicator : public NcclCommunicator {
       }
     }
     if (count == 0) return absl::OkStatus();
-    std::lock_guard<std::mutex> l(mu_);
+    absl::MutexLock l(&mu_);
     auto bufs = std::make_shared<std::vector<float*>>();
     for (const AllReduceBuffer& b : buffers) bufs->push_back(b.data);
     const float scale = op == AllReduceOp::kMean ? 1.0f / static_cast<float>(n) : 1.0f;
@@ -113,8 +114,9 @@ class HostCommunicator : public NcclCommunicator {
 
  private:
   std::vector<Executor*> executors_;
-  std::vector<std::vector<std::unique_ptr<Event>>> events_;  // [phase][rank]
-  std::mutex mu_;
+  // One collective at a time records and waits on the events.
+  absl::Mutex mu_;
+  std::vector<std::vector<std::unique_ptr<Event>>> events_ ABSL_GUARDED_BY(mu_);  // [phase][rank]
 };
 
 }  // namespace

@@ -1,16 +1,16 @@
-// The host platform's Event (runtime/host/internal.h's streams record and wait on it).
+// The host platform's Event (host_stream.cc's streams record and wait on it).
 //
 // Thread safety: safe from any thread.
 #ifndef VGPU_RUNTIME_HOST_HOST_EVENT_H_
 #define VGPU_RUNTIME_HOST_HOST_EVENT_H_
 
 #include <algorithm>
-#include <condition_variable>
 #include <cstdint>
-#include <mutex>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "vgpu/runtime/platform.h"
 
 namespace vgpu::host {
@@ -19,38 +19,42 @@ namespace vgpu::host {
 // stream reaches it; waiters capture the generation current at their call (CUDA semantics).
 class HostEvent : public Event {
  public:
-  uint64_t BeginRecord() {
-    std::lock_guard<std::mutex> l(mu_);
+  HostEvent() = default;
+  // A waiter may destroy the event as soon as it sees completion, while the completing thread
+  // is still inside mu_.Unlock(): taking mu_ here waits for it to leave (as
+  // absl::Notification's destructor does).
+  ~HostEvent() override { absl::MutexLock l(&mu_); }
+
+  uint64_t BeginRecord() ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock l(&mu_);
     return ++recorded_;
   }
-  void Complete(uint64_t gen) {
-    // Notify under the lock: a waiter may destroy the event as soon as it sees completion.
-    std::lock_guard<std::mutex> l(mu_);
+  void Complete(uint64_t gen) ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock l(&mu_);
     completed_ = std::max(completed_, gen);
-    cv_.notify_all();
   }
-  uint64_t recorded() {
-    std::lock_guard<std::mutex> l(mu_);
+  uint64_t recorded() ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock l(&mu_);
     return recorded_;
   }
-  void WaitFor(uint64_t gen) {
-    std::unique_lock<std::mutex> l(mu_);
-    cv_.wait(l, [&] { return completed_ >= gen; });
+  void WaitFor(uint64_t gen) ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock l(&mu_);
+    auto reached = [this, gen]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return completed_ >= gen; };
+    mu_.Await(absl::Condition(&reached));
   }
-  absl::StatusOr<bool> Query() override {
-    std::lock_guard<std::mutex> l(mu_);
+  absl::StatusOr<bool> Query() override ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock l(&mu_);
     return completed_ >= recorded_;
   }
-  absl::Status Synchronize() override {
+  absl::Status Synchronize() override ABSL_LOCKS_EXCLUDED(mu_) {
     WaitFor(recorded());
     return absl::OkStatus();
   }
 
  private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  uint64_t recorded_ = 0;
-  uint64_t completed_ = 0;
+  absl::Mutex mu_;
+  uint64_t recorded_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t completed_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace vgpu::host

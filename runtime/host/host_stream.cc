@@ -1,13 +1,13 @@
 #include <algorithm>
-#include <condition_variable>
 #include <cstring>
 #include <deque>
 #include <functional>
-#include <mutex>
 #include <set>
 #include <thread>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "vgpu/runtime/host/host_event.h"
 #include "vgpu/runtime/host/host_internal.h"
 #include "vgpu/runtime/host/host_platform.h"
@@ -24,10 +24,9 @@ class HostStream : public Stream {
       : executor_(executor), priority_(priority), faults_(faults), worker_([this] { Run(); }) {}
   ~HostStream() override {
     {
-      std::lock_guard<std::mutex> l(mu_);
+      absl::MutexLock l(&mu_);
       stop_ = true;
     }
-    cv_.notify_all();
     worker_.join();
   }
 
@@ -78,39 +77,37 @@ class HostStream : public Stream {
       return absl::OkStatus();
     });
   }
-  absl::Status Synchronize() override {
-    std::unique_lock<std::mutex> l(mu_);
-    idle_cv_.wait(l, [&] { return queue_.empty() && !busy_; });
+  absl::Status Synchronize() override ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock l(&mu_);
+    mu_.Await(absl::Condition(this, &HostStream::Idle));
     return error_;
   }
 
   // Queues `task`; returns the sticky error instead when the stream has failed.
-  absl::Status Enqueue(std::function<absl::Status()> task) {
-    {
-      std::lock_guard<std::mutex> l(mu_);
-      if (!error_.ok()) return error_;
-      queue_.push_back(std::move(task));
-    }
-    cv_.notify_one();
+  absl::Status Enqueue(std::function<absl::Status()> task) ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock l(&mu_);
+    if (!error_.ok()) return error_;
+    queue_.push_back(std::move(task));
     return absl::OkStatus();
   }
 
  private:
-  absl::Status Error() {
-    std::lock_guard<std::mutex> l(mu_);
+  // Await conditions (absl::Mutex wakes the waiters whose condition became true on unlock).
+  bool Idle() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return queue_.empty() && !busy_; }
+  bool HasWorkOrStop() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stop_ || !queue_.empty(); }
+
+  absl::Status Error() ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock l(&mu_);
     return error_;
   }
   // Event completions run even on a failed stream so that waiters never hang.
-  absl::Status EnqueueAlways(std::function<void()> fn) {
-    {
-      std::lock_guard<std::mutex> l(mu_);
-      queue_.push_back([fn = std::move(fn)] {
-        fn();
-        return absl::OkStatus();
-      });
-      always_.insert(queue_.size() + consumed_);
-    }
-    cv_.notify_one();
+  absl::Status EnqueueAlways(std::function<void()> fn) ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock l(&mu_);
+    queue_.push_back([fn = std::move(fn)] {
+      fn();
+      return absl::OkStatus();
+    });
+    always_.insert(queue_.size() + consumed_);
     return absl::OkStatus();
   }
 
@@ -133,37 +130,37 @@ class HostStream : public Stream {
     });
   }
 
-  void Run() {
-    std::unique_lock<std::mutex> l(mu_);
+  void Run() ABSL_LOCKS_EXCLUDED(mu_) {
+    mu_.Lock();
     while (true) {
-      cv_.wait(l, [&] { return stop_ || !queue_.empty(); });
-      if (queue_.empty()) return;  // stop_ and drained
+      mu_.Await(absl::Condition(this, &HostStream::HasWorkOrStop));
+      if (queue_.empty()) break;  // stop_ and drained
       std::function<absl::Status()> task = std::move(queue_.front());
       queue_.pop_front();
       uint64_t index = ++consumed_;
       bool always = always_.erase(index) > 0;
       bool skip = !error_.ok() && !always;
       busy_ = true;
-      l.unlock();
+      mu_.Unlock();
       absl::Status s = skip ? absl::OkStatus() : task();
-      l.lock();
+      mu_.Lock();
       busy_ = false;
       if (!s.ok() && error_.ok()) error_ = s;
-      if (queue_.empty()) idle_cv_.notify_all();
     }
+    mu_.Unlock();
   }
 
   Executor* executor_;
   int priority_;
   HostFaultInjection* faults_;
-  std::mutex mu_;
-  std::condition_variable cv_, idle_cv_;
-  std::deque<std::function<absl::Status()>> queue_;
-  std::set<uint64_t> always_;  // 1-based positions of tasks that run even after an error
-  uint64_t consumed_ = 0;
-  bool busy_ = false;
-  bool stop_ = false;
-  absl::Status error_;
+  absl::Mutex mu_;
+  std::deque<std::function<absl::Status()>> queue_ ABSL_GUARDED_BY(mu_);
+  // 1-based positions of tasks that run even after an error.
+  std::set<uint64_t> always_ ABSL_GUARDED_BY(mu_);
+  uint64_t consumed_ ABSL_GUARDED_BY(mu_) = 0;
+  bool busy_ ABSL_GUARDED_BY(mu_) = false;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status error_ ABSL_GUARDED_BY(mu_);
   std::thread worker_;  // last: starts after the members above exist
 };
 
