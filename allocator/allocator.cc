@@ -102,19 +102,19 @@ absl::Status Allocator::Deallocate(void* ptr) {
 
 void Allocator::AddObserver(AllocatorObserver* observer) {
   if (observer == nullptr) return;
-  absl::MutexLock l(&observers_mu_);
+  StdMutexLock l(&observers_mu_);
   observers_.push_back(observer);
   has_observers_.store(true, std::memory_order_relaxed);
 }
 
 void Allocator::RemoveObserver(AllocatorObserver* observer) {
-  absl::MutexLock l(&observers_mu_);
+  StdMutexLock l(&observers_mu_);
   observers_.erase(std::remove(observers_.begin(), observers_.end(), observer), observers_.end());
   has_observers_.store(!observers_.empty(), std::memory_order_relaxed);
 }
 
 void Allocator::NotifySlow(const std::string& allocator_name, const AllocatorEvent& e) const {
-  absl::MutexLock l(&observers_mu_);
+  StdMutexLock l(&observers_mu_);
   for (AllocatorObserver* o : observers_) o->OnAllocatorEvent(allocator_name, e);
 }
 

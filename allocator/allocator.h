@@ -26,7 +26,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "absl/synchronization/mutex.h"
+#include "vgpu/allocator/locks.h"
 
 namespace vgpu {
 
@@ -201,7 +201,7 @@ class Allocator {
   virtual absl::Status DoDeallocate(void* ptr) = 0;
 
   // A leaf lock: taken under the allocator's own lock, never the other way round.
-  mutable absl::Mutex observers_mu_;
+  mutable StdMutex observers_mu_;
   std::vector<AllocatorObserver*> observers_ ABSL_GUARDED_BY(observers_mu_);
   std::atomic<bool> has_observers_{false};
 };

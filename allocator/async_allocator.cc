@@ -64,13 +64,13 @@ AsyncAllocator::AsyncAllocator(AsyncOptions options, std::unique_ptr<Stream> own
       owned_stream_(std::move(owned_stream)),
       stream_(stream),
       pool_(std::move(pool)) {
-  absl::MutexLock l(&mu_);  // no other thread yet: for the analysis
+  StdMutexLock l(&mu_);  // no other thread yet: for the analysis
   counters_.stats.bytes_limit = options_.memory_limit;
 }
 
 AsyncAllocator::~AsyncAllocator() {
   {
-    absl::MutexLock l(&mu_);
+    StdMutexLock l(&mu_);
     for (auto& [ptr, block] : live_) pool_->FreeAsync(block.base, stream_).IgnoreError();
     live_.clear();
   }
@@ -81,7 +81,7 @@ AsyncAllocator::~AsyncAllocator() {
 }
 
 absl::StatusOr<void*> AsyncAllocator::DoAllocate(uint64_t bytes, uint64_t alignment) {
-  absl::MutexLock l(&mu_);
+  StdMutexLock l(&mu_);
   const uint64_t limit = options_.memory_limit;
   if (bytes > limit) {
     return OomErrorLocked(bytes, RoundUp(limit, kRounding), "over the limit",
@@ -132,7 +132,7 @@ absl::StatusOr<void*> AsyncAllocator::DoAllocate(uint64_t bytes, uint64_t alignm
 }
 
 absl::Status AsyncAllocator::DoDeallocate(void* ptr) {
-  absl::MutexLock l(&mu_);
+  StdMutexLock l(&mu_);
   auto it = live_.find(ptr);
   if (it == live_.end()) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -150,7 +150,7 @@ absl::Status AsyncAllocator::DoDeallocate(void* ptr) {
 absl::Status AsyncAllocator::Trim() {
   VGPU_RETURN_IF_ERROR(stream_->Synchronize());
   VGPU_RETURN_IF_ERROR(pool_->TrimTo(0));
-  absl::MutexLock l(&mu_);
+  StdMutexLock l(&mu_);
   RefreshReservedLocked();
   return absl::OkStatus();
 }
@@ -195,12 +195,12 @@ AllocatorStats AsyncAllocator::StatsLocked() const {
 }
 
 AllocatorStats AsyncAllocator::Stats() const {
-  absl::MutexLock l(&mu_);
+  StdMutexLock l(&mu_);
   return StatsLocked();
 }
 
 std::string AsyncAllocator::DumpMemoryLog() const {
-  absl::MutexLock l(&mu_);
+  StdMutexLock l(&mu_);
   AllocatorStats s = StatsLocked();
   std::string out =
       absl::StrCat(name(), " (async: the driver's stream-ordered pool)\n  ", s.ToString(), "\n");
@@ -225,7 +225,7 @@ std::string AsyncAllocator::DumpMemoryLog() const {
 }
 
 absl::Status AsyncAllocator::CheckInvariants() const {
-  absl::MutexLock l(&mu_);
+  StdMutexLock l(&mu_);
   const AllocatorStats& stats = counters_.stats;
   uint64_t sum = 0;
   for (const auto& [ptr, block] : live_) {

@@ -31,9 +31,9 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "absl/synchronization/mutex.h"
 #include "vgpu/allocator/allocator.h"
 #include "vgpu/allocator/factory.h"
+#include "vgpu/allocator/locks.h"
 #include "vgpu/runtime/platform.h"
 
 namespace vgpu {
@@ -92,7 +92,7 @@ class AsyncAllocator final : public Allocator {
   Stream* const stream_;
   std::unique_ptr<MemoryPool> pool_;
 
-  mutable absl::Mutex mu_;
+  mutable StdMutex mu_;
   absl::flat_hash_map<void*, Block> live_ ABSL_GUARDED_BY(mu_);  // by the pointer handed out
   uint64_t pending_ ABSL_GUARDED_BY(mu_) = 0;  // bytes of allocations waiting out a trim
   // Reserved is refreshed from the pool, also by const readers (Stats).

@@ -21,13 +21,10 @@
 #define VGPU_ALLOCATOR_BFC_ALLOCATOR_H_
 
 #include <algorithm>
-#include <atomic>
 #include <bit>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -35,6 +32,7 @@
 #include "absl/status/statusor.h"
 #include "vgpu/allocator/allocator.h"
 #include "vgpu/allocator/factory.h"
+#include "vgpu/allocator/locks.h"
 #include "vgpu/allocator/ptr_map.h"
 #include "vgpu/allocator/sub_allocator.h"
 
@@ -59,42 +57,6 @@ struct BFCOptions {
   // random_mixed in 1.25x peak live instead of 1.38x.
   uint64_t min_split_bytes = 256;
   double min_split_fraction = 0.25;
-};
-
-// The allocator's one lock. Critical sections are tens of nanoseconds, so a test-and-set lock
-// that yields the core after a short spin beats a futex mutex (std::mutex costs two library
-// calls per operation; Debian's absl::Mutex also runs deadlock detection).
-class ABSL_LOCKABLE SpinLock {
- public:
-  void lock() ABSL_EXCLUSIVE_LOCK_FUNCTION() {
-    while (locked_.exchange(true, std::memory_order_acquire)) {
-      for (int i = 0; locked_.load(std::memory_order_relaxed); ++i) {
-        if (i < 64) {
-#if defined(__x86_64__) || defined(__i386__)
-          __builtin_ia32_pause();
-#endif
-        } else {
-          std::this_thread::yield();
-        }
-      }
-    }
-  }
-  void unlock() ABSL_UNLOCK_FUNCTION() { locked_.store(false, std::memory_order_release); }
-
- private:
-  std::atomic<bool> locked_{false};
-};
-
-// Holds a SpinLock for its scope (std::lock_guard, which Clang's analysis cannot see through).
-class ABSL_SCOPED_LOCKABLE SpinLockGuard {
- public:
-  explicit SpinLockGuard(SpinLock& mu) ABSL_EXCLUSIVE_LOCK_FUNCTION(mu) : mu_(mu) { mu_.lock(); }
-  ~SpinLockGuard() ABSL_UNLOCK_FUNCTION() { mu_.unlock(); }
-  SpinLockGuard(const SpinLockGuard&) = delete;
-  SpinLockGuard& operator=(const SpinLockGuard&) = delete;
-
- private:
-  SpinLock& mu_;
 };
 
 class BFCAllocator final : public Allocator {

@@ -34,7 +34,7 @@ void MemoryHistory::OnAllocatorEvent(const std::string& allocator_name, const Al
   int64_t t = std::chrono::duration_cast<std::chrono::nanoseconds>(
                   std::chrono::steady_clock::now() - start_)
                   .count();
-  absl::MutexLock l(&mu_);
+  StdMutexLock l(&mu_);
   uint32_t index;
   auto it = std::find(names_.begin(), names_.end(), allocator_name);
   if (it == names_.end()) {
@@ -54,7 +54,7 @@ void MemoryHistory::OnAllocatorEvent(const std::string& allocator_name, const Al
 }
 
 std::vector<MemoryHistory::Entry> MemoryHistory::Events() const {
-  absl::MutexLock l(&mu_);
+  StdMutexLock l(&mu_);
   std::vector<Entry> out;
   out.reserve(ring_.size());
   for (size_t i = 0; i < ring_.size(); ++i) out.push_back(ring_[(next_ + i) % ring_.size()]);
@@ -62,29 +62,29 @@ std::vector<MemoryHistory::Entry> MemoryHistory::Events() const {
 }
 
 std::vector<std::string> MemoryHistory::allocator_names() const {
-  absl::MutexLock l(&mu_);
+  StdMutexLock l(&mu_);
   return names_;
 }
 
 uint64_t MemoryHistory::recorded() const {
-  absl::MutexLock l(&mu_);
+  StdMutexLock l(&mu_);
   return recorded_;
 }
 
 uint64_t MemoryHistory::dropped() const {
-  absl::MutexLock l(&mu_);
+  StdMutexLock l(&mu_);
   return recorded_ - ring_.size();
 }
 
 void MemoryHistory::Clear() {
-  absl::MutexLock l(&mu_);
+  StdMutexLock l(&mu_);
   ring_.clear();
   next_ = 0;
   recorded_ = 0;
 }
 
 void MemoryHistory::SetLimit(const std::string& allocator_name, uint64_t bytes) {
-  absl::MutexLock l(&mu_);
+  StdMutexLock l(&mu_);
   for (auto& [name, b] : limits_) {
     if (name == allocator_name) {
       b = bytes;
@@ -104,7 +104,7 @@ std::string MemoryHistory::ToJson() const {
   w.Field("dropped", dropped());
   w.Key("limits").BeginObject();
   {
-    absl::MutexLock l(&mu_);
+    StdMutexLock l(&mu_);
     for (const auto& [name, bytes] : limits_) w.Field(name, bytes);
   }
   w.EndObject();

@@ -22,8 +22,8 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
-#include "absl/synchronization/mutex.h"
 #include "vgpu/allocator/allocator.h"
+#include "vgpu/allocator/locks.h"
 
 namespace vgpu {
 
@@ -54,7 +54,7 @@ class MemoryHistory final : public AllocatorObserver {
  private:
   const size_t capacity_;
   const std::chrono::steady_clock::time_point start_;
-  mutable absl::Mutex mu_;
+  mutable StdMutex mu_;
   std::vector<Entry> ring_ ABSL_GUARDED_BY(mu_);
   size_t next_ ABSL_GUARDED_BY(mu_) = 0;  // slot of the next write once the ring is full
   uint64_t recorded_ ABSL_GUARDED_BY(mu_) = 0;

@@ -143,7 +143,7 @@ absl::StatusOr<Trace> ReadTraceFile(const std::string& path) {
 
 void TraceRecorder::OnAllocatorEvent(const std::string& allocator_name, const AllocatorEvent& e) {
   if (e.kind != AllocatorEventKind::kAlloc && e.kind != AllocatorEventKind::kFree) return;
-  absl::MutexLock l(&mu_);
+  StdMutexLock l(&mu_);
   auto key = std::make_pair(allocator_name, e.ptr);
   if (e.kind == AllocatorEventKind::kAlloc) {
     uint64_t id = next_id_++;
@@ -163,17 +163,17 @@ void TraceRecorder::OnAllocatorEvent(const std::string& allocator_name, const Al
 }
 
 uint64_t TraceRecorder::events() const {
-  absl::MutexLock l(&mu_);
+  StdMutexLock l(&mu_);
   return events_;
 }
 
 uint64_t TraceRecorder::peak_live_bytes() const {
-  absl::MutexLock l(&mu_);
+  StdMutexLock l(&mu_);
   return peak_live_;
 }
 
 std::string TraceRecorder::Text() const {
-  absl::MutexLock l(&mu_);
+  StdMutexLock l(&mu_);
   return absl::StrCat("# ", name_, "\n# peak_live_bytes ", peak_live_, "\n", body_);
 }
 

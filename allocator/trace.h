@@ -21,8 +21,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "absl/synchronization/mutex.h"
 #include "vgpu/allocator/allocator.h"
+#include "vgpu/allocator/locks.h"
 
 namespace vgpu {
 
@@ -77,7 +77,7 @@ class TraceRecorder final : public AllocatorObserver {
   uint64_t peak_live_bytes() const;  // max of the sum of live requested bytes
 
  private:
-  mutable absl::Mutex mu_;
+  mutable StdMutex mu_;
   std::string name_;
   std::string body_ ABSL_GUARDED_BY(mu_);
   uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 0;

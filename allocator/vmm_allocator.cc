@@ -43,7 +43,7 @@ class VmmAllocator::SlabSubAllocator final : public SubAllocator {
   // they fail the same way and BFC ends with the pool's own reason.
   absl::StatusOr<void*> Alloc(uint64_t bytes, uint64_t alignment) override {
     if (bytes == 0) return absl::InvalidArgumentError(absl::StrCat(name(), ": empty slab"));
-    absl::MutexLock l(&owner_->mu_);
+    StdMutexLock l(&owner_->mu_);
     absl::StatusOr<std::unique_ptr<Range>> r = owner_->MapRangeLocked(
         CeilDiv(bytes, owner_->granularity_), std::max(alignment, owner_->granularity_));
     if (!r.ok()) {
@@ -59,7 +59,7 @@ class VmmAllocator::SlabSubAllocator final : public SubAllocator {
   }
 
   absl::Status Free(void* ptr, uint64_t bytes) override {
-    absl::MutexLock l(&owner_->mu_);
+    StdMutexLock l(&owner_->mu_);
     auto it = owner_->slab_ranges_.find(ptr);
     if (it == owner_->slab_ranges_.end() ||
         it->second->granules.size() != CeilDiv(bytes, owner_->granularity_)) {
@@ -169,7 +169,7 @@ absl::Status VmmAllocator::Init() {
   slab_observer_ = std::make_unique<SlabObserver>(this);
   slabs_->AddObserver(slab_observer_.get());
   if (!options_.allow_growth) {
-    absl::MutexLock l(&mu_);  // not shared yet; for the analysis
+    StdMutexLock l(&mu_);  // not shared yet; for the analysis
     // Everything up front, in one physical allocation: one driver call, and granules are
     // (handle, offset) pairs inside it.
     absl::StatusOr<PhysicalMemoryHandle> h = executor_->CreatePhysicalMemory(limit_granules_ * g);
@@ -192,7 +192,7 @@ absl::Status VmmAllocator::Init() {
 VmmAllocator::~VmmAllocator() {
   // The slab BFC frees its regions through SlabSubAllocator, which takes mu_.
   slabs_.reset();
-  absl::MutexLock l(&mu_);
+  StdMutexLock l(&mu_);
   for (auto& [p, range] : blocks_) UnmapRangeLocked(std::move(range)).IgnoreError();
   blocks_.clear();
   for (auto& [p, range] : slab_ranges_) UnmapRangeLocked(std::move(range)).IgnoreError();
@@ -222,7 +222,7 @@ absl::StatusOr<void*> VmmAllocator::AllocateSmall(uint64_t bytes, uint64_t align
   if (p.ok() || !absl::IsResourceExhausted(p.status())) return p;
   std::string why;
   {
-    absl::MutexLock l(&mu_);
+    StdMutexLock l(&mu_);
     ++num_ooms_;
     NotifyEvent(AllocatorEventKind::kOom, nullptr, bytes);
     // The slab BFC's own message would repeat the numbers (and suggest vmm); say why no slab
@@ -335,7 +335,7 @@ absl::Status VmmAllocator::DoDeallocate(void* ptr) {
   // Large blocks start on a granule; anything else can only be a small block, and the slab
   // BFC checks it without our lock.
   if (reinterpret_cast<uintptr_t>(ptr) % granularity_ == 0) {
-    absl::ReleasableMutexLock l(&mu_);
+    StdMutexLock l(&mu_);
     if (auto b = blocks_.find(ptr); b != blocks_.end()) {
       std::unique_ptr<Range> range = std::move(b->second);
       blocks_.erase(b);
@@ -389,7 +389,7 @@ absl::Status VmmAllocator::GiveBackIfIdle(const void* last_range, uint64_t last_
   // SlabSubAllocator::Free, which takes ours). Only wholly free slabs go, so a block another
   // thread allocated meanwhile is safe.
   if (slabs_ != nullptr) VGPU_RETURN_IF_ERROR(slabs_->ReleaseEmptyRegions(keep_slab).status());
-  absl::MutexLock l(&mu_);
+  StdMutexLock l(&mu_);
   if (!IdleLocked()) return absl::OkStatus();  // busy again: the epoch rule applies
   const uint64_t cache_keep = keep_granules_ > slab_granules_ ? keep_granules_ - slab_granules_ : 0;
   while (cached_granules_ > cache_keep) VGPU_RETURN_IF_ERROR(EvictOneLocked(last_range));
@@ -610,7 +610,7 @@ absl::Status VmmAllocator::GiveBackLocked(uint64_t keep) {
 
 absl::Status VmmAllocator::Trim() {
   if (slabs_ != nullptr) slabs_->ReleaseEmptyRegions().IgnoreError();
-  absl::MutexLock l(&mu_);
+  StdMutexLock l(&mu_);
   while (cached_granules_ > 0) VGPU_RETURN_IF_ERROR(EvictOneLocked());
   if (options_.allow_growth) VGPU_RETURN_IF_ERROR(GiveBackLocked(0));
   return absl::OkStatus();
@@ -620,7 +620,7 @@ absl::Status VmmAllocator::OomError(uint64_t bytes, uint64_t rounded, absl::stri
   // The same numbers as Stats(): the slab BFC's first (its lock comes before ours).
   AllocatorStats slab;
   if (slabs_ != nullptr) slab = slabs_->Stats();
-  absl::MutexLock l(&mu_);
+  StdMutexLock l(&mu_);
   const AllocatorStats s = CombinedStatsLocked(slab);
   const uint64_t g = granularity_;
   // Granules below the limit plus cached ones can all be stitched into one new block.
@@ -668,12 +668,12 @@ AllocatorStats VmmAllocator::CombinedStatsLocked(const AllocatorStats& slab) con
 AllocatorStats VmmAllocator::Stats() const {
   AllocatorStats slab;
   if (slabs_ != nullptr) slab = slabs_->Stats();
-  absl::MutexLock l(&mu_);
+  StdMutexLock l(&mu_);
   return CombinedStatsLocked(slab);
 }
 
 VmmAllocator::GranuleCounts VmmAllocator::Granules() const {
-  absl::MutexLock l(&mu_);
+  StdMutexLock l(&mu_);
   GranuleCounts c;
   c.created = created_granules_;
   c.mapped = mapped_granules_;
@@ -695,7 +695,7 @@ std::string VmmAllocator::DumpMemoryLog() const {
   {
     AllocatorStats slab;
     if (slabs_ != nullptr) slab = slabs_->Stats();
-    absl::MutexLock l(&mu_);
+    StdMutexLock l(&mu_);
     const uint64_t g = granularity_;
     absl::StrAppend(&out, name(), " (vmm over ", VmmDeviceName(executor_), ", granule ",
                     FormatBytes(g), ")\n  ", CombinedStatsLocked(slab).ToString(), "\n");
@@ -765,7 +765,7 @@ absl::Status VmmAllocator::CheckInvariants() const {
     VGPU_RETURN_IF_ERROR(slabs_->CheckInvariants());
     slab = slabs_->Stats();
   }
-  absl::MutexLock l(&mu_);
+  StdMutexLock l(&mu_);
   auto fail = [&](auto... parts) {
     return absl::InternalError(absl::StrCat(name(), ": invariant broken: ", parts...));
   };

@@ -36,9 +36,9 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
 #include "vgpu/allocator/allocator.h"
 #include "vgpu/allocator/factory.h"
+#include "vgpu/allocator/locks.h"
 #include "vgpu/runtime/platform.h"
 
 namespace vgpu {
@@ -191,7 +191,7 @@ class VmmAllocator final : public Allocator {
   std::unique_ptr<SlabObserver> slab_observer_;
   std::unique_ptr<BFCAllocator> slabs_;  // small blocks, over SlabSubAllocator
 
-  mutable absl::Mutex mu_;
+  mutable StdMutex mu_;
   // growth off: the one allocation of the whole limit
   PhysicalMemoryHandle bulk_ ABSL_GUARDED_BY(mu_);
   // index -> granule; holes have handle.bytes == 0
