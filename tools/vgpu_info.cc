@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -27,6 +28,7 @@
 #include "vgpu/runtime/json.h"
 #include "vgpu/runtime/numbers.h"
 #include "vgpu/runtime/platform.h"
+#include "vgpu/runtime/platform_registry.h"
 #include "vgpu/tools/flags.h"
 #include "vgpu/tools/info_flags.h"
 
@@ -98,13 +100,28 @@ int main(int argc, char** argv) {
   const bool selftest = parsed->selftest;
   const std::string& history_path = parsed->history_path;
   const std::string& platform_name = parsed->platform;
-  // The host platform reads its simulated cards from the environment when it is first made.
-  if (parsed->host_devices) setenv("VGPU_HOST_DEVICES", parsed->host_devices->c_str(), 1);
   // --platform wins over VGPU_PLATFORM; "auto" is VGPU_PLATFORM=auto's rule.
   absl::StatusOr<vgpu::Platform*> platform = platform_name.empty() ? vgpu::DefaultPlatform()
                                              : platform_name == "auto"
                                                  ? vgpu::AutoPlatform()
                                                  : vgpu::GetPlatform(platform_name);
+  // --host-devices: the chosen platform is made afresh with the flag over the environment
+  // (the process-wide one reads the environment, which a tool does not change).
+  std::unique_ptr<vgpu::Platform> owned_platform;
+  if (platform.ok() && parsed->host_devices) {
+    const std::string host_devices = *parsed->host_devices;
+    absl::StatusOr<std::unique_ptr<vgpu::Platform>> made = vgpu::CreatePlatform(
+        (*platform)->name(), [&](absl::string_view name) -> std::optional<std::string> {
+          if (name == "VGPU_HOST_DEVICES") return host_devices;
+          return vgpu::ProcessEnvironment()(name);
+        });
+    if (made.ok()) {
+      owned_platform = std::move(*made);
+      platform = owned_platform.get();
+    } else {
+      platform = made.status();
+    }
+  }
   if (!platform.ok()) {
     std::fprintf(stderr, "vgpu-info: %s\n", std::string(platform.status().message()).c_str());
     return 2;
