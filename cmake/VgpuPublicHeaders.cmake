@@ -12,34 +12,39 @@
 set(VGPU_PUBLIC_HEADERS
   runtime/bytes.h
   runtime/kernels.h
+  runtime/fault_injector.h
   runtime/nccl.h
   runtime/numbers.h
   runtime/platform.h
+  runtime/platform_registry.h
   runtime/status.h
 
   allocator/allocator.h
   allocator/async_allocator.h
   allocator/bfc_allocator.h
   allocator/factory.h
+  allocator/locks.h
   allocator/memory_history.h
   allocator/ptr_map.h
   allocator/sub_allocator.h
   allocator/sub_allocators.h
   allocator/trace.h
   allocator/vmm_allocator.h
-  allocator/vmm_backend.h
 
   devices/config.h
   devices/device_name.h
   devices/logical_device.h
   devices/runtime.h
+  devices/settings.h
 
   strategies/central_storage.h
   strategies/collectives.h
   strategies/idx.h
   strategies/mirrored.h
+  strategies/model.h
   strategies/model_parallel.h
   strategies/nn.h
+  strategies/stage_chain.h
   strategies/step_accounting.h
   strategies/strategy.h
   strategies/tensor.h
@@ -52,6 +57,5 @@ set(VGPU_PRIVATE_HEADERS
   runtime/file_io.h           # the tools' file reader
   runtime/json.h              # the tools' JSON writer
   runtime/user_text.h         # quoting for the library's own error messages
-  strategies/device_set.h     # test-only device registry
   strategies/replica_eval.h   # shared by the strategies' .cc files
 )

@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "vgpu/allocator/allocator.h"
 #include "vgpu/devices/config.h"
 #include "vgpu/runtime/bytes.h"
 #include "vgpu/runtime/numbers.h"
@@ -407,6 +408,12 @@ void CheckStdoutAtExit() {
   }
 }
 }  // namespace
+
+void ReportLibraryErrorsToStderr() {
+  SetAllocatorErrorSink([](absl::string_view m) {
+    std::fprintf(stderr, "%.*s\n", static_cast<int>(m.size()), m.data());
+  });
+}
 
 void ExitFailsOnStdoutError(const char* program) {
   g_program = program;

@@ -139,6 +139,11 @@ std::string RuntimeSettingsUsage();
 // Argv (without the program name) as strings.
 std::vector<std::string> Args(int argc, char** argv);
 
+// Library errors that have no caller to return to (allocator/allocator.h's error sink: a
+// buffer freed in a destructor, an allocator destroyed with live allocations) go to stderr
+// as "vgpu: ..." lines. Every tool calls this first.
+void ReportLibraryErrorsToStderr();
+
 // Makes a failed write to standard output a failure of the tool, as coreutils do: at exit,
 // stdout is flushed and closed, and when that (or any earlier write) failed, for example a
 // closed stdout or a full disk (/dev/full), "PROGRAM: cannot write standard output: REASON"

@@ -66,9 +66,7 @@ absl::StatusOr<Executor*> BenchExecutor(const std::string& platform) {
 
 int main(int argc, char** argv) {
   vgpu::flags::ExitFailsOnStdoutError("vgpu-bench");
-  vgpu::SetAllocatorErrorSink([](absl::string_view m) {
-    std::fprintf(stderr, "%.*s\n", static_cast<int>(m.size()), m.data());
-  });
+  vgpu::flags::ReportLibraryErrorsToStderr();
   namespace flags = vgpu::flags;
   absl::StatusOr<vgpu::bench::BenchArgs> a = vgpu::bench::ParseBenchArgs(flags::Args(argc, argv));
   if (!a.ok()) {

@@ -82,6 +82,7 @@ std::string ShortName(const vgpu::LogicalDevice& d) {
 
 int main(int argc, char** argv) {
   vgpu::flags::ExitFailsOnStdoutError("vgpu-info");
+  vgpu::flags::ReportLibraryErrorsToStderr();
   if (argc > 1 && std::string(argv[1]) == "timeline") {
     return vgpu_info::TimelineMain(argc - 1, argv + 1);
   }

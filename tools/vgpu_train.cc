@@ -499,5 +499,6 @@ int Main(int argc, char** argv) {
 
 int main(int argc, char** argv) {
   vgpu::flags::ExitFailsOnStdoutError("vgpu-train");
+  vgpu::flags::ReportLibraryErrorsToStderr();
   return vgpu::Main(argc, argv);
 }
