@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
+#include "vgpu/runtime/mutex.h"
 #include "vgpu/runtime/bytes.h"
 
 namespace vgpu {
@@ -23,7 +24,7 @@ std::string AllocatorStats::ToString() const {
 
 namespace {
 
-absl::Mutex sink_mu(absl::kConstInit);
+vgpu::Mutex sink_mu;
 std::function<void(absl::string_view)>* error_sink ABSL_GUARDED_BY(sink_mu) = nullptr;
 
 void ReportFreeFailure(const absl::Status& s) {
@@ -36,14 +37,14 @@ void SetAllocatorErrorSink(std::function<void(absl::string_view message)> sink) 
   auto* next = sink ? new std::function<void(absl::string_view)>(std::move(sink)) : nullptr;
   std::function<void(absl::string_view)>* old;
   {
-    absl::MutexLock l(&sink_mu);
+    vgpu::MutexLock l(&sink_mu);
     old = std::exchange(error_sink, next);
   }
   delete old;
 }
 
 void ReportAllocatorError(absl::string_view message) {
-  absl::MutexLock l(&sink_mu);
+  vgpu::MutexLock l(&sink_mu);
   if (error_sink != nullptr) (*error_sink)(message);
 }
 

@@ -67,14 +67,14 @@ absl::StatusOr<void*> HostMemorySubAllocator::Alloc(uint64_t bytes, uint64_t ali
     return absl::ResourceExhaustedError(
         absl::StrCat(name(), ": cannot allocate ", FormatBytes(bytes)));
   }
-  absl::MutexLock l(&mu_);
+  vgpu::MutexLock l(&mu_);
   live_[p] = bytes;
   return p;
 }
 
 absl::Status HostMemorySubAllocator::Free(void* ptr, uint64_t bytes) {
   {
-    absl::MutexLock l(&mu_);
+    vgpu::MutexLock l(&mu_);
     auto it = live_.find(ptr);
     if (it == live_.end() || it->second != bytes) {
       return absl::InvalidArgumentError(
@@ -90,7 +90,7 @@ FakeSubAllocator::FakeSubAllocator(FakeSubAllocatorOptions options)
     : options_(options), next_(options.base_address) {}
 
 absl::StatusOr<void*> FakeSubAllocator::Alloc(uint64_t bytes, uint64_t alignment) {
-  absl::MutexLock l(&mu_);
+  vgpu::MutexLock l(&mu_);
   ++alloc_calls_;
   if (options_.fail_after_calls >= 0 && alloc_calls_ > options_.fail_after_calls) {
     return absl::ResourceExhaustedError(
@@ -112,7 +112,7 @@ absl::StatusOr<void*> FakeSubAllocator::Alloc(uint64_t bytes, uint64_t alignment
 }
 
 absl::Status FakeSubAllocator::Free(void* ptr, uint64_t bytes) {
-  absl::MutexLock l(&mu_);
+  vgpu::MutexLock l(&mu_);
   auto it = live_.find(reinterpret_cast<uint64_t>(ptr));
   if (it == live_.end() || it->second != bytes) {
     return absl::InvalidArgumentError(
@@ -125,19 +125,19 @@ absl::Status FakeSubAllocator::Free(void* ptr, uint64_t bytes) {
 }
 
 int64_t FakeSubAllocator::alloc_calls() const {
-  absl::MutexLock l(&mu_);
+  vgpu::MutexLock l(&mu_);
   return alloc_calls_;
 }
 int64_t FakeSubAllocator::free_calls() const {
-  absl::MutexLock l(&mu_);
+  vgpu::MutexLock l(&mu_);
   return free_calls_;
 }
 uint64_t FakeSubAllocator::bytes_outstanding() const {
-  absl::MutexLock l(&mu_);
+  vgpu::MutexLock l(&mu_);
   return outstanding_;
 }
 uint64_t FakeSubAllocator::regions_outstanding() const {
-  absl::MutexLock l(&mu_);
+  vgpu::MutexLock l(&mu_);
   return live_.size();
 }
 

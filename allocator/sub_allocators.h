@@ -17,6 +17,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
+#include "vgpu/runtime/mutex.h"
 #include "vgpu/allocator/sub_allocator.h"
 #include "vgpu/runtime/platform.h"
 
@@ -51,7 +52,7 @@ class HostMemorySubAllocator final : public SubAllocator {
   absl::Status Free(void* ptr, uint64_t bytes) override;
 
  private:
-  absl::Mutex mu_;
+  vgpu::Mutex mu_;
   absl::flat_hash_map<void*, uint64_t> live_ ABSL_GUARDED_BY(mu_);  // validates Free
 };
 
@@ -81,7 +82,7 @@ class FakeSubAllocator final : public SubAllocator {
 
  private:
   const FakeSubAllocatorOptions options_;
-  mutable absl::Mutex mu_;
+  mutable vgpu::Mutex mu_;
   uint64_t next_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t outstanding_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t alloc_calls_ ABSL_GUARDED_BY(mu_) = 0;

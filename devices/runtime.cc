@@ -311,12 +311,12 @@ absl::StatusOr<LogicalDevice*> Runtime::Place(absl::string_view spec,
 }
 
 void Runtime::SetPlacementLogSink(std::function<void(absl::string_view)> sink) {
-  absl::MutexLock lock(&log_mu_);
+  vgpu::MutexLock lock(&log_mu_);
   log_sink_ = std::move(sink);
 }
 
 void Runtime::Log(absl::string_view line) const {
-  absl::MutexLock lock(&log_mu_);
+  vgpu::MutexLock lock(&log_mu_);
   if (log_sink_) {
     log_sink_(line);
   } else {
@@ -327,7 +327,7 @@ void Runtime::Log(absl::string_view line) const {
 namespace {
 
 struct DefaultState {
-  absl::Mutex mu;
+  vgpu::Mutex mu;
   std::optional<RuntimeConfig> config ABSL_GUARDED_BY(mu);  // from SetDefaultRuntimeConfig
   Runtime* runtime ABSL_GUARDED_BY(mu) = nullptr;           // leaked on purpose: lives until exit
 };
@@ -341,7 +341,7 @@ DefaultState& Default() {
 
 absl::StatusOr<Runtime*> DefaultRuntime() {
   DefaultState& d = Default();
-  absl::MutexLock lock(&d.mu);
+  vgpu::MutexLock lock(&d.mu);
   if (d.runtime != nullptr) return d.runtime;
   RuntimeConfig config;
   if (d.config) {
@@ -356,7 +356,7 @@ absl::StatusOr<Runtime*> DefaultRuntime() {
 
 absl::Status SetDefaultRuntimeConfig(const RuntimeConfig& config) {
   DefaultState& d = Default();
-  absl::MutexLock lock(&d.mu);
+  vgpu::MutexLock lock(&d.mu);
   if (d.runtime != nullptr) {
     return absl::FailedPreconditionError(
         "the default runtime's configuration cannot be modified after it has been "

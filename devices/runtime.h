@@ -21,6 +21,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
+#include "vgpu/runtime/mutex.h"
 #include "vgpu/devices/config.h"
 #include "vgpu/devices/device_name.h"
 #include "vgpu/devices/logical_device.h"
@@ -101,7 +102,7 @@ class Runtime {
   std::vector<LogicalDevice*> gpus_;
   LogicalDevice* cpu_ = nullptr;
   std::vector<DeviceName> parsed_names_;  // parallel to all_
-  mutable absl::Mutex log_mu_;
+  mutable vgpu::Mutex log_mu_;
   std::function<void(absl::string_view)> log_sink_ ABSL_GUARDED_BY(log_mu_);
 };
 

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
+#include "vgpu/runtime/mutex.h"
 #include "vgpu/runtime/status.h"
 #include "vgpu/runtime/user_text.h"
 
@@ -30,7 +31,7 @@ class Registry {
       return absl::InvalidArgumentError(
           absl::StrCat("RegisterPlatform: ", QuoteUserText(name), " cannot name a platform"));
     }
-    absl::MutexLock l(&mu_);
+    vgpu::MutexLock l(&mu_);
     for (const Entry& e : entries_) {
       if (e.name == name) {
         return absl::AlreadyExistsError(
@@ -45,12 +46,12 @@ class Registry {
   }
 
   std::vector<Entry> Entries() const ABSL_LOCKS_EXCLUDED(mu_) {
-    absl::MutexLock l(&mu_);
+    vgpu::MutexLock l(&mu_);
     return entries_;
   }
 
  private:
-  mutable absl::Mutex mu_;
+  mutable vgpu::Mutex mu_;
   std::vector<Entry> entries_ ABSL_GUARDED_BY(mu_);
 };
 
@@ -59,7 +60,7 @@ class Registry {
 class Singletons {
  public:
   absl::StatusOr<Platform*> Get(const Entry& e) ABSL_LOCKS_EXCLUDED(mu_) {
-    absl::MutexLock l(&mu_);
+    vgpu::MutexLock l(&mu_);
     auto it = platforms_.find(e.name);
     if (it == platforms_.end()) {
       absl::StatusOr<std::unique_ptr<Platform>> p = e.factory(ProcessEnvironment());
@@ -71,7 +72,7 @@ class Singletons {
   }
 
  private:
-  absl::Mutex mu_;
+  vgpu::Mutex mu_;
   absl::flat_hash_map<std::string, absl::StatusOr<Platform*>> platforms_ ABSL_GUARDED_BY(mu_);
 };
 

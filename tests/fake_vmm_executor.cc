@@ -17,14 +17,14 @@ absl::StatusOr<void*> FakeVmmExecutor::ReserveAddressRange(uint64_t bytes) {
   if (!checked_) return FakeAddressExecutor::ReserveAddressRange(bytes);
   VGPU_RETURN_IF_ERROR(CheckGranular("ReserveAddressRange", bytes));
   uint64_t va = NextRange(bytes);
-  absl::MutexLock l(&mu_);
+  vgpu::MutexLock l(&mu_);
   ranges_.emplace(va, bytes);
   return reinterpret_cast<void*>(va);
 }
 
 absl::Status FakeVmmExecutor::FreeAddressRange(void* va, uint64_t bytes) {
   if (!checked_) return FakeAddressExecutor::FreeAddressRange(va, bytes);
-  absl::MutexLock l(&mu_);
+  vgpu::MutexLock l(&mu_);
   uint64_t v = reinterpret_cast<uint64_t>(va);
   auto it = ranges_.find(v);
   if (it == ranges_.end() || it->second != bytes) {
@@ -44,7 +44,7 @@ absl::Status FakeVmmExecutor::FreeAddressRange(void* va, uint64_t bytes) {
 absl::StatusOr<PhysicalMemoryHandle> FakeVmmExecutor::CreatePhysicalMemory(uint64_t bytes) {
   if (!checked_) return FakeAddressExecutor::CreatePhysicalMemory(bytes);
   VGPU_RETURN_IF_ERROR(CheckGranular("CreatePhysicalMemory", bytes));
-  absl::MutexLock l(&mu_);
+  vgpu::MutexLock l(&mu_);
   if (physical_capacity() != 0 && physical_bytes_ + bytes > physical_capacity()) {
     return RefuseCreate(bytes, physical_bytes_);
   }
@@ -56,7 +56,7 @@ absl::StatusOr<PhysicalMemoryHandle> FakeVmmExecutor::CreatePhysicalMemory(uint6
 
 absl::Status FakeVmmExecutor::ReleasePhysicalMemory(PhysicalMemoryHandle handle) {
   if (!checked_) return FakeAddressExecutor::ReleasePhysicalMemory(handle);
-  absl::MutexLock l(&mu_);
+  vgpu::MutexLock l(&mu_);
   auto it = handles_.find(handle.value);
   if (it == handles_.end() || it->second != handle.bytes) {
     return absl::InvalidArgumentError(
@@ -79,7 +79,7 @@ absl::Status FakeVmmExecutor::Map(void* va, uint64_t bytes, PhysicalMemoryHandle
   if (!checked_) return FakeAddressExecutor::Map(va, bytes, handle, offset);
   VGPU_RETURN_IF_ERROR(CheckGranular("Map", bytes));
   const uint64_t v = reinterpret_cast<uint64_t>(va), g = granularity();
-  absl::MutexLock l(&mu_);
+  vgpu::MutexLock l(&mu_);
   auto h = handles_.find(handle.value);
   if (h == handles_.end() || offset % g != 0 || offset + bytes > h->second) {
     return absl::InvalidArgumentError(absl::StrCat("fake-vmm Map: unknown handle ", handle.value,
@@ -109,7 +109,7 @@ absl::Status FakeVmmExecutor::Unmap(void* va, uint64_t bytes) {
   if (!checked_) return FakeAddressExecutor::Unmap(va, bytes);
   VGPU_RETURN_IF_ERROR(CheckGranular("Unmap", bytes));
   const uint64_t v = reinterpret_cast<uint64_t>(va), g = granularity();
-  absl::MutexLock l(&mu_);
+  vgpu::MutexLock l(&mu_);
   for (uint64_t a = v; a < v + bytes; a += g) {
     if (!granules_.contains(a)) {
       return absl::InvalidArgumentError(
@@ -127,13 +127,13 @@ absl::Status FakeVmmExecutor::Unmap(void* va, uint64_t bytes) {
 
 uint64_t FakeVmmExecutor::reserved_ranges() const {
   if (!checked_) return FakeAddressExecutor::reserved_ranges();
-  absl::MutexLock l(&mu_);
+  vgpu::MutexLock l(&mu_);
   return ranges_.size();
 }
 
 absl::StatusOr<std::pair<uint64_t, uint64_t>> FakeVmmExecutor::Translate(const void* va) const {
   if (!checked_) return absl::FailedPreconditionError("fake-vmm: Translate needs checked mode");
-  absl::MutexLock l(&mu_);
+  vgpu::MutexLock l(&mu_);
   auto it = granules_.find(reinterpret_cast<uint64_t>(va));
   if (it == granules_.end()) {
     return absl::NotFoundError(
@@ -156,12 +156,12 @@ FakeVmm MakeFakeVmm(uint64_t granularity, VmmOptions options, uint64_t capacity,
 absl::StatusOr<std::unique_ptr<Allocator>> CreateFakeVmmAllocator(uint64_t granularity,
                                                                   VmmOptions options) {
   // Devices outlive every allocator of the test program: kept here, never reused.
-  static absl::Mutex mu(absl::kConstInit);
+  static vgpu::Mutex mu;
   static auto* devices = new std::vector<std::unique_ptr<FakeVmmExecutor>>();
   auto device = std::make_unique<FakeVmmExecutor>(granularity, 0, /*checked=*/false);
   VGPU_ASSIGN_OR_RETURN(std::unique_ptr<VmmAllocator> a,
                         VmmAllocator::Create(device.get(), std::move(options)));
-  absl::MutexLock l(&mu);
+  vgpu::MutexLock l(&mu);
   devices->push_back(std::move(device));
   return std::unique_ptr<Allocator>(std::move(a));
 }

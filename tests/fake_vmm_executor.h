@@ -20,6 +20,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "vgpu/runtime/mutex.h"
 #include "vgpu/allocator/vmm_allocator.h"
 #include "vgpu/tools/vgpu_bench.h"
 
@@ -48,7 +49,7 @@ class FakeVmmExecutor : public bench::FakeAddressExecutor {
 
  private:
   const bool checked_;
-  mutable absl::Mutex mu_;
+  mutable vgpu::Mutex mu_;
   std::map<uint64_t, uint64_t> ranges_ ABSL_GUARDED_BY(mu_);               // va -> bytes
   absl::flat_hash_map<uint64_t, uint64_t> handles_ ABSL_GUARDED_BY(mu_);   // handle -> bytes
   absl::flat_hash_map<uint64_t, uint64_t> map_refs_ ABSL_GUARDED_BY(mu_);  // handle -> granules

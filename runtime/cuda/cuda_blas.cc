@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
+#include "vgpu/runtime/mutex.h"
 #include "vgpu/runtime/cuda/call_log.h"
 #include "vgpu/runtime/cuda/cuda_executor.h"
 #include "vgpu/runtime/cuda/dynamic_library.h"
@@ -127,7 +128,7 @@ class CudaBlas : public Blas {
  public:
   CudaBlas(CudaExecutor* executor, const CublasApi* api) : executor_(executor), api_(api) {}
   ~CudaBlas() override {
-    absl::MutexLock l(&mu_);
+    vgpu::MutexLock l(&mu_);
     for (auto& [key, entry] : handles_) {
       ScopedContext scope(executor_->driver(), entry.context);
       if (scope.status().ok()) api_->destroy(entry.handle);
@@ -136,7 +137,7 @@ class CudaBlas : public Blas {
 
   // The primary context's handle, made now so that a missing or broken cuBLAS fails GetBlas.
   absl::Status Init() ABSL_LOCKS_EXCLUDED(mu_) {
-    absl::MutexLock l(&mu_);
+    vgpu::MutexLock l(&mu_);
     return HandleLocked({0, -1}, executor_->context()).status();
   }
 
@@ -174,7 +175,7 @@ class CudaBlas : public Blas {
       return absl::InvalidArgumentError(
           absl::StrCat("SetWorkspace: the stream does not belong to ", executor_->label()));
     }
-    absl::MutexLock l(&mu_);
+    vgpu::MutexLock l(&mu_);
     if (workspace == nullptr) {
       workspaces_.erase(s->handle());
     } else {
@@ -215,7 +216,7 @@ class CudaBlas : public Blas {
     }
     VGPU_CUDA_SCOPE(executor_->driver(), s->context());
     VGPU_RETURN_IF_ERROR(s->Begin());
-    absl::MutexLock l(&mu_);
+    vgpu::MutexLock l(&mu_);
     const Key key{s->sm_partition() < 0 ? 0 : s->generation(), s->sm_partition()};
     VGPU_ASSIGN_OR_RETURN(cublasHandle_t handle, HandleLocked(key, s->context()));
     VGPU_RETURN_IF_ERROR(ToStatus(api_->set_stream(handle, s->handle()),
@@ -231,7 +232,7 @@ class CudaBlas : public Blas {
 
   CudaExecutor* executor_;
   const CublasApi* api_;
-  absl::Mutex mu_;
+  vgpu::Mutex mu_;
   std::map<Key, Entry> handles_ ABSL_GUARDED_BY(mu_);
   // SetWorkspace, per stream.
   std::map<CUstream, std::pair<void*, uint64_t>> workspaces_ ABSL_GUARDED_BY(mu_);

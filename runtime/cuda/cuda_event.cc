@@ -18,7 +18,7 @@ CudaEvent::CudaEvent(CudaExecutor* executor, CUevent primary_event) : executor_(
 CudaEvent::~CudaEvent() {
   std::map<CUcontext, CUevent> events;
   {
-    absl::MutexLock l(&mu_);
+    vgpu::MutexLock l(&mu_);
     events.swap(events_);
   }
   // Green-context events of contexts destroyed since were destroyed with them (executor).
@@ -26,7 +26,7 @@ CudaEvent::~CudaEvent() {
 }
 
 std::vector<std::pair<CUcontext, CUevent>> CudaEvent::TakeEventsExcept(CUcontext keep) {
-  absl::MutexLock l(&mu_);
+  vgpu::MutexLock l(&mu_);
   std::vector<std::pair<CUcontext, CUevent>> out;
   for (auto it = events_.begin(); it != events_.end();) {
     if (it->first == keep) {
@@ -41,7 +41,7 @@ std::vector<std::pair<CUcontext, CUevent>> CudaEvent::TakeEventsExcept(CUcontext
 }
 
 absl::StatusOr<CUevent> CudaEvent::EventFor(CUcontext ctx) {
-  absl::MutexLock l(&mu_);
+  vgpu::MutexLock l(&mu_);
   auto it = events_.find(ctx);
   if (it != events_.end()) return it->second;
   CUevent event = nullptr;
@@ -53,12 +53,12 @@ absl::StatusOr<CUevent> CudaEvent::EventFor(CUcontext ctx) {
 }
 
 void CudaEvent::MarkRecorded(CUevent event) {
-  absl::MutexLock l(&mu_);
+  vgpu::MutexLock l(&mu_);
   latest_ = event;
 }
 
 CUevent CudaEvent::latest() {
-  absl::MutexLock l(&mu_);
+  vgpu::MutexLock l(&mu_);
   return latest_;
 }
 

@@ -49,21 +49,21 @@ CudaExecutor::~CudaExecutor() {
   ScopedContext scope(*driver_, context_);
   if (scope.status().ok()) {
     {
-      absl::MutexLock l(&partition_mu_);
+      vgpu::MutexLock l(&partition_mu_);
       DrainGraveyardLocked();
     }
     {
-      absl::MutexLock l(&module_mu_);
+      vgpu::MutexLock l(&module_mu_);
       for (auto& [key, fns] : modules_) {
         if (key.second < 0 && fns.module != nullptr) driver_->cuModuleUnload(fns.module);
       }
       modules_.clear();
     }
     {
-      absl::MutexLock l(&partition_mu_);
+      vgpu::MutexLock l(&partition_mu_);
       DestroyPartitionsLocked();
     }
-    absl::MutexLock l(&mu_);
+    vgpu::MutexLock l(&mu_);
     for (auto& [p, bytes] : allocations_) driver_->cuMemFree(p);
     for (void* p : host_allocations_) driver_->cuMemFreeHost(p);
   }
@@ -167,14 +167,14 @@ absl::StatusOr<void*> CudaExecutor::Allocate(uint64_t bytes) {
         r, Where(absl::StrCat("cuMemAlloc of ", FormatBytes(bytes), " (", bytes, " bytes) with ",
                               FormatBytes(free_bytes), " of ", FormatBytes(total_bytes), " free")));
   }
-  absl::MutexLock l(&mu_);
+  vgpu::MutexLock l(&mu_);
   allocations_[p] = bytes;
   return Vptr(p);
 }
 
 absl::Status CudaExecutor::Free(void* ptr) {
   {
-    absl::MutexLock l(&mu_);
+    vgpu::MutexLock l(&mu_);
     if (allocations_.erase(Dptr(ptr)) == 0) {
       return absl::InvalidArgumentError(Where(absl::StrCat(
           "Free of ", absl::Hex(reinterpret_cast<uintptr_t>(ptr)),
@@ -199,14 +199,14 @@ absl::StatusOr<void*> CudaExecutor::HostAllocate(uint64_t bytes) {
   void* p = nullptr;
   VGPU_RETURN_IF_ERROR(ToStatus(driver_->cuMemHostAlloc(&p, bytes, CU_MEMHOSTALLOC_PORTABLE),
                                 Where(absl::StrCat("cuMemHostAlloc of ", FormatBytes(bytes)))));
-  absl::MutexLock l(&mu_);
+  vgpu::MutexLock l(&mu_);
   host_allocations_.insert(p);
   return p;
 }
 
 absl::Status CudaExecutor::HostFree(void* ptr) {
   {
-    absl::MutexLock l(&mu_);
+    vgpu::MutexLock l(&mu_);
     if (host_allocations_.erase(ptr) == 0) {
       return absl::InvalidArgumentError(
           Where("HostFree: pointer is not a live pinned host allocation of this device"));
@@ -256,14 +256,14 @@ absl::StatusOr<void*> CudaExecutor::ReserveAddressRange(uint64_t bytes) {
   VGPU_RETURN_IF_ERROR(
       ToStatus(driver_->cuMemAddressReserve(&va, bytes, vmm_granularity_, 0, 0),
                Where(absl::StrCat("cuMemAddressReserve of ", FormatBytes(bytes)))));
-  absl::MutexLock l(&mu_);
+  vgpu::MutexLock l(&mu_);
   reservations_[va] = bytes;
   return Vptr(va);
 }
 
 absl::Status CudaExecutor::FreeAddressRange(void* va, uint64_t bytes) {
   {
-    absl::MutexLock l(&mu_);
+    vgpu::MutexLock l(&mu_);
     auto it = reservations_.find(Dptr(va));
     if (it == reservations_.end() || it->second != bytes) {
       return absl::InvalidArgumentError(
@@ -285,14 +285,14 @@ absl::StatusOr<PhysicalMemoryHandle> CudaExecutor::CreatePhysicalMemory(uint64_t
   CUmemGenericAllocationHandle handle = 0;
   VGPU_RETURN_IF_ERROR(ToStatus(driver_->cuMemCreate(&handle, bytes, &prop, 0),
                                 Where(absl::StrCat("cuMemCreate of ", FormatBytes(bytes)))));
-  absl::MutexLock l(&mu_);
+  vgpu::MutexLock l(&mu_);
   physical_[handle] = bytes;
   return PhysicalMemoryHandle{static_cast<uint64_t>(handle), bytes};
 }
 
 absl::Status CudaExecutor::ReleasePhysicalMemory(PhysicalMemoryHandle handle) {
   {
-    absl::MutexLock l(&mu_);
+    vgpu::MutexLock l(&mu_);
     auto it = physical_.find(handle.value);
     if (it == physical_.end() || it->second != handle.bytes) {
       return absl::InvalidArgumentError(Where("ReleasePhysicalMemory: unknown handle"));
@@ -312,7 +312,7 @@ absl::Status CudaExecutor::Map(void* va, uint64_t bytes, PhysicalMemoryHandle ha
         Where(absl::StrCat("Map: offset ", offset, " is not a multiple of the granularity")));
   }
   {
-    absl::MutexLock l(&mu_);
+    vgpu::MutexLock l(&mu_);
     auto it = physical_.find(handle.value);
     if (it == physical_.end() || offset + bytes > it->second) {
       return absl::InvalidArgumentError(Where("Map: unknown handle or range past its end"));
@@ -337,7 +337,7 @@ absl::Status CudaExecutor::Map(void* va, uint64_t bytes, PhysicalMemoryHandle ha
 absl::Status CudaExecutor::Unmap(void* va, uint64_t bytes) {
   VGPU_RETURN_IF_ERROR(CheckGranular("Unmap", bytes));
   {
-    absl::MutexLock l(&mu_);
+    vgpu::MutexLock l(&mu_);
     if (!InReservationLocked(Dptr(va), bytes)) {
       return absl::InvalidArgumentError(
           Where("Unmap: range is not inside a reserved address range"));
@@ -354,14 +354,14 @@ void CudaExecutor::Release(std::function<void()> release) {
     release();
     return;
   }
-  absl::MutexLock l(&graveyard_mu_);
+  vgpu::MutexLock l(&graveyard_mu_);
   graveyard_.push_back(std::move(release));
   ++graveyard_pending_;
 }
 
 void CudaExecutor::DrainGraveyard() {
   if (graveyard_pending_.load() == 0 || InHostCallback()) return;
-  absl::MutexLock l(&partition_mu_);
+  vgpu::MutexLock l(&partition_mu_);
   DrainGraveyardLocked();
 }
 
@@ -369,7 +369,7 @@ void CudaExecutor::DrainGraveyardLocked() {
   std::vector<std::function<void()>> releases;
   std::vector<std::pair<CUcontext, CUevent>> events;
   {
-    absl::MutexLock l(&graveyard_mu_);
+    vgpu::MutexLock l(&graveyard_mu_);
     releases.swap(graveyard_);
     events.swap(graveyard_events_);
     graveyard_pending_ = 0;
@@ -382,13 +382,13 @@ void CudaExecutor::DrainGraveyardLocked() {
 }
 
 void CudaExecutor::EventCreated(CudaEvent* event) {
-  absl::MutexLock l(&graveyard_mu_);
+  vgpu::MutexLock l(&graveyard_mu_);
   live_events_.insert(event);
 }
 
 void CudaExecutor::EventDestroyed(CudaEvent* event, std::map<CUcontext, CUevent> events) {
   if (InHostCallback()) {
-    absl::MutexLock l(&graveyard_mu_);
+    vgpu::MutexLock l(&graveyard_mu_);
     live_events_.erase(event);
     graveyard_events_.insert(graveyard_events_.end(), events.begin(), events.end());
     ++graveyard_pending_;
@@ -396,9 +396,9 @@ void CudaExecutor::EventDestroyed(CudaEvent* event, std::map<CUcontext, CUevent>
   }
   // Under partition_mu_, every context in `events` is alive: re-partitioning takes the
   // events of the green contexts it destroys from live events first.
-  absl::MutexLock pl(&partition_mu_);
+  vgpu::MutexLock pl(&partition_mu_);
   {
-    absl::MutexLock l(&graveyard_mu_);
+    vgpu::MutexLock l(&graveyard_mu_);
     live_events_.erase(event);
   }
   for (auto& [ctx, e] : events) {
@@ -413,7 +413,7 @@ void CudaExecutor::DestroyPartitionsLocked() {
     // Events recorded in the green contexts go first, while their contexts exist.
     std::vector<std::pair<CUcontext, CUevent>> doomed;
     {
-      absl::MutexLock l(&graveyard_mu_);
+      vgpu::MutexLock l(&graveyard_mu_);
       for (CudaEvent* e : live_events_) {
         for (auto& entry : e->TakeEventsExcept(context_)) doomed.push_back(entry);
       }
@@ -424,7 +424,7 @@ void CudaExecutor::DestroyPartitionsLocked() {
     }
   }
   {
-    absl::MutexLock l(&module_mu_);
+    vgpu::MutexLock l(&module_mu_);
     // Modules of green contexts die with their context.
     for (auto it = modules_.begin(); it != modules_.end();) {
       it = it->first.second >= 0 ? modules_.erase(it) : std::next(it);
@@ -476,7 +476,7 @@ absl::StatusOr<std::vector<int>> CudaExecutor::PartitionSms(absl::Span<const int
         min_size, " and alignment ", align, " as [", absl::StrJoin(rounded, ","), "] = ", sum,
         " SMs, but the device has ", total)));
   }
-  absl::MutexLock l(&partition_mu_);
+  vgpu::MutexLock l(&partition_mu_);
   DrainGraveyardLocked();  // streams destroyed in host callbacks are really gone now
   if (partition_streams_.load() > 0) {
     return absl::FailedPreconditionError(Where(
@@ -565,7 +565,7 @@ absl::StatusOr<std::unique_ptr<Stream>> CudaExecutor::CreateStream(const StreamO
     return std::unique_ptr<Stream>(
         std::make_unique<CudaStream>(this, stream, context_, priority, -1, 0));
   }
-  absl::MutexLock l(&partition_mu_);
+  vgpu::MutexLock l(&partition_mu_);
   if (options.sm_partition >= static_cast<int>(partitions_.size())) {
     return absl::InvalidArgumentError(
         Where(absl::StrCat("CreateStream: SM partition ", options.sm_partition, " does not exist (",
@@ -684,7 +684,7 @@ absl::StatusOr<KernelFunctions> CudaExecutor::LoadModule(CUcontext ctx) {
 absl::StatusOr<const KernelFunctions*> CudaExecutor::KernelFunctionsFor(CudaStream* stream) {
   const auto key =
       std::make_pair(stream->sm_partition() < 0 ? 0 : stream->generation(), stream->sm_partition());
-  absl::MutexLock l(&module_mu_);
+  vgpu::MutexLock l(&module_mu_);
   auto it = modules_.find(key);
   if (it == modules_.end()) {
     VGPU_ASSIGN_OR_RETURN(KernelFunctions fns, LoadModule(stream->context()));
@@ -694,12 +694,12 @@ absl::StatusOr<const KernelFunctions*> CudaExecutor::KernelFunctionsFor(CudaStre
 }
 
 absl::StatusOr<Kernels*> CudaExecutor::GetKernels() {
-  absl::MutexLock l(&kernels_mu_);
+  vgpu::MutexLock l(&kernels_mu_);
   if (kernels_ == nullptr) {
     {
       // Load the primary context's module now so that a GPU the fatbin cannot run on fails
       // here, with the reason, rather than at the first launch.
-      absl::MutexLock ml(&module_mu_);
+      vgpu::MutexLock ml(&module_mu_);
       const auto key = std::make_pair(uint64_t{0}, -1);
       if (modules_.find(key) == modules_.end()) {
         VGPU_ASSIGN_OR_RETURN(KernelFunctions fns, LoadModule(context_));

@@ -27,6 +27,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/synchronization/mutex.h"
+#include "vgpu/runtime/mutex.h"
 #include "vgpu/runtime/cuda/cuda_driver.h"
 #include "vgpu/runtime/platform.h"
 #include "vgpu/runtime/status.h"
@@ -119,7 +120,7 @@ class CudaEvent : public Event {
 
  private:
   CudaExecutor* executor_;
-  absl::Mutex mu_;
+  vgpu::Mutex mu_;
   std::map<CUcontext, CUevent> events_ ABSL_GUARDED_BY(mu_);
   CUevent latest_ ABSL_GUARDED_BY(mu_) = nullptr;
 };
@@ -174,7 +175,7 @@ class CudaStream : public Stream {
   int sm_partition_;
   uint64_t generation_;
 
-  absl::Mutex mu_;
+  vgpu::Mutex mu_;
   absl::Status error_ ABSL_GUARDED_BY(mu_);
   uint64_t* error_slot_host_ ABSL_GUARDED_BY(mu_) = nullptr;  // cuMemHostAlloc(DEVICEMAP)
   CUdeviceptr error_slot_device_ ABSL_GUARDED_BY(mu_) = 0;
@@ -287,20 +288,20 @@ class CudaExecutor : public Executor {
 
   // Lock order: kernels_mu_, partition_mu_ before module_mu_ and graveyard_mu_; graveyard_mu_
   // before a CudaEvent's own mutex. mu_ is a leaf.
-  absl::Mutex mu_;
+  vgpu::Mutex mu_;
   absl::flat_hash_map<CUdeviceptr, uint64_t> allocations_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_set<void*> host_allocations_ ABSL_GUARDED_BY(mu_);
   std::map<CUdeviceptr, uint64_t> reservations_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<CUmemGenericAllocationHandle, uint64_t> physical_ ABSL_GUARDED_BY(mu_);
 
   // SM partitions (green contexts) and the kernel modules of every context.
-  absl::Mutex partition_mu_;
+  vgpu::Mutex partition_mu_;
   std::vector<Partition> partitions_ ABSL_GUARDED_BY(partition_mu_);
   // Green contexts made only to split the remainder.
   std::vector<CUgreenCtx> split_helpers_ ABSL_GUARDED_BY(partition_mu_);
   uint64_t generation_ ABSL_GUARDED_BY(partition_mu_) = 0;
   std::atomic<int> partition_streams_{0};
-  absl::Mutex module_mu_ ABSL_ACQUIRED_AFTER(partition_mu_, kernels_mu_);
+  vgpu::Mutex module_mu_ ABSL_ACQUIRED_AFTER(partition_mu_, kernels_mu_);
   // (generation, partition)
   std::map<std::pair<uint64_t, int>, KernelFunctions> modules_ ABSL_GUARDED_BY(module_mu_);
 
@@ -308,7 +309,7 @@ class CudaExecutor : public Executor {
 
   // Deferred releases (see Release) and the live events; guarded by graveyard_mu_, drained
   // under partition_mu_ so that no green context dies under a deferred release.
-  absl::Mutex graveyard_mu_ ABSL_ACQUIRED_AFTER(partition_mu_);
+  vgpu::Mutex graveyard_mu_ ABSL_ACQUIRED_AFTER(partition_mu_);
   std::vector<std::function<void()>> graveyard_ ABSL_GUARDED_BY(graveyard_mu_);
   std::vector<std::pair<CUcontext, CUevent>> graveyard_events_ ABSL_GUARDED_BY(graveyard_mu_);
   std::atomic<int> graveyard_pending_{0};
@@ -317,7 +318,7 @@ class CudaExecutor : public Executor {
   std::once_flag blas_once_;
   absl::Status blas_status_;
   std::unique_ptr<Blas> blas_;
-  absl::Mutex kernels_mu_;
+  vgpu::Mutex kernels_mu_;
   std::unique_ptr<Kernels> kernels_ ABSL_GUARDED_BY(kernels_mu_);
 };
 

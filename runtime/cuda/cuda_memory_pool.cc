@@ -4,6 +4,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "vgpu/runtime/mutex.h"
 #include "vgpu/runtime/bytes.h"
 #include "vgpu/runtime/cuda/cuda_executor.h"
 #include "vgpu/runtime/status.h"
@@ -35,7 +36,7 @@ class CudaMemoryPool : public MemoryPool {
         ToStatus(executor_->driver().cuMemAllocFromPoolAsync(&p, bytes, pool_, cs->handle()),
                  Where(absl::StrCat("cuMemAllocFromPoolAsync of ", FormatBytes(bytes), " (", bytes,
                                     " bytes)"))));
-    absl::MutexLock l(&mu_);
+    vgpu::MutexLock l(&mu_);
     live_.insert(p);
     return Vptr(p);
   }
@@ -43,7 +44,7 @@ class CudaMemoryPool : public MemoryPool {
   absl::Status FreeAsync(void* ptr, Stream* stream) override ABSL_LOCKS_EXCLUDED(mu_) {
     VGPU_ASSIGN_OR_RETURN(CudaStream * cs, Check(stream, "FreeAsync"));
     {
-      absl::MutexLock l(&mu_);
+      vgpu::MutexLock l(&mu_);
       if (live_.erase(Dptr(ptr)) == 0) {
         return absl::InvalidArgumentError(Where(absl::StrCat(
             "FreeAsync of ", absl::Hex(reinterpret_cast<uintptr_t>(ptr)),
@@ -90,7 +91,7 @@ class CudaMemoryPool : public MemoryPool {
 
   CudaExecutor* const executor_;
   const CUmemoryPool pool_;
-  absl::Mutex mu_;
+  vgpu::Mutex mu_;
   absl::flat_hash_set<CUdeviceptr> live_ ABSL_GUARDED_BY(mu_);
 };
 

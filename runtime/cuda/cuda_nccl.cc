@@ -8,6 +8,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
+#include "vgpu/runtime/mutex.h"
 #include "vgpu/runtime/cuda/call_log.h"
 #include "vgpu/runtime/cuda/cuda_executor.h"
 #include "vgpu/runtime/cuda/dynamic_library.h"
@@ -161,7 +162,7 @@ class CudaNcclCommunicator : public NcclCommunicator {
       streams.push_back(s);
     }
     if (count == 0) return absl::OkStatus();
-    absl::MutexLock l(&mu_);
+    vgpu::MutexLock l(&mu_);
     return EnqueueGroupLocked(buffers, streams, count, op);
   }
 
@@ -187,7 +188,7 @@ class CudaNcclCommunicator : public NcclCommunicator {
   const NcclApi* api_;
   std::vector<CudaExecutor*> executors_;
   std::vector<ncclComm_t> comms_;
-  absl::Mutex mu_;
+  vgpu::Mutex mu_;
 };
 
 }  // namespace

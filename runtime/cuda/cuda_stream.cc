@@ -44,12 +44,12 @@ Executor* CudaStream::executor() const { return executor_; }
 
 absl::Status CudaStream::Begin() {
   executor_->DrainGraveyard();
-  absl::MutexLock l(&mu_);
+  vgpu::MutexLock l(&mu_);
   return error_;
 }
 
 absl::Status CudaStream::Fail(absl::Status status) {
-  absl::MutexLock l(&mu_);
+  vgpu::MutexLock l(&mu_);
   if (error_.ok()) error_ = status;
   return status;
 }
@@ -179,12 +179,12 @@ absl::Status CudaStream::Synchronize() {
   executor_->DrainGraveyard();
   CUresult r = executor_->driver().cuStreamSynchronize(stream_);
   if (r != CUDA_SUCCESS) Fail(Check(r, "cuStreamSynchronize")).IgnoreError();
-  absl::MutexLock l(&mu_);
+  vgpu::MutexLock l(&mu_);
   return error_;
 }
 
 absl::StatusOr<CUdeviceptr> CudaStream::DeviceErrorSlot() {
-  absl::MutexLock l(&mu_);
+  vgpu::MutexLock l(&mu_);
   if (error_slot_host_ != nullptr) return error_slot_device_;
   const CudaDriver& d = executor_->driver();
   VGPU_CUDA_SCOPE(d, executor_->context());
@@ -209,7 +209,7 @@ absl::Status CudaStream::CheckDeviceErrorSlot(
     std::function<absl::Status(int row, int value)> make_error) {
   uint64_t* slot;
   {
-    absl::MutexLock l(&mu_);
+    vgpu::MutexLock l(&mu_);
     slot = error_slot_host_;
   }
   if (slot == nullptr) return absl::FailedPreconditionError("no kernel error slot");

@@ -8,6 +8,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "vgpu/runtime/mutex.h"
 #include "vgpu/runtime/host/host_platform.h"
 #include "vgpu/runtime/status.h"
 
@@ -61,7 +62,7 @@ class HostCommunicator : public NcclCommunicator {
       }
     }
     if (count == 0) return absl::OkStatus();
-    absl::MutexLock l(&mu_);
+    vgpu::MutexLock l(&mu_);
     auto bufs = std::make_shared<std::vector<float*>>();
     for (const AllReduceBuffer& b : buffers) bufs->push_back(b.data);
     const float scale = op == AllReduceOp::kMean ? 1.0f / static_cast<float>(n) : 1.0f;
@@ -115,7 +116,7 @@ class HostCommunicator : public NcclCommunicator {
  private:
   std::vector<Executor*> executors_;
   // One collective at a time records and waits on the events.
-  absl::Mutex mu_;
+  vgpu::Mutex mu_;
   std::vector<std::vector<std::unique_ptr<Event>>> events_ ABSL_GUARDED_BY(mu_);  // [phase][rank]
 };
 

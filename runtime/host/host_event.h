@@ -11,6 +11,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "vgpu/runtime/mutex.h"
 #include "vgpu/runtime/platform.h"
 
 namespace vgpu::host {
@@ -23,27 +24,27 @@ class HostEvent : public Event {
   // A waiter may destroy the event as soon as it sees completion, while the completing thread
   // is still inside mu_.Unlock(): taking mu_ here waits for it to leave (as
   // absl::Notification's destructor does).
-  ~HostEvent() override { absl::MutexLock l(&mu_); }
+  ~HostEvent() override { vgpu::MutexLock l(&mu_); }
 
   uint64_t BeginRecord() ABSL_LOCKS_EXCLUDED(mu_) {
-    absl::MutexLock l(&mu_);
+    vgpu::MutexLock l(&mu_);
     return ++recorded_;
   }
   void Complete(uint64_t gen) ABSL_LOCKS_EXCLUDED(mu_) {
-    absl::MutexLock l(&mu_);
+    vgpu::MutexLock l(&mu_);
     completed_ = std::max(completed_, gen);
   }
   uint64_t recorded() ABSL_LOCKS_EXCLUDED(mu_) {
-    absl::MutexLock l(&mu_);
+    vgpu::MutexLock l(&mu_);
     return recorded_;
   }
   void WaitFor(uint64_t gen) ABSL_LOCKS_EXCLUDED(mu_) {
-    absl::MutexLock l(&mu_);
+    vgpu::MutexLock l(&mu_);
     auto reached = [this, gen]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return completed_ >= gen; };
     mu_.Await(absl::Condition(&reached));
   }
   absl::StatusOr<bool> Query() override ABSL_LOCKS_EXCLUDED(mu_) {
-    absl::MutexLock l(&mu_);
+    vgpu::MutexLock l(&mu_);
     return completed_ >= recorded_;
   }
   absl::Status Synchronize() override ABSL_LOCKS_EXCLUDED(mu_) {
@@ -52,7 +53,7 @@ class HostEvent : public Event {
   }
 
  private:
-  absl::Mutex mu_;
+  vgpu::Mutex mu_;
   uint64_t recorded_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t completed_ ABSL_GUARDED_BY(mu_) = 0;
 };

@@ -12,6 +12,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "vgpu/runtime/mutex.h"
 #include "vgpu/runtime/bytes.h"
 #include "vgpu/runtime/file_io.h"
 #include "vgpu/runtime/host/host_event.h"
@@ -45,7 +46,7 @@ class HostExecutor : public Executor {
     info.pci_bus_id = absl::StrCat("host:", ordinal_);
     info.sm_count = 0;
     info.total_bytes = capacity_;
-    absl::MutexLock l(&mu_);
+    vgpu::MutexLock l(&mu_);
     info.free_bytes = capacity_ - std::min(capacity_, used_);
     info.vmm_granularity = kHostVmmGranularity;
     info.allocation_granularity = kPage;
@@ -61,7 +62,7 @@ class HostExecutor : public Executor {
     }
     uint64_t rounded = 0;
     {
-      absl::MutexLock l(&mu_);
+      vgpu::MutexLock l(&mu_);
       // Near 2^64 rounding would wrap to a tiny size: refuse as out of memory instead.
       if (!RoundUpChecked(bytes, kPage, &rounded)) return OutOfMemory(bytes);
       VGPU_RETURN_IF_ERROR(Reserve(rounded, bytes));
@@ -69,7 +70,7 @@ class HostExecutor : public Executor {
     // mmap: pages are only committed when touched, and return to the OS on munmap.
     void* p = mmap(nullptr, rounded, PROT_READ | PROT_WRITE,
                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    absl::MutexLock l(&mu_);
+    vgpu::MutexLock l(&mu_);
     if (p == MAP_FAILED) {
       used_ -= rounded;
       return absl::ResourceExhaustedError(absl::StrCat("host GPU ", ordinal_, ": mmap of ",
@@ -83,7 +84,7 @@ class HostExecutor : public Executor {
   absl::Status Free(void* ptr) override {
     uint64_t bytes;
     {
-      absl::MutexLock l(&mu_);
+      vgpu::MutexLock l(&mu_);
       auto it = allocations_.find(ptr);
       if (it == allocations_.end()) {
         return absl::InvalidArgumentError(absl::StrCat(
@@ -114,13 +115,13 @@ class HostExecutor : public Executor {
     if (p == nullptr) {
       return absl::ResourceExhaustedError(absl::StrCat("HostAllocate of ", bytes, " bytes failed"));
     }
-    absl::MutexLock l(&mu_);
+    vgpu::MutexLock l(&mu_);
     host_allocations_.insert(p);
     return p;
   }
   absl::Status HostFree(void* ptr) override {
     {
-      absl::MutexLock l(&mu_);
+      vgpu::MutexLock l(&mu_);
       if (host_allocations_.erase(ptr) == 0) {
         return absl::InvalidArgumentError("HostFree: pointer is not a live host allocation");
       }
@@ -155,13 +156,13 @@ class HostExecutor : public Executor {
       munmap(reinterpret_cast<void*>(aligned + bytes), base + padded - (aligned + bytes));
     }
     void* p = reinterpret_cast<void*>(aligned);
-    absl::MutexLock l(&mu_);
+    vgpu::MutexLock l(&mu_);
     reservations_[p] = bytes;
     return p;
   }
   absl::Status FreeAddressRange(void* va, uint64_t bytes) override {
     {
-      absl::MutexLock l(&mu_);
+      vgpu::MutexLock l(&mu_);
       auto it = reservations_.find(va);
       if (it == reservations_.end() || it->second != bytes) {
         return absl::InvalidArgumentError("FreeAddressRange: not a reserved range of that size");
@@ -179,7 +180,7 @@ class HostExecutor : public Executor {
       return absl::ResourceExhaustedError(
           absl::StrCat("host GPU ", ordinal_, ": injected failure of physical allocation #", call));
     }
-    absl::MutexLock l(&mu_);
+    vgpu::MutexLock l(&mu_);
     VGPU_RETURN_IF_ERROR(EnsureMemfd());
     VGPU_RETURN_IF_ERROR(Reserve(bytes, bytes));
     // First fit in the memfd's offset space (sized 4x capacity, so it never runs out first).
@@ -197,7 +198,7 @@ class HostExecutor : public Executor {
   }
 
   absl::Status ReleasePhysicalMemory(PhysicalMemoryHandle handle) override {
-    absl::MutexLock l(&mu_);
+    vgpu::MutexLock l(&mu_);
     auto it = physical_.find(handle.value);
     if (it == physical_.end() || it->second != handle.bytes) {
       return absl::InvalidArgumentError("ReleasePhysicalMemory: unknown handle");
@@ -227,7 +228,7 @@ class HostExecutor : public Executor {
   absl::Status Map(void* va, uint64_t bytes, PhysicalMemoryHandle handle,
                    uint64_t offset) override {
     VGPU_RETURN_IF_ERROR(CheckGranular("Map", bytes));
-    absl::MutexLock l(&mu_);
+    vgpu::MutexLock l(&mu_);
     auto it = physical_.find(handle.value);
     if (it == physical_.end() || offset > it->second || bytes > it->second - offset) {
       return absl::InvalidArgumentError("Map: unknown handle or range past its end");
@@ -243,7 +244,7 @@ class HostExecutor : public Executor {
   }
   absl::Status Unmap(void* va, uint64_t bytes) override {
     VGPU_RETURN_IF_ERROR(CheckGranular("Unmap", bytes));
-    absl::MutexLock l(&mu_);
+    vgpu::MutexLock l(&mu_);
     if (!InReservation(va, bytes)) {
       return absl::InvalidArgumentError("Unmap: range is not inside a reserved address range");
     }
@@ -354,7 +355,7 @@ class HostExecutor : public Executor {
   std::unique_ptr<Blas> blas_ = CreateHostBlas();
   std::unique_ptr<Kernels> kernels_ = CreateHostKernels();
 
-  mutable absl::Mutex mu_;
+  mutable vgpu::Mutex mu_;
   uint64_t used_ ABSL_GUARDED_BY(mu_) = 0;
   absl::flat_hash_map<void*, uint64_t> allocations_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_set<void*> host_allocations_ ABSL_GUARDED_BY(mu_);

@@ -4,6 +4,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "vgpu/runtime/mutex.h"
 #include "vgpu/runtime/host/host_internal.h"
 #include "vgpu/runtime/host/host_platform.h"
 #include "vgpu/runtime/status.h"
@@ -25,7 +26,7 @@ class HostMemoryPool : public MemoryPool {
     state_->release_threshold = options.release_threshold;
   }
   ~HostMemoryPool() override {
-    absl::MutexLock l(&state_->mu);
+    vgpu::MutexLock l(&state_->mu);
     state_->destroyed = true;
     // Live blocks go too (the allocator frees everything first); pending frees free theirs
     // when they land.
@@ -44,7 +45,7 @@ class HostMemoryPool : public MemoryPool {
           absl::StrCat("host memory pool: out of memory allocating ", bytes, " bytes"));
     }
     {
-      absl::MutexLock l(&state_->mu);
+      vgpu::MutexLock l(&state_->mu);
       // Best fit, but never a block over twice the size: a small request must not pin a
       // large cached block that a large one will want.
       auto it = state_->cached.lower_bound(size);
@@ -57,7 +58,7 @@ class HostMemoryPool : public MemoryPool {
       }
     }
     VGPU_ASSIGN_OR_RETURN(void* p, state_->executor->Allocate(size));
-    absl::MutexLock l(&state_->mu);
+    vgpu::MutexLock l(&state_->mu);
     state_->reserved += size;
     state_->used += size;
     state_->live[p] = size;
@@ -68,7 +69,7 @@ class HostMemoryPool : public MemoryPool {
     VGPU_RETURN_IF_ERROR(CheckStream(stream, "FreeAsync"));
     uint64_t size = 0;
     {
-      absl::MutexLock l(&state_->mu);
+      vgpu::MutexLock l(&state_->mu);
       auto it = state_->live.find(ptr);
       if (it == state_->live.end()) {
         return absl::InvalidArgumentError(absl::StrCat(
@@ -93,19 +94,19 @@ class HostMemoryPool : public MemoryPool {
   }
 
   absl::Status TrimTo(uint64_t bytes_to_keep) override {
-    absl::MutexLock l(&state_->mu);
+    vgpu::MutexLock l(&state_->mu);
     state_->ReleaseCachedLocked(bytes_to_keep);
     return absl::OkStatus();
   }
 
   absl::StatusOr<MemoryPoolStats> Stats() override {
-    absl::MutexLock l(&state_->mu);
+    vgpu::MutexLock l(&state_->mu);
     return MemoryPoolStats{state_->reserved, state_->used};
   }
 
  private:
   struct State {
-    absl::Mutex mu;
+    vgpu::Mutex mu;
     Executor* executor = nullptr;  // set before the pool is shared
     uint64_t release_threshold = 0;
     bool destroyed ABSL_GUARDED_BY(mu) = false;
@@ -117,7 +118,7 @@ class HostMemoryPool : public MemoryPool {
     // A free reached its place in the stream: cache the block (or free it when the pool is
     // gone), then honour the release threshold.
     void Land(void* p, uint64_t size) ABSL_LOCKS_EXCLUDED(mu) {
-      absl::MutexLock l(&mu);
+      vgpu::MutexLock l(&mu);
       if (destroyed) {
         executor->Free(p).IgnoreError();
         return;

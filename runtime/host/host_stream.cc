@@ -8,6 +8,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "vgpu/runtime/mutex.h"
 #include "vgpu/runtime/host/host_event.h"
 #include "vgpu/runtime/host/host_internal.h"
 #include "vgpu/runtime/host/host_platform.h"
@@ -24,7 +25,7 @@ class HostStream : public Stream {
       : executor_(executor), priority_(priority), faults_(faults), worker_([this] { Run(); }) {}
   ~HostStream() override {
     {
-      absl::MutexLock l(&mu_);
+      vgpu::MutexLock l(&mu_);
       stop_ = true;
     }
     worker_.join();
@@ -78,31 +79,31 @@ class HostStream : public Stream {
     });
   }
   absl::Status Synchronize() override ABSL_LOCKS_EXCLUDED(mu_) {
-    absl::MutexLock l(&mu_);
+    vgpu::MutexLock l(&mu_);
     mu_.Await(absl::Condition(this, &HostStream::Idle));
     return error_;
   }
 
   // Queues `task`; returns the sticky error instead when the stream has failed.
   absl::Status Enqueue(std::function<absl::Status()> task) ABSL_LOCKS_EXCLUDED(mu_) {
-    absl::MutexLock l(&mu_);
+    vgpu::MutexLock l(&mu_);
     if (!error_.ok()) return error_;
     queue_.push_back(std::move(task));
     return absl::OkStatus();
   }
 
  private:
-  // Await conditions (absl::Mutex wakes the waiters whose condition became true on unlock).
+  // Await conditions (vgpu::Mutex wakes the waiters whose condition became true on unlock).
   bool Idle() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return queue_.empty() && !busy_; }
   bool HasWorkOrStop() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stop_ || !queue_.empty(); }
 
   absl::Status Error() ABSL_LOCKS_EXCLUDED(mu_) {
-    absl::MutexLock l(&mu_);
+    vgpu::MutexLock l(&mu_);
     return error_;
   }
   // Event completions run even on a failed stream so that waiters never hang.
   absl::Status EnqueueAlways(std::function<void()> fn) ABSL_LOCKS_EXCLUDED(mu_) {
-    absl::MutexLock l(&mu_);
+    vgpu::MutexLock l(&mu_);
     queue_.push_back([fn = std::move(fn)] {
       fn();
       return absl::OkStatus();
@@ -153,7 +154,7 @@ class HostStream : public Stream {
   Executor* executor_;
   int priority_;
   HostFaultInjection* faults_;
-  absl::Mutex mu_;
+  vgpu::Mutex mu_;
   std::deque<std::function<absl::Status()>> queue_ ABSL_GUARDED_BY(mu_);
   // 1-based positions of tasks that run even after an error.
   std::set<uint64_t> always_ ABSL_GUARDED_BY(mu_);
