@@ -14,6 +14,7 @@ set(VGPU_PUBLIC_HEADERS
   runtime/kernels.h
   runtime/fault_injector.h
   runtime/mutex.h
+  runtime/mpi/world.h
   runtime/nccl.h
   runtime/numbers.h
   runtime/platform.h
@@ -40,6 +41,7 @@ set(VGPU_PUBLIC_HEADERS
 
   strategies/central_storage.h
   strategies/collectives.h
+  strategies/collectives/communicator.h
   strategies/idx.h
   strategies/mirrored.h
   strategies/model.h
