@@ -75,11 +75,14 @@ class World {
   // first), so the result is bitwise equal on every rank.
   virtual absl::Status AllReduce(float* data, size_t count, ReduceOp op,
                                  absl::Duration timeout = absl::ZeroDuration()) = 0;
-  // Point to point (the parameter server's pushes and pulls); `tag` >= 0.
+  // Point to point (the parameter server's pushes and pulls); `tag` >= 0. Recv takes exactly
+  // `bytes` (InvalidArgument naming the sender when the message size differs) from rank
+  // `from`, or from any rank with kAnySource, and returns the sender's rank.
+  static constexpr int kAnySource = -1;
   virtual absl::Status Send(const void* data, size_t bytes, int to, int tag,
                             absl::Duration timeout = absl::ZeroDuration()) = 0;
-  virtual absl::Status Recv(void* data, size_t bytes, int from, int tag,
-                            absl::Duration timeout = absl::ZeroDuration()) = 0;
+  virtual absl::StatusOr<int> Recv(void* data, size_t bytes, int from, int tag,
+                                   absl::Duration timeout = absl::ZeroDuration()) = 0;
 
   // Ends every rank of the job: prints "vgpu: rank R: <message>" to stderr, then MPI_Abort.
   [[noreturn]] virtual void Abort(absl::string_view message, int exit_code = 1) = 0;
