@@ -33,6 +33,7 @@ set(VGPU_PUBLIC_HEADERS
   allocator/trace.h
   allocator/vmm_allocator.h
 
+  devices/cluster.h
   devices/config.h
   devices/device_name.h
   devices/logical_device.h
@@ -46,6 +47,8 @@ set(VGPU_PUBLIC_HEADERS
   strategies/mirrored.h
   strategies/model.h
   strategies/model_parallel.h
+  strategies/multi_worker_mirrored.h
+  strategies/parameter_server.h
   strategies/nn.h
   strategies/stage_chain.h
   strategies/step_accounting.h
@@ -59,6 +62,8 @@ set(VGPU_PRIVATE_HEADERS
   runtime/status_matchers.h   # test helper, needs gmock (target vgpu::testing)
   runtime/file_io.h           # the tools' file reader
   runtime/json.h              # the tools' JSON writer
+  runtime/json_reader.h       # the strict JSON reader behind devices/cluster.cc (TF_CONFIG)
   runtime/user_text.h         # quoting for the library's own error messages
   strategies/replica_eval.h   # shared by the strategies' .cc files
+  strategies/collectives/internal.h  # the communicator implementations' shared parts
 )

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -23,6 +24,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "vgpu/allocator/factory.h"
+#include "vgpu/devices/cluster.h"
 #include "vgpu/devices/settings.h"
 #include "vgpu/runtime/platform.h"
 
@@ -90,6 +92,17 @@ struct RuntimeConfig {
   std::vector<SmPartitionConfig> sm_partitions;
   bool soft_placement = false;
   bool log_placement = false;
+  // The cluster this process is a task of (devices/cluster.h). API only: not a setting of the
+  // table, never read from the environment or flags (FromEnvironment* leave it null; set it
+  // afterwards). Null: a plain local run, devices named /job:localhost/replica:0/task:0/...
+  // Set: this process's devices are named /job:<job>/replica:0/task:<index>/..., and Find,
+  // FindAll and Place refuse the devices of the cluster's other tasks (Runtime, runtime.h).
+  std::shared_ptr<const ClusterSpec> cluster;
+  // API only, like `cluster`: a task that owns no GPU (a parameter server). No logical GPU is
+  // built, whatever the GPU settings say; CPU:0 still takes the first visible physical device's
+  // executor (0 when none is listed) for its memory and copies (pinned memory on cuda), so it
+  // has a stream. A platform without devices gives CPU:0 without one, as always.
+  bool cpu_only = false;
 
   // Setting name (kSetting..., settings.h) -> where its value came from. Settings absent
   // here count as "api" when they differ from the default and "default" otherwise (see

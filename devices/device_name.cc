@@ -168,10 +168,14 @@ absl::StatusOr<DeviceName> DeviceName::Parse(absl::string_view text) {
 }
 
 DeviceName DeviceName::Local(absl::string_view type, int id) {
+  return ForTask("localhost", 0, type, id);
+}
+
+DeviceName DeviceName::ForTask(absl::string_view job, int task, absl::string_view type, int id) {
   DeviceName n;
-  n.job = "localhost";
+  n.job = std::string(job);
   n.replica = 0;
-  n.task = 0;
+  n.task = task;
   n.type = std::string(type);
   n.id = id;
   return n;

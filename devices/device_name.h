@@ -34,6 +34,9 @@ struct DeviceName {
   static absl::StatusOr<DeviceName> Parse(absl::string_view text);
   // A concrete local device name: /job:localhost/replica:0/task:0/device:<type>:<id>.
   static DeviceName Local(absl::string_view type, int id);
+  // A concrete device of a cluster's task: /job:<job>/replica:0/task:<task>/device:<type>:<id>
+  // (devices/cluster.h; Local is ForTask("localhost", 0, ...)).
+  static DeviceName ForTask(absl::string_view job, int task, absl::string_view type, int id);
 
   bool HasJob() const { return job.has_value(); }
   bool IsFullySpecified() const { return job && replica && task && type && id; }

@@ -91,8 +91,10 @@ absl::StatusOr<std::unique_ptr<Runtime>> Runtime::Create(const RuntimeConfig& co
     VGPU_ASSIGN_OR_RETURN(platform, DefaultPlatform());
   }
   VGPU_ASSIGN_OR_RETURN(std::vector<PhysicalDeviceInfo> physical, DescribeAll(platform));
-  VGPU_ASSIGN_OR_RETURN(std::vector<ResolvedLogicalDevice> resolved,
-                        ResolveLogicalDevices(config, physical));
+  std::vector<ResolvedLogicalDevice> resolved;
+  if (!config.cpu_only) {
+    VGPU_ASSIGN_OR_RETURN(resolved, ResolveLogicalDevices(config, physical));
+  }
   VGPU_ASSIGN_OR_RETURN(auto executors, OpenExecutors(platform, resolved));
   VGPU_ASSIGN_OR_RETURN(auto actual_sms, PartitionSms(platform, config, executors));
 
@@ -110,8 +112,17 @@ absl::StatusOr<std::unique_ptr<Runtime>> Runtime::Create(const RuntimeConfig& co
                                     sms == actual_sms.end() ? nullptr : &sms->second));
   }
   // CPU:0 uses the first visible physical device for pinned memory and copies.
-  VGPU_RETURN_IF_ERROR(
-      rt->AddCpu(resolved.empty() ? nullptr : executors[resolved.front().physical_ordinal]));
+  Executor* cpu_executor =
+      resolved.empty() ? nullptr : executors[resolved.front().physical_ordinal];
+  if (config.cpu_only && !physical.empty()) {
+    const int ordinal = config.visible_devices && !config.visible_devices->empty()
+                            ? config.visible_devices->front()
+                            : 0;
+    absl::StatusOr<Executor*> e = platform->GetExecutor(ordinal);
+    if (!e.ok()) return Annotate(e.status(), absl::StrCat("physical device ", ordinal, " (CPU:0)"));
+    cpu_executor = *e;
+  }
+  VGPU_RETURN_IF_ERROR(rt->AddCpu(cpu_executor));
   VGPU_RETURN_IF_ERROR(rt->IndexNames());
   return rt;
 }
@@ -123,7 +134,7 @@ absl::Status Runtime::AddGpu(const ResolvedLogicalDevice& r, Executor* executor,
   LogicalDeviceInfo info;
   info.type = DeviceType::kGpu;
   info.id = r.gpu_id;
-  info.name = DeviceName::Local("GPU", r.gpu_id).ToString();
+  info.name = NameOf("GPU", r.gpu_id).ToString();
   info.physical_ordinal = r.physical_ordinal;
   info.memory_limit = r.memory_limit;
   info.priority = r.priority;
@@ -177,7 +188,7 @@ absl::Status Runtime::AddCpu(Executor* host_executor) {
   LogicalDeviceInfo cpu;
   cpu.type = DeviceType::kCpu;
   cpu.id = 0;
-  cpu.name = DeviceName::Local("CPU", 0).ToString();
+  cpu.name = NameOf("CPU", 0).ToString();
   cpu.allocator_kind = "host";
   cpu.allow_growth = true;
   std::unique_ptr<Stream> cpu_stream;
@@ -255,8 +266,63 @@ std::string Runtime::DeviceList() const {
   return out;
 }
 
+DeviceName Runtime::NameOf(absl::string_view type, int id) const {
+  if (config_.cluster == nullptr) return DeviceName::Local(type, id);
+  const TaskId& self = config_.cluster->self();
+  return DeviceName::ForTask(self.job, self.index, type, id);
+}
+
+std::string Runtime::task_prefix() const {
+  DeviceName n = NameOf("CPU", 0);
+  n.type.reset();
+  n.id.reset();
+  return n.ToString();
+}
+
+absl::Status Runtime::CheckTask(const DeviceName& s, absl::string_view spec,
+                                absl::string_view context) const {
+  const ClusterSpec* cluster = config_.cluster.get();
+  if (cluster == nullptr || (!s.job && !s.task)) return absl::OkStatus();
+  // The cluster's tasks that the spec's job and task select.
+  int remote = -1;
+  for (int r = 0; r < cluster->size(); ++r) {
+    const TaskId& t = cluster->task(r);
+    if ((s.job && *s.job != t.job) || (s.task && *s.task != t.index)) continue;
+    if (r == cluster->rank()) return absl::OkStatus();
+    if (remote < 0) remote = r;
+  }
+  const std::string self = cluster->self().ToString();
+  if (remote >= 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(context, QuoteUserText(spec), " is a device of remote task ",
+                     cluster->task(remote).ToString(), " (rank ", remote, "); this process is ",
+                     self, " (rank ", cluster->rank(),
+                     "): remote devices are reached through collectives, not handed out as local"));
+  }
+  // Bounded: a message lists a few tasks, never thousands.
+  constexpr int kShown = 8;
+  std::vector<std::string> tasks;
+  for (int r = 0; r < cluster->size() && r < kShown; ++r) {
+    tasks.push_back(
+        absl::StrCat(cluster->task(r).ToString(), r == cluster->rank() ? " (this process)" : ""));
+  }
+  std::string list = absl::StrJoin(tasks, ", ");
+  if (cluster->size() > kShown) {
+    absl::StrAppend(&list, ", ... (", cluster->size() - kShown, " more)");
+  }
+  std::string hint;
+  if (s.job == kLocalJob && !cluster->is_local_only()) {
+    constexpr absl::string_view kLocalNames =
+        "; /job:localhost names the devices of a plain local run, this process's are ";
+    hint = absl::StrCat(kLocalNames, task_prefix(), "/device:...");
+  }
+  return absl::NotFoundError(absl::StrCat(
+      context, QuoteUserText(spec), " names no task of this cluster; its tasks: ", list, hint));
+}
+
 absl::StatusOr<std::vector<LogicalDevice*>> Runtime::FindAll(absl::string_view spec) const {
   VGPU_ASSIGN_OR_RETURN(DeviceName s, DeviceName::Parse(spec));
+  VGPU_RETURN_IF_ERROR(CheckTask(s, spec, ""));
   std::vector<LogicalDevice*> out;
   for (size_t i = 0; i < all_.size(); ++i) {
     if (IsSpecification(s, parsed_names_[i])) out.push_back(all_[i]);
@@ -279,6 +345,9 @@ absl::StatusOr<LogicalDevice*> Runtime::Place(absl::string_view spec,
   const bool log = options.log_placement.value_or(config_.log_placement);
   const std::string what = options.what.empty() ? "op" : options.what;
   VGPU_ASSIGN_OR_RETURN(DeviceName s, DeviceName::Parse(spec));
+  // Another task's device (or an unknown task) is an error even with soft placement: falling
+  // back to a local device would silently run the op in the wrong process.
+  VGPU_RETURN_IF_ERROR(CheckTask(s, spec, absl::StrCat("cannot place ", what, " on ")));
   VGPU_ASSIGN_OR_RETURN(std::vector<LogicalDevice*> found, FindAll(spec));
   LogicalDevice* chosen = nullptr;
   std::string note;

@@ -21,10 +21,11 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
-#include "vgpu/runtime/mutex.h"
+#include "vgpu/devices/cluster.h"
 #include "vgpu/devices/config.h"
 #include "vgpu/devices/device_name.h"
 #include "vgpu/devices/logical_device.h"
+#include "vgpu/runtime/mutex.h"
 #include "vgpu/runtime/platform.h"
 
 namespace vgpu {
@@ -66,14 +67,29 @@ class Runtime {
   const std::vector<LogicalDevice*>& gpus() const { return gpus_; }
   LogicalDevice* cpu() const { return cpu_; }
 
+  // The cluster this process is a task of (config().cluster; nullptr for a plain local run).
+  const ClusterSpec* cluster() const { return config_.cluster.get(); }
+  // The prefix of this process's device names: "/job:localhost/replica:0/task:0" for a local
+  // run, "/job:<job>/replica:0/task:<index>" with a cluster.
+  std::string task_prefix() const;
+
   // The first device (GPUs in id order, then CPU:0) that `spec` (any form of device_name.h)
   // specifies. InvalidArgument for a bad name; NotFound naming the spec and listing the
   // devices that exist.
+  // With a cluster (config().cluster), a spec whose job and task select only other tasks of
+  // the cluster ("/job:worker/task:1/device:GPU:0" on worker 0) is FailedPrecondition naming
+  // the remote task and its rank (remote devices are reached through collectives, never handed
+  // out as local); one that selects no task of the cluster ("/job:evaluator/...", or
+  // "/job:localhost/..." in a cluster) is NotFound listing the cluster's tasks. A spec without
+  // job and task matches this process's devices, as in a local run.
   absl::StatusOr<LogicalDevice*> Find(absl::string_view spec) const;
-  // Every device that `spec` specifies (possibly none); InvalidArgument for a bad name.
+  // Every device that `spec` specifies (possibly none); InvalidArgument for a bad name; with a
+  // cluster, FailedPrecondition and NotFound as Find for remote and unknown tasks.
   absl::StatusOr<std::vector<LogicalDevice*>> FindAll(absl::string_view spec) const;
   // Find with soft placement: when nothing matches and soft placement is on, falls back to
   // the first device of the requested type (any id), then to CPU:0, and says so in the log.
+  // Soft placement never falls back from another task's device (or an unknown task) to a
+  // local one: those errors are returned as Find's.
   // With placement logging on, writes one line per decision to the log sink:
   //   <what> -> /job:localhost/replica:0/task:0/device:GPU:1 (requested GPU:7, soft)
   absl::StatusOr<LogicalDevice*> Place(absl::string_view spec,
@@ -92,6 +108,13 @@ class Runtime {
                       const std::vector<int>* sms);
   absl::Status AddCpu(Executor* host_executor);
   absl::Status IndexNames();
+  // This process's name for its device `type`:`id` (local or of its cluster task).
+  DeviceName NameOf(absl::string_view type, int id) const;
+  // With a cluster: OK when `s`'s job and task select this process (or are unset),
+  // FailedPrecondition for only remote tasks, NotFound for no task; `context` starts the
+  // message. Without one: OK.
+  absl::Status CheckTask(const DeviceName& s, absl::string_view spec,
+                         absl::string_view context) const;
   std::string DeviceList() const;
   void Log(absl::string_view line) const ABSL_LOCKS_EXCLUDED(log_mu_);
 

@@ -16,9 +16,25 @@ int MirroredStrategy::RowsForReplica(int rows, int replicas, int i) {
   return rows / replicas + (i < rows % replicas ? 1 : 0);
 }
 
-absl::StatusOr<std::unique_ptr<MirroredStrategy>> MirroredStrategy::Create(
-    std::vector<LogicalDevice*> devices, const StrategyOptions& options,
-    AllReduceAlgorithm algorithm) {
+int MirroredStrategy::RowsBeforeReplica(int rows, int replicas, int i) {
+  return i * (rows / replicas) + std::min(i, rows % replicas);
+}
+
+absl::StatusOr<std::unique_ptr<MirroredStrategy>> MirroredStrategy::CreateMultiWorker(
+    std::vector<LogicalDevice*> devices, const StrategyOptions& options, mpi::World* world,
+    const std::string& communicator_kind) {
+  VGPU_ASSIGN_OR_RETURN(std::unique_ptr<MirroredStrategy> m, CreateReplicas(devices, options));
+  collectives::CommunicatorOptions co;
+  co.kind = communicator_kind;
+  co.world = world;
+  VGPU_ASSIGN_OR_RETURN(m->comm_, collectives::CreateCommunicator(devices, co));
+  m->first_replica_ = m->comm_->first_rank();
+  m->total_replicas_ = m->comm_->size();
+  return m;
+}
+
+absl::StatusOr<std::unique_ptr<MirroredStrategy>> MirroredStrategy::CreateReplicas(
+    std::vector<LogicalDevice*> devices, const StrategyOptions& options) {
   if (devices.empty()) return absl::InvalidArgumentError("MirroredStrategy: no devices");
   if (options.global_batch <= 0) {
     return absl::InvalidArgumentError(
@@ -26,6 +42,7 @@ absl::StatusOr<std::unique_ptr<MirroredStrategy>> MirroredStrategy::Create(
   }
   VGPU_RETURN_IF_ERROR(CheckModel(options, "MirroredStrategy"));
   std::unique_ptr<MirroredStrategy> m(new MirroredStrategy());
+  m->total_replicas_ = static_cast<int>(devices.size());
   m->devices_ = devices;
   m->options_ = options;
   const int n = static_cast<int>(devices.size());
@@ -39,6 +56,14 @@ absl::StatusOr<std::unique_ptr<MirroredStrategy>> MirroredStrategy::Create(
     m->grad_buffers_.push_back(chain->front()->grads());
     m->replicas_.push_back(std::move(chain));
   }
+  return m;
+}
+
+absl::StatusOr<std::unique_ptr<MirroredStrategy>> MirroredStrategy::Create(
+    std::vector<LogicalDevice*> devices, const StrategyOptions& options,
+    AllReduceAlgorithm algorithm) {
+  VGPU_ASSIGN_OR_RETURN(std::unique_ptr<MirroredStrategy> m, CreateReplicas(devices, options));
+  const int n = static_cast<int>(devices.size());
   VGPU_ASSIGN_OR_RETURN(m->reducer_, AllReducer::Create(devices, algorithm));
   m->sharded_ = n > 1 && m->reducer_->algorithm() == AllReduceAlgorithm::kLocal;
   if (m->sharded_) {
@@ -71,9 +96,11 @@ absl::Status MirroredStrategy::Step(const float* x, const int32_t* y, int rows) 
   const int n = num_replicas();
   const int in = options_.model->input_width();
   const float grad_scale = 1.0f / static_cast<float>(rows);
-  int offset = 0;
+  // This process's replicas take their share of the global batch (all of it in one process).
+  int offset = RowsBeforeReplica(rows, total_replicas_, first_replica_);
+  int local_rows = 0;  // the examples of this process's replicas (the losses it holds)
   for (int i = 0; i < n; ++i) {
-    const int r = RowsForReplica(rows, n, i);
+    const int r = RowsForReplica(rows, total_replicas_, first_replica_ + i);
     StageChain& rep = *replicas_[i];
     if (r == 0) {
       VGPU_RETURN_IF_ERROR(rep.back()->ZeroGradsAndSlot(accounting_.slot()));
@@ -84,9 +111,19 @@ absl::Status MirroredStrategy::Step(const float* x, const int32_t* y, int rows) 
     VGPU_RETURN_IF_ERROR(rep.back()->Loss(r, grad_scale, accounting_.slot()));
     VGPU_RETURN_IF_ERROR(rep.Backward(r));
     offset += r;
+    local_rows += r;
   }
   ++step_;
-  if (sharded_) {
+  if (comm_ != nullptr) {
+    // Every replica of every process gets the same summed gradient, so the same update.
+    std::vector<collectives::RankBuffer> bufs;
+    for (int i = 0; i < n; ++i) {
+      bufs.push_back({replicas_[i]->front()->stream(), grad_buffers_[i], grad_buffers_[i]});
+    }
+    VGPU_RETURN_IF_ERROR(
+        comm_->AllReduce(bufs, replicas_[0]->front()->param_count(), collectives::ReduceOp::kSum));
+    for (auto& rep : replicas_) VGPU_RETURN_IF_ERROR(rep->Update(step_));
+  } else if (sharded_) {
     VGPU_RETURN_IF_ERROR(ShardedUpdate());
   } else {
     if (n > 1) {
@@ -95,7 +132,7 @@ absl::Status MirroredStrategy::Step(const float* x, const int32_t* y, int rows) 
     }
     for (auto& rep : replicas_) VGPU_RETURN_IF_ERROR(rep->Update(step_));
   }
-  accounting_.StepQueued(rows);
+  accounting_.StepQueued(local_rows);
   return absl::OkStatus();
 }
 
@@ -176,6 +213,17 @@ absl::StatusOr<std::vector<float>> MirroredStrategy::ReplicaParams(int i) {
 }
 
 std::string MirroredStrategy::PlacementReport() const {
+  if (comm_ != nullptr) {
+    std::string out = absl::StrCat(
+        name(), ": replicas ", first_replica_, "..", first_replica_ + num_replicas() - 1, " of ",
+        total_replicas_, ", gradients summed by the \"", comm_->kind(), "\" communicator\n");
+    for (int i = 0; i < num_replicas(); ++i) {
+      absl::StrAppend(&out, "  replica ", first_replica_ + i, " -> ", devices_[i]->name(), " (",
+                      RowsForReplica(options_.global_batch, total_replicas_, first_replica_ + i),
+                      " of each global batch of ", options_.global_batch, ")\n");
+    }
+    return out;
+  }
   std::string out = absl::StrCat(name(), ": ", num_replicas(), " replica(s), all-reduce ",
                                  AllReduceAlgorithmName(reducer_->algorithm()),
                                  sharded_ ? " (fused with the update: reduce-scatter, update "

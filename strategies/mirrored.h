@@ -24,6 +24,7 @@
 
 #include "absl/status/statusor.h"
 #include "vgpu/strategies/collectives.h"
+#include "vgpu/strategies/collectives/communicator.h"
 #include "vgpu/strategies/stage_chain.h"
 #include "vgpu/strategies/step_accounting.h"
 #include "vgpu/strategies/strategy.h"
@@ -36,9 +37,17 @@ class MirroredStrategy : public Strategy {
   static absl::StatusOr<std::unique_ptr<MirroredStrategy>> Create(
       std::vector<LogicalDevice*> devices, const StrategyOptions& options,
       AllReduceAlgorithm algorithm = AllReduceAlgorithm::kAuto);
+  // One process of a multi-worker job (multi_worker_mirrored.h): these devices are replicas
+  // first .. first + N - 1 of every process's replicas, and gradients are summed over all of
+  // them by a communicator (collectives/communicator.h) of `communicator_kind` over `world`
+  // (null: this process alone).
+  static absl::StatusOr<std::unique_ptr<MirroredStrategy>> CreateMultiWorker(
+      std::vector<LogicalDevice*> devices, const StrategyOptions& options, mpi::World* world,
+      const std::string& communicator_kind = "auto");
   ~MirroredStrategy() override;
 
   StrategyKind kind() const override {
+    if (comm_ != nullptr) return StrategyKind::kMultiWorkerMirrored;
     return replicas_.size() == 1 ? StrategyKind::kSingle : StrategyKind::kMirrored;
   }
   std::vector<LogicalDevice*> devices() const override { return devices_; }
@@ -49,14 +58,30 @@ class MirroredStrategy : public Strategy {
   std::string PlacementReport() const override;
 
   int num_replicas() const { return static_cast<int>(replicas_.size()); }
-  AllReduceAlgorithm algorithm() const { return reducer_->algorithm(); }
+  // The single-process all-reduce (kViaHost for a multi-worker strategy, which uses
+  // communicator() instead).
+  AllReduceAlgorithm algorithm() const {
+    return reducer_ ? reducer_->algorithm() : AllReduceAlgorithm::kViaHost;
+  }
+  // The multi-worker communicator; null for single-process mirrored.
+  const collectives::Communicator* communicator() const { return comm_.get(); }
+  // Every replica of every process, and the global index of this process's first.
+  int total_replicas() const { return total_replicas_; }
+  int first_replica() const { return first_replica_; }
   // Replica i's parameters (for the bitwise-equality checks).
   absl::StatusOr<std::vector<float>> ReplicaParams(int i);
   // Examples replica i gets from a global batch of `rows`.
   static int RowsForReplica(int rows, int replicas, int i);
+  // Examples before replica i's in a global batch of `rows`.
+  static int RowsBeforeReplica(int rows, int replicas, int i);
 
  private:
   MirroredStrategy() = default;
+  static absl::StatusOr<std::unique_ptr<MirroredStrategy>> CreateReplicas(
+      std::vector<LogicalDevice*> devices, const StrategyOptions& options);
+  std::unique_ptr<collectives::Communicator> comm_;
+  int first_replica_ = 0;
+  int total_replicas_ = 0;
   std::vector<LogicalDevice*> devices_;
   StrategyOptions options_;
   std::vector<std::unique_ptr<StageChain>> replicas_;

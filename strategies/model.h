@@ -112,6 +112,22 @@ class Model {
                                                                   const OptimizerOptions& opt,
                                                                   int max_slots) const = 0;
 
+  // The model's variables as ranges of the flat vector, in order and covering it (what a
+  // parameter server shards). Default: one per layer; models with several tensors per layer
+  // say so (the MLP: kernel, then bias).
+  struct Variable {
+    std::string name;
+    uint64_t begin = 0;
+    uint64_t end = 0;
+  };
+  virtual std::vector<Variable> Variables() const {
+    std::vector<Variable> v;
+    for (int l = 0; l < num_layers(); ++l) {
+      v.push_back({"layer" + std::to_string(l), ParamOffset(l), ParamOffset(l + 1)});
+    }
+    return v;
+  }
+
   // First float of `layer` in the flat layout (num_layers(): the total).
   uint64_t ParamOffset(int layer) const {
     uint64_t off = 0;

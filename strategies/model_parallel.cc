@@ -43,11 +43,13 @@ absl::StatusOr<PlacementPolicy> ParsePlacementPolicy(absl::string_view text) {
 
 namespace {
 
-// "GPU:3" from any accepted spelling; empty when it is not one.
-std::string ShortName(absl::string_view spec) {
+// "GPU:3" from any accepted spelling; empty when it is not one. `task_prefix` is the prefix of
+// the device's own full name ("/job:localhost/replica:0/task:0", or a cluster task's
+// "/job:worker/replica:0/task:1"): a spec naming another task is not one.
+std::string ShortName(absl::string_view spec, absl::string_view task_prefix) {
   std::string s = absl::AsciiStrToLower(spec);
   absl::string_view v = s;
-  absl::ConsumePrefix(&v, "/job:localhost/replica:0/task:0");
+  absl::ConsumePrefix(&v, absl::AsciiStrToLower(task_prefix));
   absl::ConsumePrefix(&v, "/device:");
   absl::ConsumePrefix(&v, "/");
   std::string type;
@@ -77,7 +79,12 @@ uint64_t FreeBytes(const LogicalDevice& d) {
 
 bool DeviceMatchesSpec(const LogicalDevice& device, absl::string_view spec) {
   if (spec == device.name()) return true;
-  std::string s = ShortName(spec);
+  // The device's own task prefix: its name up to "/device:".
+  const absl::string_view name = device.name();
+  const size_t device_part = name.rfind("/device:");
+  std::string s =
+      ShortName(spec, device_part == absl::string_view::npos ? absl::string_view()
+                                                             : name.substr(0, device_part));
   return !s.empty() && s == ShortName(device);
 }
 

@@ -250,6 +250,17 @@ absl::Status MlpStage::AccumulateSlots(int n, double& loss_sum, int64_t& correct
 
 std::string Mlp::name() const { return absl::StrCat("MLP ", absl::StrJoin(spec_.sizes, "-")); }
 
+std::vector<Model::Variable> Mlp::Variables() const {
+  std::vector<Variable> v;
+  for (int l = 0; l < spec_.num_layers(); ++l) {
+    const uint64_t w = spec_.ParamOffset(l);
+    const uint64_t b = w + static_cast<uint64_t>(spec_.in(l)) * spec_.out(l);
+    v.push_back({absl::StrCat("dense_", l, "/kernel"), w, b});
+    v.push_back({absl::StrCat("dense_", l, "/bias"), b, spec_.ParamOffset(l + 1)});
+  }
+  return v;
+}
+
 std::string Mlp::LayerShape(int layer) const {
   return absl::StrCat(spec_.in(layer), "x", spec_.out(layer));
 }

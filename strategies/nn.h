@@ -114,6 +114,8 @@ class Mlp : public Model {
   int input_width() const override { return spec_.in(0); }
   uint64_t LayerParams(int layer) const override { return spec_.LayerParams(layer); }
   std::string LayerShape(int layer) const override;
+  // dense_<l>/kernel (in x out), then dense_<l>/bias (out), per layer.
+  std::vector<Variable> Variables() const override;
   std::vector<float> InitialParams(uint64_t seed) const override {
     return GlorotUniformInit(spec_, seed);
   }

@@ -4,6 +4,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 
 namespace vgpu {
@@ -20,6 +21,8 @@ constexpr KindName kKindNames[] = {
     {StrategyKind::kMirrored, "mirrored"},
     {StrategyKind::kModelParallel, "model-parallel"},
     {StrategyKind::kCentralStorage, "central-storage"},
+    {StrategyKind::kMultiWorkerMirrored, "multi-worker-mirrored"},
+    {StrategyKind::kParameterServer, "parameter-server"},
 };
 
 }  // namespace
@@ -60,6 +63,19 @@ const std::vector<StrategyKind>& AllStrategyKinds() {
     return v;
   }();
   return *kinds;
+}
+
+std::string ParamsChecksum(absl::Span<const float> params) {
+  uint64_t h = 1469598103934665603ull;
+  const auto* bytes = reinterpret_cast<const unsigned char*>(params.data());
+  for (size_t i = 0; i < params.size() * sizeof(float); ++i) {
+    h = (h ^ bytes[i]) * 1099511628211ull;
+  }
+  return absl::StrFormat("%016x", h);
+}
+
+bool IsClusterStrategy(StrategyKind kind) {
+  return kind == StrategyKind::kMultiWorkerMirrored || kind == StrategyKind::kParameterServer;
 }
 
 }  // namespace strategies

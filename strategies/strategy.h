@@ -14,6 +14,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/types/span.h"
 #include "vgpu/devices/logical_device.h"
 #include "vgpu/strategies/model.h"
 
@@ -21,14 +22,24 @@ namespace vgpu {
 namespace strategies {
 
 // The strategies vgpu-train offers; "single" is MirroredStrategy on one device.
-enum class StrategyKind { kSingle, kMirrored, kModelParallel, kCentralStorage };
-// "single", "mirrored", "model-parallel", "central-storage".
+enum class StrategyKind {
+  kSingle,
+  kMirrored,
+  kModelParallel,
+  kCentralStorage,
+  kMultiWorkerMirrored,  // several processes (multi_worker_mirrored.h)
+  kParameterServer,      // several processes (parameter_server.h)
+};
+// "single", "mirrored", "model-parallel", "central-storage", "multi-worker-mirrored",
+// "parameter-server".
 absl::string_view StrategyKindName(StrategyKind kind);
 // The inverse of StrategyKindName (case-insensitive); InvalidArgument naming the text and the
 // choices otherwise.
 absl::StatusOr<StrategyKind> ParseStrategyKind(absl::string_view text);
 // Every kind, in the order above (for usage text and tests).
 const std::vector<StrategyKind>& AllStrategyKinds();
+// Whether `kind` is a cluster strategy (one process of several, launched by mpirun).
+bool IsClusterStrategy(StrategyKind kind);
 
 struct StrategyOptions {
   std::shared_ptr<const Model> model;  // required (e.g. MakeMlp() of nn.h)
@@ -46,6 +57,10 @@ struct StepTotals {
   double mean_loss() const { return examples ? loss_sum / examples : 0.0; }
   double accuracy() const { return examples ? static_cast<double>(correct) / examples : 0.0; }
 };
+
+// A 64-bit FNV-1a hash of the parameters' bytes as 16 hex digits: equal parameters, equal
+// checksum, so runs, replicas and ranks can be compared (vgpu-train's "params_checksum").
+std::string ParamsChecksum(absl::Span<const float> params);
 
 // InvalidArgument naming `strategy` when options.model is missing or invalid.
 absl::Status CheckModel(const StrategyOptions& options, absl::string_view strategy);

@@ -381,7 +381,8 @@ TEST(TrainFlagsTest, HyperParametersAreFiniteAndSane) {
   EXPECT_THAT(Train({"--batch", "-5"}), StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_THAT(Train({"--strategy", "ring"}),
               StatusIs(absl::StatusCode::kInvalidArgument,
-                       HasSubstr("expected single, mirrored, model-parallel or central-storage")));
+                       HasSubstr("expected single, mirrored, model-parallel, central-storage, "
+                                 "multi-worker-mirrored or parameter-server")));
   EXPECT_THAT(Train({"--record-trace", "--quiet"}),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("needs a value")));
   EXPECT_THAT(Train({"--memory-history="}), StatusIs(absl::StatusCode::kInvalidArgument));

@@ -246,8 +246,12 @@ TEST(StrategyKindTest, NamesRoundTrip) {
   for (StrategyKind kind : AllStrategyKinds()) {
     EXPECT_THAT(ParseStrategyKind(StrategyKindName(kind)), ::vgpu::testing::IsOkAndHolds(kind));
   }
-  EXPECT_EQ(AllStrategyKinds().size(), 4u);
+  EXPECT_EQ(AllStrategyKinds().size(), 6u);
   EXPECT_EQ(StrategyKindName(StrategyKind::kModelParallel), "model-parallel");
+  EXPECT_EQ(StrategyKindName(StrategyKind::kMultiWorkerMirrored), "multi-worker-mirrored");
+  EXPECT_EQ(StrategyKindName(StrategyKind::kParameterServer), "parameter-server");
+  EXPECT_TRUE(IsClusterStrategy(StrategyKind::kParameterServer));
+  EXPECT_FALSE(IsClusterStrategy(StrategyKind::kMirrored));
   EXPECT_THAT(ParseStrategyKind("Central-Storage"),
               ::vgpu::testing::IsOkAndHolds(StrategyKind::kCentralStorage));
   EXPECT_THAT(ParseStrategyKind("ring").status(),

@@ -44,5 +44,5 @@ if(TARGET vgpu-train)
   add_test(NAME vgpu_train_bad_strategy
     COMMAND sh -c "$<TARGET_FILE:vgpu-train> --strategy ring 2>&1; test $? -eq 2 && echo EXIT2")
   set_tests_properties(vgpu_train_bad_strategy PROPERTIES LABELS unit
-    PASS_REGULAR_EXPRESSION "--strategy=ring: expected single, mirrored, model-parallel or central-storage.*EXIT2")
+    PASS_REGULAR_EXPRESSION "--strategy=ring: expected single, mirrored, model-parallel, central-storage, multi-worker-mirrored or parameter-server.*EXIT2")
 endif()

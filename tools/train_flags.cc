@@ -16,13 +16,17 @@ namespace vgpu {
 namespace {
 
 constexpr char kUsage[] =
-    "usage: vgpu-train [--strategy single|mirrored|model-parallel|central-storage]\n"
+    "usage: vgpu-train [--strategy single|mirrored|model-parallel|central-storage|\n"
+    "  multi-worker-mirrored|parameter-server]\n"
     "  [--platform host|cuda|auto] [--devices N|SPEC,SPEC...] [--epochs N] [--batch N] [--lr X] "
     "[--seed N]\n"
     "  [--optimizer adam|sgd] [--data DIR] [--placement round-robin|least-loaded|\n"
     "  memory-balanced|explicit] [--layers SPEC,SPEC,SPEC] [--allreduce auto|local|\n"
     "  nccl|hierarchical|via-host] [--train-limit N] [--blas-threads N] [--compare[=BOOL]]\n"
     "  [--quiet[=BOOL]] [--memory-history FILE] [--record-trace FILE]\n"
+    "  [--communicator auto|mpi|hierarchical] [--ps-tasks N] [--ps-sharding round-robin|by-size]\n"
+    "  [--ps-async[=BOOL]] [--check-replicas[=BOOL]] [--collective-timeout SECONDS]\n"
+    "  (cluster strategies run under mpirun -np N: see docs/cluster.md)\n"
     "  [--logical-devices SPEC] [--allow-growth[=BOOL]] ... (every runtime setting's flag,\n"
     "  see vgpu-info --help; each overrides its VGPU_* variable)\n"
     "  --devices N: 1..64 logical GPUs per physical device; --lr X: 1e-9..10\n"
@@ -94,7 +98,9 @@ absl::StatusOr<TrainFlags> ParseTrainFlags(const std::vector<std::string>& args,
   double lr = f.lr;
   TrainFlags* fp = &f;
   flags::FlagSet fs("vgpu-train", kUsage);
-  fs.Enum("--strategy", &f.strategy, {"single", "mirrored", "model-parallel", "central-storage"},
+  fs.Enum("--strategy", &f.strategy,
+          {"single", "mirrored", "model-parallel", "central-storage", "multi-worker-mirrored",
+           "parameter-server"},
           "how the model is spread over the devices")
       .Enum("--platform", &f.platform, {"host", "cuda", "auto"},
             "the platform (default VGPU_PLATFORM, else auto: cuda when it has a device)")
@@ -118,6 +124,17 @@ absl::StatusOr<TrainFlags> ParseTrainFlags(const std::vector<std::string>& args,
       .Bool("--quiet", &f.quiet, "only the JSON line")
       .Path("--memory-history", &f.memory_history, "write the allocators' memory history")
       .Path("--record-trace", &f.record_trace, "write each GPU's allocations as a trace")
+      .Enum("--communicator", &f.communicator, {"auto", "mpi", "hierarchical"},
+            "multi-worker-mirrored: how gradients cross processes")
+      .Int("--ps-tasks", &f.ps_tasks, 0, kMaxTrainDevices,
+           "parameter-server: the last N ranks are ps tasks (default 1; TF_CONFIG may say)")
+      .Enum("--ps-sharding", &f.ps_sharding, {"round-robin", "by-size"},
+            "parameter-server: how variables are spread over the ps tasks")
+      .Bool("--ps-async", &f.ps_async, "parameter-server: apply each push as it arrives")
+      .Bool("--check-replicas", &f.check_replicas,
+            "after every step, check every replica of every rank holds the same parameters")
+      .Int("--collective-timeout", &f.collective_timeout_s, 1, 86400,
+           "seconds a cluster collective waits for a rank before the job is ended")
       .RuntimeSettings(&f.settings);
   VGPU_ASSIGN_OR_RETURN(flags::ParseResult r, fs.Parse(args));
   if (r.help) {

@@ -48,6 +48,13 @@ struct TrainFlags {
   bool quiet = false;
   std::string memory_history;  // write the devices' allocator history (JSON) here
   std::string record_trace;    // write each chosen GPU's allocations as a replayable trace
+  // Cluster strategies (docs/cluster.md).
+  std::string communicator = "auto";
+  int ps_tasks = 0;  // 0: TF_CONFIG's ps job, else 1
+  std::string ps_sharding = "round-robin";
+  bool ps_async = false;
+  bool check_replicas = false;
+  int collective_timeout_s = 30;
   // The runtime settings given by a flag (devices/settings.h: --logical-devices, ...), each
   // with source kFlag; completed from the environment (RuntimeConfig::FromEnvironmentAndFlags).
   RuntimeConfig settings;

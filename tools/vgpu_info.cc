@@ -150,6 +150,13 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "vgpu-info: bad configuration: %s\n", std::string(v.message()).c_str());
     return 2;
   }
+  // Under mpirun each rank is a task of the cluster, its devices named after it.
+  absl::StatusOr<vgpu_info::InfoCluster> cluster = vgpu_info::SetUpInfoCluster();
+  if (!cluster.ok()) {
+    std::fprintf(stderr, "vgpu-info: %s\n", std::string(cluster.status().message()).c_str());
+    return cluster.status().code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
+  }
+  config->cluster = cluster->spec;
   if (selftest) {
     // The real configuration (growth as configured): the check is of what applications get.
     absl::StatusOr<std::unique_ptr<vgpu::Runtime>> real = vgpu::Runtime::Create(*config, p);
@@ -167,6 +174,7 @@ int main(int argc, char** argv) {
   const vgpu::Runtime& rt = **runtime;
   auto src = [](vgpu::ConfigSource s) { return vgpu::ConfigSourceName(s); };
   const std::vector<vgpu::LogicalDevice*>& gpus = rt.gpus();
+  std::string report;
   if (json) {
     vgpu::JsonWriter w;
     w.BeginObject().Field("platform", p->name()).Field("summary", p->Summary());
@@ -242,77 +250,84 @@ int main(int argc, char** argv) {
       }
     }
     w.EndArray().EndObject();
-    std::printf("%s\n", w.str().c_str());
-    return 0;
-  }
-  std::printf("Platform: %s\n  %s\n", p->name().c_str(), p->Summary().c_str());
-  std::printf("Physical devices: %zu\n", infos.size());
-  for (const auto& d : infos) {
-    std::printf("  [%d] %s  uuid %s  bus %s  cc %d.%d  SMs %d  memory %s total, %s free\n",
-                d.ordinal, d.name.c_str(), d.uuid.c_str(), d.pci_bus_id.c_str(),
-                d.compute_capability_major, d.compute_capability_minor, d.sm_count,
-                vgpu::FormatBytes(d.total_bytes).c_str(), vgpu::FormatBytes(d.free_bytes).c_str());
-  }
-  // GPUs and the CPU counted apart: "4 GPU(s) + CPU:0", never a total that reads as 5 GPUs.
-  std::vector<std::string> cpus;
-  for (const vgpu::LogicalDevice* d : rt.devices()) {
-    if (!d->is_gpu()) cpus.push_back(ShortName(*d));
-  }
-  std::printf("Logical devices: %zu GPU(s)%s%s\n", gpus.size(), cpus.empty() ? "" : " + ",
-              absl::StrJoin(cpus, " + ").c_str());
-  for (const vgpu::LogicalDevice* d : rt.devices()) {
-    const vgpu::LogicalDeviceInfo& i = d->info();
-    vgpu::DeviceSettingSources so = rt.SourcesOf(*d);
-    const std::string sms = i.sm_count > 0 ? absl::StrCat(i.sm_count) : "all";
-    vgpu::AllocatorStats st = d->allocator()->Stats();
-    if (!d->is_gpu()) {
-      std::printf("  %s  host memory  allocator %s\n", i.name.c_str(), i.allocator_kind.c_str());
-      continue;
+    report = w.str();
+  } else {
+    absl::StrAppendFormat(&report, "Platform: %s\n  %s\n", p->name().c_str(), p->Summary().c_str());
+    absl::StrAppendFormat(&report, "Physical devices: %zu\n", infos.size());
+    for (const auto& d : infos) {
+      absl::StrAppendFormat(
+          &report, "  [%d] %s  uuid %s  bus %s  cc %d.%d  SMs %d  memory %s total, %s free\n",
+          d.ordinal, d.name.c_str(), d.uuid.c_str(), d.pci_bus_id.c_str(),
+          d.compute_capability_major, d.compute_capability_minor, d.sm_count,
+          vgpu::FormatBytes(d.total_bytes).c_str(), vgpu::FormatBytes(d.free_bytes).c_str());
     }
-    std::printf(
-        "  %s  physical %d  limit %s (%s)  priority %d (%s)  SMs %s (%s)  allocator %s (%s)  "
-        "growth %s (%s)  in use %s  reserved %s  peak %s\n",
-        i.name.c_str(), i.physical_ordinal, vgpu::FormatBytes(i.memory_limit).c_str(),
-        std::string(src(so.memory_limit)).c_str(), i.priority,
-        std::string(src(so.priority)).c_str(), sms.c_str(),
-        std::string(src(so.sm_partition)).c_str(), i.allocator_kind.c_str(),
-        std::string(src(so.allocator)).c_str(), config->allow_growth ? "on" : "off",
-        std::string(src(so.allow_growth)).c_str(), vgpu::FormatBytes(st.bytes_in_use).c_str(),
-        vgpu::FormatBytes(st.bytes_reserved).c_str(),
-        vgpu::FormatBytes(st.peak_bytes_in_use).c_str());
-    if (i.runtime_overhead() > 0) {
-      // vgpu's own memory inside the limit: the BLAS workspace is in use in the allocator,
-      // the NCCL buffers are kept out of its limit.
-      std::printf("      runtime overhead %s in the limit: BLAS workspace %s, NCCL buffers %s\n",
-                  vgpu::FormatBytes(i.runtime_overhead()).c_str(),
-                  vgpu::FormatBytes(i.blas_workspace).c_str(),
-                  vgpu::FormatBytes(i.collective_reserve).c_str());
+    // GPUs and the CPU counted apart: "4 GPU(s) + CPU:0", never a total that reads as 5 GPUs.
+    std::vector<std::string> cpus;
+    for (const vgpu::LogicalDevice* d : rt.devices()) {
+      if (!d->is_gpu()) cpus.push_back(ShortName(*d));
     }
-  }
-  if (gpus.size() > 1) {
-    // A matrix as `nvidia-smi topo -m`: SAME = same physical device, PEER = peer access
-    // enabled, CAP = capable but not enabled (copies go through the host).
-    std::printf(
-        "Links (SAME = same physical device, PEER = peer access enabled, CAP = peer-capable but "
-        "not enabled, NONE = via host):\n");
-    std::printf("  %-8s", "");
-    for (const vgpu::LogicalDevice* b : gpus) std::printf(" %-8s", ShortName(*b).c_str());
-    std::printf("\n");
-    for (const vgpu::LogicalDevice* a : gpus) {
-      std::printf("  %-8s", ShortName(*a).c_str());
-      for (const vgpu::LogicalDevice* b : gpus) {
-        std::string k = a == b ? "X" : LinkKind(*a, *b);
-        if (k == "peer" && !PeerEnabled(*a, *b)) k = "CAP";
-        k = k == "same_physical" ? "SAME" : k == "peer" ? "PEER" : k == "none" ? "NONE" : k;
-        std::printf(" %-8s", k.c_str());
+    absl::StrAppendFormat(&report, "Logical devices: %zu GPU(s)%s%s\n", gpus.size(),
+                          cpus.empty() ? "" : " + ", absl::StrJoin(cpus, " + ").c_str());
+    for (const vgpu::LogicalDevice* d : rt.devices()) {
+      const vgpu::LogicalDeviceInfo& i = d->info();
+      vgpu::DeviceSettingSources so = rt.SourcesOf(*d);
+      const std::string sms = i.sm_count > 0 ? absl::StrCat(i.sm_count) : "all";
+      vgpu::AllocatorStats st = d->allocator()->Stats();
+      if (!d->is_gpu()) {
+        absl::StrAppendFormat(&report, "  %s  host memory  allocator %s\n", i.name.c_str(),
+                              i.allocator_kind.c_str());
+        continue;
       }
-      std::printf("\n");
+      absl::StrAppendFormat(
+          &report,
+          "  %s  physical %d  limit %s (%s)  priority %d (%s)  SMs %s (%s)  allocator %s (%s)  "
+          "growth %s (%s)  in use %s  reserved %s  peak %s\n",
+          i.name.c_str(), i.physical_ordinal, vgpu::FormatBytes(i.memory_limit).c_str(),
+          std::string(src(so.memory_limit)).c_str(), i.priority,
+          std::string(src(so.priority)).c_str(), sms.c_str(),
+          std::string(src(so.sm_partition)).c_str(), i.allocator_kind.c_str(),
+          std::string(src(so.allocator)).c_str(), config->allow_growth ? "on" : "off",
+          std::string(src(so.allow_growth)).c_str(), vgpu::FormatBytes(st.bytes_in_use).c_str(),
+          vgpu::FormatBytes(st.bytes_reserved).c_str(),
+          vgpu::FormatBytes(st.peak_bytes_in_use).c_str());
+      if (i.runtime_overhead() > 0) {
+        // vgpu's own memory inside the limit: the BLAS workspace is in use in the allocator,
+        // the NCCL buffers are kept out of its limit.
+        absl::StrAppendFormat(
+            &report, "      runtime overhead %s in the limit: BLAS workspace %s, NCCL buffers %s\n",
+            vgpu::FormatBytes(i.runtime_overhead()).c_str(),
+            vgpu::FormatBytes(i.blas_workspace).c_str(),
+            vgpu::FormatBytes(i.collective_reserve).c_str());
+      }
+    }
+    if (gpus.size() > 1) {
+      // A matrix as `nvidia-smi topo -m`: SAME = same physical device, PEER = peer access
+      // enabled, CAP = capable but not enabled (copies go through the host).
+      absl::StrAppendFormat(
+          &report,
+          "Links (SAME = same physical device, PEER = peer access enabled, CAP = peer-capable but "
+          "not enabled, NONE = via host):\n");
+      absl::StrAppendFormat(&report, "  %-8s", "");
+      for (const vgpu::LogicalDevice* b : gpus)
+        absl::StrAppendFormat(&report, " %-8s", ShortName(*b).c_str());
+      absl::StrAppendFormat(&report, "\n");
+      for (const vgpu::LogicalDevice* a : gpus) {
+        absl::StrAppendFormat(&report, "  %-8s", ShortName(*a).c_str());
+        for (const vgpu::LogicalDevice* b : gpus) {
+          std::string k = a == b ? "X" : LinkKind(*a, *b);
+          if (k == "peer" && !PeerEnabled(*a, *b)) k = "CAP";
+          k = k == "same_physical" ? "SAME" : k == "peer" ? "PEER" : k == "none" ? "NONE" : k;
+          absl::StrAppendFormat(&report, " %-8s", k.c_str());
+        }
+        absl::StrAppendFormat(&report, "\n");
+      }
+    }
+    absl::StrAppendFormat(&report, "Settings:\n");
+    for (const vgpu::Setting& row : vgpu::SettingsTable()) {
+      absl::StrAppendFormat(&report, "  %-22s %-28s (%s)\n", std::string(row.env).c_str(),
+                            row.format(*config).c_str(),
+                            std::string(src(config->SourceOf(row.name))).c_str());
     }
   }
-  std::printf("Settings:\n");
-  for (const vgpu::Setting& row : vgpu::SettingsTable()) {
-    std::printf("  %-22s %-28s (%s)\n", std::string(row.env).c_str(), row.format(*config).c_str(),
-                std::string(src(config->SourceOf(row.name))).c_str());
-  }
-  return 0;
+  return vgpu_info::PrintReport(report, json, *cluster);
 }

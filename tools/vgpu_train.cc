@@ -4,6 +4,8 @@
 //   {"strategy","devices","epochs","batch","test_accuracy","samples_per_s","peak_bytes",...}
 // `--compare` first trains `--strategy single` on GPU:0 for the same epochs and adds
 // "single_samples_per_s" and "speedup_vs_single" (same run, same machine).
+#include "vgpu/tools/vgpu_train.h"
+
 #include <fcntl.h>
 #include <time.h>
 #include <unistd.h>
@@ -40,7 +42,9 @@
 #include "vgpu/strategies/idx.h"
 #include "vgpu/strategies/mirrored.h"
 #include "vgpu/strategies/model_parallel.h"
+#include "vgpu/strategies/multi_worker_mirrored.h"
 #include "vgpu/strategies/nn.h"
+#include "vgpu/strategies/parameter_server.h"
 #include "vgpu/tools/flags.h"
 #include "vgpu/tools/train_flags.h"
 
@@ -75,7 +79,8 @@ std::string GpuCountSource(const RuntimeConfig& c) {
   return "one per visible physical device";
 }
 
-absl::StatusOr<Devices> MakeDevices(const Flags& f, StrategyKind kind) {
+absl::StatusOr<Devices> MakeDevices(const Flags& f, StrategyKind kind,
+                                    const TrainCluster& cluster) {
   // --platform wins over VGPU_PLATFORM; "auto" is VGPU_PLATFORM=auto's rule.
   Platform* platform = nullptr;
   if (f.platform.empty()) {
@@ -99,6 +104,18 @@ absl::StatusOr<Devices> MakeDevices(const Flags& f, StrategyKind kind) {
           ? absl::StrCat("--strategy ", f.strategy, " (default --devices ", count, ")")
           : absl::StrCat("--devices ", flags::Bounded(f.devices));
   VGPU_ASSIGN_OR_RETURN(RuntimeConfig config, RuntimeConfig::FromEnvironmentAndFlags(f.settings));
+  config.cluster = cluster.spec;  // names the devices /job:<job>/replica:0/task:<index>/...
+  if (cluster.is_ps) {
+    // A ps task holds variables on CPU:0 and owns no GPU.
+    config.cpu_only = true;
+    if (!config.visible_devices.has_value()) {
+      config.visible_devices =
+          std::vector<int>{cluster.launch.local_rank % platform->DeviceCount()};
+    }
+    Devices d;
+    VGPU_ASSIGN_OR_RETURN(d.runtime, Runtime::Create(config, platform));
+    return d;
+  }
   if (config.visible_devices.has_value() && config.visible_devices->empty()) {
     return absl::InvalidArgumentError(
         "VGPU_VISIBLE_DEVICES is empty: no physical GPU is visible to train on (unset it, or "
@@ -108,7 +125,11 @@ absl::StatusOr<Devices> MakeDevices(const Flags& f, StrategyKind kind) {
     // Carve 1 GiB logical GPUs from the first visible physical device, after checking that it
     // holds them: nothing is built for a count that cannot exist.
     constexpr uint64_t kCarve = uint64_t{1} << 30;
-    const int ordinal = config.visible_devices ? config.visible_devices->front() : 0;
+    // Under mpirun each process of a node takes its own card (OMPI_COMM_WORLD_LOCAL_RANK),
+    // sharing them round-robin when there are fewer cards than processes.
+    const int ordinal = config.visible_devices
+                            ? config.visible_devices->front()
+                            : cluster.launch.local_rank % platform->DeviceCount();
     VGPU_ASSIGN_OR_RETURN(PhysicalDeviceInfo info, platform->Describe(ordinal));
     const uint64_t fit = info.total_bytes / kCarve;
     const int most = static_cast<int>(std::min<uint64_t>(fit, kMaxLogicalGpusPerPhysical));
@@ -123,7 +144,7 @@ absl::StatusOr<Devices> MakeDevices(const Flags& f, StrategyKind kind) {
     carve.ordinal = ordinal;
     carve.logical_devices.assign(std::max(gpus, 1), LogicalDeviceConfig::Bytes(kCarve));
     config.logical_devices = {carve};
-    if (!config.visible_devices.has_value()) config.visible_devices = std::vector<int>{0};
+    if (!config.visible_devices.has_value()) config.visible_devices = std::vector<int>{ordinal};
     config.sources[std::string(kSettingLogicalDevices)] = ConfigSource::kApi;
   }
   Devices d;
@@ -146,9 +167,13 @@ absl::StatusOr<Devices> MakeDevices(const Flags& f, StrategyKind kind) {
 }
 
 absl::StatusOr<std::unique_ptr<Strategy>> MakeStrategy(const Flags& f, StrategyKind which,
-                                                       Devices& d,
+                                                       Devices& d, const TrainCluster& cluster,
                                                        const strategies::StrategyOptions& o) {
   switch (which) {
+    case StrategyKind::kMultiWorkerMirrored:
+      return strategies::CreateMultiWorkerMirrored(d.chosen, o, cluster.world, f.communicator);
+    case StrategyKind::kParameterServer:
+      return strategies::ParameterServerStrategy::Create(d.chosen, o, cluster.ps);
     case StrategyKind::kSingle:
       return strategies::MirroredStrategy::Create({d.chosen.front()}, o);
     case StrategyKind::kMirrored: {
@@ -226,15 +251,42 @@ class RunPeak : public AllocatorObserver {
 };
 
 struct RunResult {
-  double samples_per_s = 0;
+  double samples_per_s = 0;  // examples of the global batches per second (the whole job's)
   double test_accuracy = 0;
   double train_loss = 0;
   uint64_t peak_bytes = 0;
   int num_devices = 0;
+  std::string params_checksum;  // of the final parameters (strategy.h ParamsChecksum)
+  strategies::ParameterServerStats ps_stats;
+  std::string communicator;  // multi-worker-mirrored
 };
 
+// A ps task's whole run: serve the workers, then evaluate the final model it holds.
+absl::StatusOr<RunResult> Serve(const Flags& f, Devices& d, const TrainCluster& cluster,
+                                const strategies::MnistLike& data,
+                                const strategies::StrategyOptions& o) {
+  VGPU_ASSIGN_OR_RETURN(auto server, strategies::ParameterServer::Create(d.cpu(), o, cluster.ps));
+  if (!f.quiet) {
+    std::printf("%s", server->PlacementReport().c_str());
+    std::fflush(stdout);
+  }
+  VGPU_RETURN_IF_ERROR(server->Serve());
+  VGPU_ASSIGN_OR_RETURN(StepTotals test,
+                        server->Evaluate(data.test.x.data(), data.test.y.data(), data.test.rows));
+  RunResult result;
+  result.test_accuracy = test.accuracy();
+  result.params_checksum = strategies::ParamsChecksum(server->Params());
+  result.ps_stats = server->stats();
+  if (!f.quiet) {
+    std::printf("ps task %d: %lld updates, test acc %.4f\n", cluster.spec->self().index,
+                static_cast<long long>(result.ps_stats.updates), test.accuracy());
+  }
+  return result;
+}
+
 absl::StatusOr<RunResult> Train(const Flags& f, StrategyKind which, Devices& d,
-                                const strategies::MnistLike& data, int blas_threads) {
+                                const TrainCluster& cluster, const strategies::MnistLike& data,
+                                int blas_threads) {
   strategies::StrategyOptions o;
   o.model = strategies::MakeMlp({data.train.features, 256, 256, 10});
   VGPU_ASSIGN_OR_RETURN(o.optimizer.kind, strategies::ParseOptimizer(f.optimizer));
@@ -242,8 +294,11 @@ absl::StatusOr<RunResult> Train(const Flags& f, StrategyKind which, Devices& d,
   o.global_batch = f.batch;
   o.seed = f.seed;
   d.runtime->platform()->SetBlasThreads(blas_threads);
+  if (cluster.is_ps) return Serve(f, d, cluster, data, o);
   RunPeak peak(d.runtime->devices());
-  VGPU_ASSIGN_OR_RETURN(std::unique_ptr<Strategy> s, MakeStrategy(f, which, d, o));
+  VGPU_ASSIGN_OR_RETURN(std::unique_ptr<Strategy> s, MakeStrategy(f, which, d, cluster, o));
+  auto* mirrored = dynamic_cast<strategies::MirroredStrategy*>(s.get());
+  auto* ps_worker = dynamic_cast<strategies::ParameterServerStrategy*>(s.get());
   if (!f.quiet) {
     std::printf("%s", s->PlacementReport().c_str());
     std::printf("  blas threads %d, batch %d, %s lr %g\n", blas_threads, f.batch,
@@ -258,7 +313,8 @@ absl::StatusOr<RunResult> Train(const Flags& f, StrategyKind which, Devices& d,
   std::vector<int> order(rows);
   std::mt19937_64 rng(f.seed);
   double train_seconds = 0;
-  int64_t trained = 0;
+  int64_t stepped = 0;  // examples of the global batches stepped
+  int64_t steps_done = 0;
   RunResult result;
   const int steps = (rows + f.batch - 1) / f.batch;  // the last, partial batch is kept
   const int kFlushEvery = 64;  // bounds the queued work and feeds the progress bar
@@ -280,6 +336,16 @@ absl::StatusOr<RunResult> Train(const Flags& f, StrategyKind which, Devices& d,
       }
       VGPU_RETURN_IF_ERROR(
           s->Step(x.data() + static_cast<size_t>(start) * feat, y.data() + start, n));
+      stepped += n;
+      ++steps_done;
+      if (f.check_replicas && mirrored != nullptr) {
+        std::vector<std::string> sums;
+        for (int i = 0; i < mirrored->num_replicas(); ++i) {
+          VGPU_ASSIGN_OR_RETURN(std::vector<float> p, mirrored->ReplicaParams(i));
+          sums.push_back(strategies::ParamsChecksum(p));
+        }
+        VGPU_RETURN_IF_ERROR(CheckReplicasEqual(cluster, sums, steps_done));
+      }
       if ((step + 1) % kFlushEvery == 0 || step + 1 == steps) {
         VGPU_ASSIGN_OR_RETURN(StepTotals t, s->Flush());
         // A diverged run stops here, naming where: its accuracy would mean nothing.
@@ -297,7 +363,6 @@ absl::StatusOr<RunResult> Train(const Flags& f, StrategyKind which, Devices& d,
     const double cpu_secs = ProcessCpuSeconds() - cpu0;
     if (tty) std::fprintf(stderr, "\r%*s\r", 70, "");
     train_seconds += secs;
-    trained += epoch_totals.examples;
     VGPU_ASSIGN_OR_RETURN(StepTotals test,
                           s->Evaluate(data.test.x.data(), data.test.y.data(), data.test.rows));
     result.test_accuracy = test.accuracy();
@@ -307,12 +372,25 @@ absl::StatusOr<RunResult> Train(const Flags& f, StrategyKind which, Devices& d,
           "epoch %d/%d  %s  %.2fs (cpu %.2fs)  %.0f samples/s  loss %.4f  train acc %.4f  "
           "test acc %.4f\n",
           epoch, f.epochs, std::string(StrategyKindName(which)).c_str(), secs, cpu_secs,
-          epoch_totals.examples / secs, epoch_totals.mean_loss(), epoch_totals.accuracy(),
+          static_cast<double>(rows) / secs, epoch_totals.mean_loss(), epoch_totals.accuracy(),
           test.accuracy());
       std::fflush(stdout);
     }
   }
-  result.samples_per_s = train_seconds > 0 ? trained / train_seconds : 0;
+  if (ps_worker != nullptr) {
+    // The final values from the servers (in asynchronous mode they moved after our last pull).
+    VGPU_RETURN_IF_ERROR(ps_worker->Finish().status());
+    VGPU_ASSIGN_OR_RETURN(StepTotals test,
+                          s->Evaluate(data.test.x.data(), data.test.y.data(), data.test.rows));
+    result.test_accuracy = test.accuracy();
+    result.ps_stats = ps_worker->stats();
+  }
+  if (mirrored != nullptr && mirrored->communicator() != nullptr) {
+    result.communicator = std::string(mirrored->communicator()->kind());
+  }
+  VGPU_ASSIGN_OR_RETURN(std::vector<float> params, s->Params());
+  result.params_checksum = strategies::ParamsChecksum(params);
+  result.samples_per_s = train_seconds > 0 ? stepped / train_seconds : 0;
   result.peak_bytes = peak.Total(s->devices());
   // The GPUs the strategy was given (--devices), whatever it placed on them: model-parallel may
   // leave one without a stage, central storage adds CPU:0 for the variables.
@@ -327,7 +405,8 @@ int AutoBlasThreads(StrategyKind strategy, int devices) {
   // PyTorch's default, a lone stream gets every core. Measured on the 2-core machine, quiet:
   // single 73k samples/s with 1 thread, 113k with 2; mirrored x4 101k with 1 thread per
   // replica, 30k with 2 (8 spinning OpenBLAS threads on 2 cores).
-  int streams = (strategy == StrategyKind::kMirrored || strategy == StrategyKind::kCentralStorage)
+  int streams = (strategy == StrategyKind::kMirrored || strategy == StrategyKind::kCentralStorage ||
+                 strategies::IsClusterStrategy(strategy))
                     ? devices
                     : 1;
   return std::max(1, cores / std::max(1, streams));
@@ -385,11 +464,30 @@ int Main(int argc, char** argv) {
     std::fprintf(stderr, "vgpu-train: %s\n", std::string(kind.status().message()).c_str());
     return flags::kExitUsage;
   }
+  // Who this process is in the job, before anything is built (a bad cluster is refused first).
+  absl::StatusOr<TrainCluster> cluster = SetUpCluster(f, *kind);
+  if (!cluster.ok()) {
+    std::fprintf(stderr, "vgpu-train: %s\n", std::string(cluster.status().message()).c_str());
+    return SetupExit(cluster.status());
+  }
+  // From here on an error on one rank ends every rank of the job (MPI_Abort, with this rank's
+  // message), so that no other rank waits for it.
+  auto fail = [&](const std::string& message, int code) {
+    if (cluster->world != nullptr && cluster->world->size() > 1) {
+      cluster->world->Abort(message, code);
+    }
+    std::fprintf(stderr, "vgpu-train: %s\n", message.c_str());
+    return code;
+  };
+  if (cluster->spec != nullptr && !f.quiet) {
+    std::printf("cluster: rank %d of %d, %s, pid %d\n", cluster->rank(), cluster->processes(),
+                cluster->spec->self().ToString().c_str(), static_cast<int>(getpid()));
+    std::fflush(stdout);
+  }
   // The devices first: a count that cannot exist is refused before the data is read.
-  absl::StatusOr<Devices> devices = MakeDevices(f, *kind);
+  absl::StatusOr<Devices> devices = MakeDevices(f, *kind, *cluster);
   if (!devices.ok()) {
-    std::fprintf(stderr, "vgpu-train: %s\n", std::string(devices.status().message()).c_str());
-    return SetupExit(devices.status());
+    return fail(std::string(devices.status().message()), SetupExit(devices.status()));
   }
   {
     absl::Status w = absl::OkStatus();
@@ -408,10 +506,7 @@ int Main(int argc, char** argv) {
     }
   }
   absl::StatusOr<strategies::MnistLike> data = strategies::LoadMnistLike(f.data);
-  if (!data.ok()) {
-    std::fprintf(stderr, "vgpu-train: %s\n", data.status().ToString().c_str());
-    return 1;
-  }
+  if (!data.ok()) return fail(data.status().ToString(), 1);
   // Every logical device's allocator (GPUs and CPU:0) reports to one history.
   MemoryHistory history(1 << 20);
   if (!f.memory_history.empty()) {
@@ -432,7 +527,7 @@ int Main(int argc, char** argv) {
   std::optional<RunResult> single;
   if (f.compare && *kind != StrategyKind::kSingle) {
     absl::StatusOr<RunResult> r =
-        Train(f, StrategyKind::kSingle, *devices, *data,
+        Train(f, StrategyKind::kSingle, *devices, TrainCluster(), *data,
               f.blas_threads ? f.blas_threads : AutoBlasThreads(StrategyKind::kSingle, 1));
     if (!r.ok()) {
       std::fprintf(stderr, "vgpu-train: single: %s\n", r.status().ToString().c_str());
@@ -441,12 +536,9 @@ int Main(int argc, char** argv) {
     single = *r;
   }
   const int n = static_cast<int>(devices->chosen.size());
-  absl::StatusOr<RunResult> r =
-      Train(f, *kind, *devices, *data, f.blas_threads ? f.blas_threads : AutoBlasThreads(*kind, n));
-  if (!r.ok()) {
-    std::fprintf(stderr, "vgpu-train: %s\n", r.status().ToString().c_str());
-    return 1;
-  }
+  absl::StatusOr<RunResult> r = Train(f, *kind, *devices, *cluster, *data,
+                                      f.blas_threads ? f.blas_threads : AutoBlasThreads(*kind, n));
+  if (!r.ok()) return fail(r.status().ToString(), 1);
   for (size_t i = 0; i < recorders.size(); ++i) {
     LogicalDevice* dev = devices->chosen[i];
     DetachTraceRecorder(*dev->allocator(), recorders[i].get());
@@ -483,7 +575,20 @@ int Main(int argc, char** argv) {
       .Field("peak_bytes", r->peak_bytes)
       .Field("train_loss", r->train_loss)
       .Field("optimizer", f.optimizer)
-      .Field("platform", devices->runtime->platform()->name());
+      .Field("platform", devices->runtime->platform()->name())
+      .Field("processes", cluster->processes())
+      .Field("rank", cluster->rank())
+      .Field("job", cluster->job())
+      .Field("params_checksum", r->params_checksum);
+  if (!r->communicator.empty()) j.Field("communicator", r->communicator);
+  if (*kind == StrategyKind::kParameterServer) {
+    j.Field("ps_tasks", static_cast<int>(cluster->ps.ps_ranks.size()))
+        .Field("ps_mode", f.ps_async ? "async" : "sync")
+        .Field("ps_sharding", f.ps_sharding)
+        .Field("ps_updates", r->ps_stats.updates)
+        .Field("max_staleness", r->ps_stats.max_staleness)
+        .Field("mean_staleness", r->ps_stats.mean_staleness);
+  }
   if (single) {
     j.Field("single_samples_per_s", single->samples_per_s)
         .Field("speedup_vs_single",

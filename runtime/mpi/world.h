@@ -44,8 +44,22 @@ absl::StatusOr<LaunchInfo> DetectLaunch(
 // Whether this build has MPI.
 bool Available();
 
+// The variable that sets the default deadline, and the deadline when it is unset.
+inline constexpr char kTimeoutVariable[] = "VGPU_MPI_TIMEOUT_S";
+inline constexpr absl::Duration kDefaultTimeout = absl::Seconds(60);
+// The longest and shortest deadlines VGPU_MPI_TIMEOUT_S accepts (seconds).
+inline constexpr double kMinTimeoutSeconds = 0.001;
+inline constexpr double kMaxTimeoutSeconds = 7 * 24 * 3600;
+
 // The default deadline of a blocking collective (VGPU_MPI_TIMEOUT_S overrides, seconds).
+// VGPU_MPI_TIMEOUT_S unset or malformed gives kDefaultTimeout here; a malformed value is never
+// silently used, because World::Get reads it through TimeoutFromEnvironment and refuses it.
 absl::Duration DefaultTimeout();
+// VGPU_MPI_TIMEOUT_S as `lookup` (nullptr: the process environment) gives it: a decimal number
+// of seconds in [kMinTimeoutSeconds, kMaxTimeoutSeconds] ("2.5", "600"); kDefaultTimeout when
+// unset; InvalidArgument naming the variable and quoting the value otherwise.
+absl::StatusOr<absl::Duration> TimeoutFromEnvironment(
+    std::function<std::optional<std::string>(absl::string_view)> lookup = nullptr);
 
 enum class ReduceOp { kSum, kMean };
 
@@ -54,6 +68,12 @@ class World {
   // Initialises MPI on first call (MPI_Init_thread; FailedPrecondition when the library
   // offers less than MPI_THREAD_SERIALIZED) and finalises it at exit. Unimplemented in a build
   // without MPI.
+  //
+  // When the application initialised MPI itself, the world uses it (it must offer
+  // MPI_THREAD_SERIALIZED) and leaves finalising it to the application. The world talks on its
+  // own duplicates of MPI_COMM_WORLD (one for the collectives, one for Send/Recv), so its
+  // messages never mix with the application's. InvalidArgument when VGPU_MPI_TIMEOUT_S is
+  // malformed. The first result, error included, is the answer for the life of the process.
   static absl::StatusOr<World*> Get();
 
   virtual ~World() = default;
@@ -61,10 +81,22 @@ class World {
   virtual int size() const = 0;
   virtual int local_rank() const = 0;
   virtual int local_size() const = 0;
+  // The deadline a call with a zero timeout gets (initially VGPU_MPI_TIMEOUT_S, else
+  // kDefaultTimeout); a tool sets it from its flag. Not positive: InvalidArgument. Call it
+  // while no other thread uses the world.
+  virtual absl::Status SetDefaultTimeout(absl::Duration timeout) = 0;
+  virtual absl::Duration default_timeout() const = 0;
 
   // Each waits at most `timeout` (DefaultTimeout() when zero): DeadlineExceeded naming the
   // operation, this rank and the ranks that did not arrive, where MPI can say. The buffers are
   // host memory.
+  //
+  // The collectives go through rank 0 (it gathers, combines and sends the result back), in
+  // chunks of at most 4 MiB, and each call has its own sequence number in its messages: a
+  // collective one rank gave up on (a deadline) leaves no message that a later collective
+  // could take for its own, so the next collective that every rank enters works again. MPI
+  // never holds the caller's buffers after a call returns, even a timed-out one (the messages
+  // are staged in the world's own memory). A negative timeout is InvalidArgument.
   virtual absl::Status Barrier(absl::Duration timeout = absl::ZeroDuration()) = 0;
   virtual absl::Status Broadcast(void* data, size_t bytes, int root,
                                  absl::Duration timeout = absl::ZeroDuration()) = 0;
@@ -78,6 +110,12 @@ class World {
   // Point to point (the parameter server's pushes and pulls); `tag` >= 0. Recv takes exactly
   // `bytes` (InvalidArgument naming the sender when the message size differs) from rank
   // `from`, or from any rank with kAnySource, and returns the sender's rank.
+  // A message of the wrong size is consumed (so it does not block the next Recv). One message
+  // is at most 2^31 - 1 bytes (MPI's int count); larger is InvalidArgument. Send is MPI's
+  // standard mode: a small message returns at once, a large one (beyond the transport's eager
+  // limit, a few KiB) once the receiver's Recv takes it, so two ranks that both Send a large
+  // message to each other before receiving time out. `data` is copied first: a timed-out Send
+  // never reads it later. The user's tags and the collectives' messages never mix.
   static constexpr int kAnySource = -1;
   virtual absl::Status Send(const void* data, size_t bytes, int to, int tag,
                             absl::Duration timeout = absl::ZeroDuration()) = 0;
