@@ -13,11 +13,11 @@ namespace vgpu {
 namespace strategies {
 
 int MirroredStrategy::RowsForReplica(int rows, int replicas, int i) {
-  return rows / replicas + (i < rows % replicas ? 1 : 0);
+  return strategies::RowsForReplica(rows, replicas, i);
 }
 
 int MirroredStrategy::RowsBeforeReplica(int rows, int replicas, int i) {
-  return i * (rows / replicas) + std::min(i, rows % replicas);
+  return strategies::RowsBeforeReplica(rows, replicas, i);
 }
 
 absl::StatusOr<std::unique_ptr<MirroredStrategy>> MirroredStrategy::CreateMultiWorker(
@@ -94,25 +94,9 @@ absl::Status MirroredStrategy::Step(const float* x, const int32_t* y, int rows) 
   }
   if (accounting_.slot() == options_.max_slots) VGPU_RETURN_IF_ERROR(Flush().status());
   const int n = num_replicas();
-  const int in = options_.model->input_width();
-  const float grad_scale = 1.0f / static_cast<float>(rows);
-  // This process's replicas take their share of the global batch (all of it in one process).
-  int offset = RowsBeforeReplica(rows, total_replicas_, first_replica_);
-  int local_rows = 0;  // the examples of this process's replicas (the losses it holds)
-  for (int i = 0; i < n; ++i) {
-    const int r = RowsForReplica(rows, total_replicas_, first_replica_ + i);
-    StageChain& rep = *replicas_[i];
-    if (r == 0) {
-      VGPU_RETURN_IF_ERROR(rep.back()->ZeroGradsAndSlot(accounting_.slot()));
-      continue;
-    }
-    VGPU_RETURN_IF_ERROR(rep.Upload(x + static_cast<int64_t>(offset) * in, y + offset, r));
-    VGPU_RETURN_IF_ERROR(rep.Forward(r));
-    VGPU_RETURN_IF_ERROR(rep.back()->Loss(r, grad_scale, accounting_.slot()));
-    VGPU_RETURN_IF_ERROR(rep.Backward(r));
-    offset += r;
-    local_rows += r;
-  }
+  VGPU_ASSIGN_OR_RETURN(const int local_rows,
+                        ReplicaGradients(replicas_, options_.model->input_width(), x, y, rows,
+                                         total_replicas_, first_replica_, accounting_.slot()));
   ++step_;
   if (comm_ != nullptr) {
     // Every replica of every process gets the same summed gradient, so the same update.

@@ -9,7 +9,6 @@
 #include "absl/strings/str_cat.h"
 #include "vgpu/runtime/bytes.h"
 #include "vgpu/runtime/status.h"
-#include "vgpu/strategies/mirrored.h"
 #include "vgpu/strategies/replica_eval.h"
 
 namespace vgpu {
@@ -157,7 +156,7 @@ absl::StatusOr<std::unique_ptr<ParameterServerStrategy>> ParameterServerStrategy
   VGPU_ASSIGN_OR_RETURN(s->owner_, ShardVariables(s->variables_, ps.ps_ranks.size(), ps.sharding));
   const int n = static_cast<int>(devices.size());
   const int total = n * static_cast<int>(ps.worker_ranks.size());
-  const int per_replica = MirroredStrategy::RowsForReplica(options.global_batch, total, 0);
+  const int per_replica = RowsForReplica(options.global_batch, total, 0);
   const int max_rows = std::max(per_replica, std::min(options.eval_batch, options.global_batch));
   s->params_ = options.model->InitialParams(options.seed);
   s->grads_.assign(s->params_.size(), 0.0f);
@@ -185,28 +184,14 @@ absl::Status ParameterServerStrategy::Step(const float* x, const int32_t* y, int
   }
   if (accounting_.slot() == options_.max_slots) VGPU_RETURN_IF_ERROR(Flush().status());
   const int n = static_cast<int>(replicas_.size());
-  const int total = n * static_cast<int>(ps_.worker_ranks.size());
-  const int first = worker_index_ * n;
-  const int in = options_.model->input_width();
-  const float grad_scale = 1.0f / static_cast<float>(rows);
-  int offset = MirroredStrategy::RowsBeforeReplica(rows, total, first);
-  int local_rows = 0;  // the examples of this worker's replicas (the losses it holds)
+  VGPU_ASSIGN_OR_RETURN(const int local_rows,
+                        ReplicaGradients(replicas_, options_.model->input_width(), x, y, rows,
+                                         n * static_cast<int>(ps_.worker_ranks.size()),
+                                         worker_index_ * n, accounting_.slot()));
   std::vector<collectives::RankBuffer> bufs;
   for (int i = 0; i < n; ++i) {
-    const int r = MirroredStrategy::RowsForReplica(rows, total, first + i);
-    StageChain& rep = *replicas_[i];
-    ModelStage* stage = rep.front();
+    ModelStage* stage = replicas_[i]->front();
     bufs.push_back({stage->stream(), stage->grads(), i == 0 ? stage->grads() : nullptr});
-    if (r == 0) {
-      VGPU_RETURN_IF_ERROR(rep.back()->ZeroGradsAndSlot(accounting_.slot()));
-      continue;
-    }
-    VGPU_RETURN_IF_ERROR(rep.Upload(x + static_cast<int64_t>(offset) * in, y + offset, r));
-    VGPU_RETURN_IF_ERROR(rep.Forward(r));
-    VGPU_RETURN_IF_ERROR(rep.back()->Loss(r, grad_scale, accounting_.slot()));
-    VGPU_RETURN_IF_ERROR(rep.Backward(r));
-    offset += r;
-    local_rows += r;
   }
   accounting_.StepQueued(local_rows);
   // This worker's gradient (its replicas summed), to the host.
@@ -284,10 +269,9 @@ std::string ParameterServerStrategy::PlacementReport() const {
                                  " ps task(s), variables ", ShardPolicyName(ps_.sharding), ", ",
                                  ps_.async ? "asynchronous" : "synchronous", "\n");
   for (int i = 0; i < n; ++i) {
-    absl::StrAppend(
-        &out, "  replica ", worker_index_ * n + i, " -> ", devices_[i]->name(), " (",
-        MirroredStrategy::RowsForReplica(options_.global_batch, total, worker_index_ * n + i),
-        " of each global batch of ", options_.global_batch, ")\n");
+    absl::StrAppend(&out, "  replica ", worker_index_ * n + i, " -> ", devices_[i]->name(), " (",
+                    RowsForReplica(options_.global_batch, total, worker_index_ * n + i),
+                    " of each global batch of ", options_.global_batch, ")\n");
   }
   for (size_t v = 0; v < variables_.size(); ++v) {
     absl::StrAppend(&out, "  ", variables_[v].name, " (", variables_[v].end - variables_[v].begin,

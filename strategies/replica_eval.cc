@@ -34,5 +34,36 @@ absl::StatusOr<StepTotals> EvaluateRoundRobin(
   return t;
 }
 
+int RowsForReplica(int rows, int replicas, int i) {
+  return rows / replicas + (i < rows % replicas ? 1 : 0);
+}
+
+int RowsBeforeReplica(int rows, int replicas, int i) {
+  return i * (rows / replicas) + std::min(i, rows % replicas);
+}
+
+absl::StatusOr<int> ReplicaGradients(const std::vector<std::unique_ptr<StageChain>>& replicas,
+                                     int in_features, const float* x, const int32_t* y, int rows,
+                                     int total, int first, int slot) {
+  const float grad_scale = 1.0f / static_cast<float>(rows);
+  int offset = RowsBeforeReplica(rows, total, first);
+  int local_rows = 0;
+  for (size_t i = 0; i < replicas.size(); ++i) {
+    const int r = RowsForReplica(rows, total, first + static_cast<int>(i));
+    StageChain& rep = *replicas[i];
+    if (r == 0) {
+      VGPU_RETURN_IF_ERROR(rep.back()->ZeroGradsAndSlot(slot));
+      continue;
+    }
+    VGPU_RETURN_IF_ERROR(rep.Upload(x + static_cast<int64_t>(offset) * in_features, y + offset, r));
+    VGPU_RETURN_IF_ERROR(rep.Forward(r));
+    VGPU_RETURN_IF_ERROR(rep.back()->Loss(r, grad_scale, slot));
+    VGPU_RETURN_IF_ERROR(rep.Backward(r));
+    offset += r;
+    local_rows += r;
+  }
+  return local_rows;
+}
+
 }  // namespace strategies
 }  // namespace vgpu

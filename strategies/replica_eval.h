@@ -24,6 +24,20 @@ absl::StatusOr<StepTotals> EvaluateRoundRobin(
     const std::vector<std::unique_ptr<StageChain>>& replicas, int in_features, int max_slots,
     const float* x, const int32_t* y, int n);
 
+// Examples replica i of `replicas` gets from a global batch of `rows` (the first rows % replicas
+// take one more), and the examples before its share.
+int RowsForReplica(int rows, int replicas, int i);
+int RowsBeforeReplica(int rows, int replicas, int i);
+
+// One data-parallel step's compute on this process's `replicas`, which are replicas
+// first .. first + N - 1 of `total` (every process's): each takes its share of the global batch
+// x/y of `rows` examples, runs forward, the loss into `slot` (gradient scaled by 1/rows: the
+// global batch's mean) and backward; a replica without examples zeroes its gradients and slot.
+// Returns this process's examples.
+absl::StatusOr<int> ReplicaGradients(const std::vector<std::unique_ptr<StageChain>>& replicas,
+                                     int in_features, const float* x, const int32_t* y, int rows,
+                                     int total, int first, int slot);
+
 }  // namespace strategies
 }  // namespace vgpu
 

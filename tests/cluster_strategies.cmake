@@ -21,6 +21,16 @@ if(VGPU_HAVE_MPI)
   vgpu_add_mpi_test(NAME parameter_server_test_np4_ps2 NP 4 COMMAND parameter_server_test)
   set_property(TEST parameter_server_test_np4_ps2 APPEND PROPERTY ENVIRONMENT VGPU_TEST_PS_TASKS=2)
 
+  # vgpu-info under mpirun: one report of the whole cluster from rank 0.
+  if(TARGET vgpu-info)
+    vgpu_add_mpi_test(NAME vgpu_info_cluster_np2 NP 2 COMMAND vgpu-info)
+    set_tests_properties(vgpu_info_cluster_np2 PROPERTIES PASS_REGULAR_EXPRESSION
+      "Cluster: 2 processes, worker \\(2 tasks\\).*== rank 0: /job:worker/task:0 ==.*/job:worker/replica:0/task:0/device:GPU:0.*== rank 1: /job:worker/task:1 ==.*/job:worker/replica:0/task:1/device:GPU:0")
+    vgpu_add_mpi_test(NAME vgpu_info_cluster_json_np3 NP 3 COMMAND vgpu-info --json)
+    set_tests_properties(vgpu_info_cluster_json_np3 PROPERTIES PASS_REGULAR_EXPRESSION
+      "^\\{\"cluster\":\\{\"processes\":3,.*\"ranks\":\\[\\{\"platform\".*/job:worker/replica:0/task:2/device:GPU:0")
+  endif()
+
   # vgpu-train under mpirun: the issue's done-when commands (Fashion-MNIST, 2 epochs, >= 0.85,
   # one parameter checksum on every rank), then faults.
   set(_ct ${CMAKE_CURRENT_SOURCE_DIR}/cluster_train_check.sh)

@@ -10,51 +10,22 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "vgpu/runtime/host/host_platform.h"
-#include "vgpu/runtime/mpi/world.h"
 #include "vgpu/runtime/status_matchers.h"
 #include "vgpu/strategies/collectives/communicator.h"
 #include "vgpu/strategies/strategy.h"
+#include "vgpu/tests/cluster_testing.h"
 #include "vgpu/tests/communicator_checks.h"
-#include "vgpu/tests/testing_runtime.h"
 
 namespace vgpu::collectives {
 namespace {
 
 using ::testing::HasSubstr;
+using ::vgpu::testing::HostDevices;
 using ::vgpu::testing::IsOk;
 using ::vgpu::testing::StatusIs;
+using ::vgpu::testing::WorldOrNull;
 
 constexpr uint64_t kMiB = uint64_t{1} << 20;
-
-// The world when this process runs under a launcher, else null.
-mpi::World* WorldOrNull() {
-  auto launch = mpi::DetectLaunch();
-  EXPECT_THAT(launch.status(), IsOk());
-  if (!launch.ok() || !launch->under_launcher) return nullptr;
-  auto world = mpi::World::Get();
-  EXPECT_THAT(world.status(), IsOk());
-  return world.ok() ? *world : nullptr;
-}
-
-struct Devices {
-  std::unique_ptr<HostPlatform> platform;
-  std::unique_ptr<Runtime> runtime;
-};
-
-Devices Make(int logical) {
-  Devices d;
-  HostPlatformOptions o;
-  o.device_bytes = {logical * 4 * kMiB + 16 * kMiB};
-  auto platform = HostPlatform::Create(o);
-  EXPECT_THAT(platform.status(), IsOk());
-  d.platform = *std::move(platform);
-  auto runtime =
-      testing::CreateTestingRuntime(d.platform.get(), 0, std::vector<uint64_t>(logical, 4 * kMiB));
-  EXPECT_THAT(runtime.status(), IsOk());
-  if (runtime.ok()) d.runtime = *std::move(runtime);
-  return d;
-}
 
 struct Case {
   std::string kind;
@@ -67,7 +38,7 @@ class CommunicatorAcrossProcesses : public ::testing::TestWithParam<Case> {};
 TEST_P(CommunicatorAcrossProcesses, EveryPrimitiveMatchesTheReference) {
   const Case& c = GetParam();
   mpi::World* world = WorldOrNull();
-  Devices d = Make(c.per_process);
+  HostDevices d = testing::MakeHostDevices(c.per_process, 4 * kMiB);
   ASSERT_NE(d.runtime, nullptr);
   CommunicatorOptions o;
   o.kind = c.kind;

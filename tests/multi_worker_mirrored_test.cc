@@ -5,77 +5,28 @@
 // processes; run alone, the job is this process (no world).
 #include "vgpu/strategies/multi_worker_mirrored.h"
 
-#include <cmath>
 #include <cstring>
 #include <memory>
-#include <random>
 #include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "vgpu/runtime/host/host_platform.h"
-#include "vgpu/runtime/mpi/world.h"
 #include "vgpu/runtime/status_matchers.h"
 #include "vgpu/strategies/nn.h"
-#include "vgpu/tests/testing_runtime.h"
+#include "vgpu/tests/cluster_testing.h"
 
 namespace vgpu::strategies {
 namespace {
 
 using ::testing::HasSubstr;
+using ::vgpu::testing::HostDevices;
 using ::vgpu::testing::IsOk;
+using ::vgpu::testing::RelativeDifference;
 using ::vgpu::testing::StatusIs;
+using ::vgpu::testing::WorldOrNull;
 
 constexpr uint64_t kMiB = uint64_t{1} << 20;
 constexpr int kFeatures = 24, kClasses = 5, kRows = 2048, kBatch = 100, kSteps = 30;
-
-mpi::World* WorldOrNull() {
-  auto launch = mpi::DetectLaunch();
-  EXPECT_THAT(launch.status(), IsOk());
-  if (!launch.ok() || !launch->under_launcher) return nullptr;
-  auto world = mpi::World::Get();
-  EXPECT_THAT(world.status(), IsOk());
-  return world.ok() ? *world : nullptr;
-}
-
-struct Data {
-  std::vector<float> x;
-  std::vector<int32_t> y;
-};
-
-// The same on every process (fixed seed): each takes its replicas' rows of every batch.
-Data MakeData() {
-  std::mt19937 rng(7);
-  std::uniform_real_distribution<float> u(0.0f, 1.0f);
-  Data d;
-  d.x.resize(static_cast<size_t>(kRows) * kFeatures);
-  d.y.resize(kRows);
-  for (int r = 0; r < kRows; ++r) {
-    d.y[r] = static_cast<int32_t>(rng() % kClasses);
-    for (int f = 0; f < kFeatures; ++f) d.x[r * kFeatures + f] = u(rng) * 0.5f;
-    d.x[r * kFeatures + d.y[r] % kFeatures] += 1.0f;
-  }
-  return d;
-}
-
-struct Devices {
-  std::unique_ptr<HostPlatform> platform;
-  std::unique_ptr<Runtime> runtime;
-};
-
-Devices Make(int logical) {
-  Devices d;
-  HostPlatformOptions o;
-  o.device_bytes = {logical * 8 * kMiB + 16 * kMiB};
-  auto platform = HostPlatform::Create(o);
-  EXPECT_THAT(platform.status(), IsOk());
-  d.platform = *std::move(platform);
-  auto runtime =
-      testing::CreateTestingRuntime(d.platform.get(), 0, std::vector<uint64_t>(logical, 8 * kMiB));
-  EXPECT_THAT(runtime.status(), IsOk());
-  if (runtime.ok()) d.runtime = *std::move(runtime);
-  return d;
-}
 
 StrategyOptions Options() {
   StrategyOptions o;
@@ -86,15 +37,6 @@ StrategyOptions Options() {
   return o;
 }
 
-double RelativeDifference(const std::vector<float>& a, const std::vector<float>& b) {
-  double diff = 0, norm = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    diff += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
-    norm += double(b[i]) * b[i];
-  }
-  return std::sqrt(diff / norm);
-}
-
 class MultiWorkerMirroredTest : public ::testing::TestWithParam<int> {};
 
 TEST_P(MultiWorkerMirroredTest, BitwiseEqualEveryStepAndMatchesMirrored) {
@@ -102,7 +44,7 @@ TEST_P(MultiWorkerMirroredTest, BitwiseEqualEveryStepAndMatchesMirrored) {
   mpi::World* world = WorldOrNull();
   const int processes = world ? world->size() : 1;
   const int rank = world ? world->rank() : 0;
-  Devices d = Make(per_process);
+  HostDevices d = testing::MakeHostDevices(per_process, 8 * kMiB);
   ASSERT_NE(d.runtime, nullptr);
   auto mwm = CreateMultiWorkerMirrored(d.runtime->gpus(), Options(), world);
   ASSERT_THAT(mwm.status(), IsOk());
@@ -111,7 +53,7 @@ TEST_P(MultiWorkerMirroredTest, BitwiseEqualEveryStepAndMatchesMirrored) {
   EXPECT_EQ(s.total_replicas(), processes * per_process);
   EXPECT_EQ(s.first_replica(), rank * per_process);
   EXPECT_THAT(s.PlacementReport(), HasSubstr("of " + std::to_string(processes * per_process)));
-  const Data data = MakeData();
+  const testing::SyntheticData data = testing::MakeSyntheticData(kRows, kFeatures, kClasses, 7);
   // A batch smaller than the replicas leaves some without rows: still equal.
   const int sizes[] = {kBatch, 3, kBatch - 1};
   for (int step = 0; step < kSteps; ++step) {
@@ -142,7 +84,7 @@ TEST_P(MultiWorkerMirroredTest, BitwiseEqualEveryStepAndMatchesMirrored) {
   ASSERT_THAT(params.status(), IsOk());
 
   // The same job in one process: mirrored over as many replicas, same batches.
-  Devices one = Make(processes * per_process);
+  HostDevices one = testing::MakeHostDevices(processes * per_process, 8 * kMiB);
   ASSERT_NE(one.runtime, nullptr);
   auto mirrored = MirroredStrategy::Create(one.runtime->gpus(), Options());
   ASSERT_THAT(mirrored.status(), IsOk());
@@ -164,7 +106,7 @@ INSTANTIATE_TEST_SUITE_P(DevicesPerProcess, MultiWorkerMirroredTest, ::testing::
 TEST(MultiWorkerMirroredBadInput, NoDevicesOrUnknownCommunicator) {
   EXPECT_THAT(CreateMultiWorkerMirrored({}, Options(), nullptr).status(),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("no devices")));
-  Devices d = Make(1);
+  HostDevices d = testing::MakeHostDevices(1, 8 * kMiB);
   ASSERT_NE(d.runtime, nullptr);
   EXPECT_THAT(
       CreateMultiWorkerMirrored(d.runtime->gpus(), Options(), nullptr, "smoke-signals").status(),

@@ -5,29 +5,28 @@
 // staleness counted. The last ranks are the ps tasks (VGPU_TEST_PS_TASKS, default 1).
 #include "vgpu/strategies/parameter_server.h"
 
-#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
-#include <random>
 #include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "vgpu/runtime/host/host_platform.h"
-#include "vgpu/runtime/mpi/world.h"
 #include "vgpu/runtime/status_matchers.h"
 #include "vgpu/strategies/mirrored.h"
 #include "vgpu/strategies/nn.h"
-#include "vgpu/tests/testing_runtime.h"
+#include "vgpu/tests/cluster_testing.h"
 
 namespace vgpu::strategies {
 namespace {
 
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using ::vgpu::testing::HostDevices;
 using ::vgpu::testing::IsOk;
+using ::vgpu::testing::RelativeDifference;
 using ::vgpu::testing::StatusIs;
+using ::vgpu::testing::WorldOrNull;
 
 constexpr uint64_t kMiB = uint64_t{1} << 20;
 constexpr int kFeatures = 24, kClasses = 5, kRows = 2048, kBatch = 96, kSteps = 25;
@@ -62,63 +61,8 @@ TEST(ShardVariablesTest, RoundRobinIsReplicaDeviceSetter) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("random")));
 }
 
-mpi::World* WorldOrNull() {
-  auto launch = mpi::DetectLaunch();
-  EXPECT_THAT(launch.status(), IsOk());
-  if (!launch.ok() || !launch->under_launcher) return nullptr;
-  auto world = mpi::World::Get();
-  EXPECT_THAT(world.status(), IsOk());
-  return world.ok() ? *world : nullptr;
-}
-
-struct Devices {
-  std::unique_ptr<HostPlatform> platform;
-  std::unique_ptr<Runtime> runtime;
-};
-
-Devices Make(int logical) {
-  Devices d;
-  HostPlatformOptions o;
-  o.device_bytes = {logical * 8 * kMiB + 16 * kMiB};
-  auto platform = HostPlatform::Create(o);
-  EXPECT_THAT(platform.status(), IsOk());
-  d.platform = *std::move(platform);
-  auto runtime =
-      testing::CreateTestingRuntime(d.platform.get(), 0, std::vector<uint64_t>(logical, 8 * kMiB));
-  EXPECT_THAT(runtime.status(), IsOk());
-  if (runtime.ok()) d.runtime = *std::move(runtime);
-  return d;
-}
-
-struct Data {
-  std::vector<float> x;
-  std::vector<int32_t> y;
-};
-Data MakeData() {
-  std::mt19937 rng(11);
-  std::uniform_real_distribution<float> u(0.0f, 1.0f);
-  Data d;
-  d.x.resize(static_cast<size_t>(kRows) * kFeatures);
-  d.y.resize(kRows);
-  for (int r = 0; r < kRows; ++r) {
-    d.y[r] = static_cast<int32_t>(rng() % kClasses);
-    for (int f = 0; f < kFeatures; ++f) d.x[r * kFeatures + f] = u(rng) * 0.5f;
-    d.x[r * kFeatures + d.y[r] % kFeatures] += 1.0f;
-  }
-  return d;
-}
-
-double RelativeDifference(const std::vector<float>& a, const std::vector<float>& b) {
-  double diff = 0, norm = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    diff += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
-    norm += double(b[i]) * b[i];
-  }
-  return std::sqrt(diff / norm);
-}
-
 TEST(ParameterServerTest, ClusterChecks) {
-  Devices d = Make(1);
+  HostDevices d = testing::MakeHostDevices(1, 8 * kMiB);
   ASSERT_NE(d.runtime, nullptr);
   ParameterServerOptions ps;
   EXPECT_THAT(ParameterServerStrategy::Create(d.runtime->gpus(), Options(), ps).status(),
@@ -143,7 +87,7 @@ std::vector<float> RunJob(mpi::World* world, int ps_tasks, bool async, int per_w
                           ParameterServerStats* stats) {
   ParameterServerOptions o = JobOptions(world, ps_tasks, async);
   const bool is_ps = world->rank() >= world->size() - ps_tasks;
-  Devices d = Make(per_worker);
+  HostDevices d = testing::MakeHostDevices(per_worker, 8 * kMiB);
   EXPECT_NE(d.runtime, nullptr);
   if (is_ps) {
     auto server = ParameterServer::Create(d.runtime->cpu(), Options(), o);
@@ -157,7 +101,7 @@ std::vector<float> RunJob(mpi::World* world, int ps_tasks, bool async, int per_w
   EXPECT_THAT(s.status(), IsOk());
   if (!s.ok()) return {};
   EXPECT_THAT((*s)->PlacementReport(), HasSubstr("/job:ps/task:0"));
-  const Data data = MakeData();
+  const testing::SyntheticData data = testing::MakeSyntheticData(kRows, kFeatures, kClasses, 11);
   for (int step = 0; step < kSteps; ++step) {
     const int start = (step * kBatch) % (kRows - kBatch);
     EXPECT_THAT((*s)->Step(data.x.data() + static_cast<size_t>(start) * kFeatures,
@@ -205,10 +149,10 @@ TEST(ParameterServerTest, SynchronousEqualsMirroredOverTheSameReplicas) {
     EXPECT_EQ(stats.max_staleness, 0);
     EXPECT_TRUE(SameEverywhere(world, params)) << "rank " << world->rank();
     // Mirrored training over workers x per_worker replicas, the same batches.
-    Devices one = Make(workers * per_worker);
+    HostDevices one = testing::MakeHostDevices(workers * per_worker, 8 * kMiB);
     auto mirrored = MirroredStrategy::Create(one.runtime->gpus(), Options());
     ASSERT_THAT(mirrored.status(), IsOk());
-    const Data data = MakeData();
+    const testing::SyntheticData data = testing::MakeSyntheticData(kRows, kFeatures, kClasses, 11);
     for (int step = 0; step < kSteps; ++step) {
       const int start = (step * kBatch) % (kRows - kBatch);
       ASSERT_THAT((*mirrored)->Step(data.x.data() + static_cast<size_t>(start) * kFeatures,
