@@ -12,6 +12,44 @@
 
 namespace vgpu {
 
+bool JsonHex4(absl::string_view s, size_t pos, uint32_t* out) {
+  if (pos > s.size() || s.size() - pos < 4) return false;
+  uint32_t v = 0;
+  for (int i = 0; i < 4; ++i) {
+    const char c = s[pos + i];
+    v <<= 4;
+    if (c >= '0' && c <= '9') {
+      v |= c - '0';
+    } else if (c >= 'a' && c <= 'f') {
+      v |= c - 'a' + 10;
+    } else if (c >= 'A' && c <= 'F') {
+      v |= c - 'A' + 10;
+    } else {
+      return false;
+    }
+  }
+  *out = v;
+  return true;
+}
+
+void AppendUtf8(uint32_t cp, std::string* out) {
+  if (cp < 0x80) {
+    out->push_back(static_cast<char>(cp));
+  } else if (cp < 0x800) {
+    out->push_back(static_cast<char>(0xC0 | (cp >> 6)));
+    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+  } else if (cp < 0x10000) {
+    out->push_back(static_cast<char>(0xE0 | (cp >> 12)));
+    out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
+    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+  } else {
+    out->push_back(static_cast<char>(0xF0 | (cp >> 18)));
+    out->push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
+    out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
+    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+  }
+}
+
 absl::string_view JsonValue::TypeName(Type type) {
   switch (type) {
     case Type::kNull:
@@ -247,44 +285,10 @@ class JsonParser {
     return absl::OkStatus();
   }
 
-  // Four hex digits at pos_.
   bool Hex4(uint32_t* out) {
-    if (s_.size() - pos_ < 4) return false;
-    uint32_t v = 0;
-    for (int i = 0; i < 4; ++i) {
-      char c = s_[pos_ + i];
-      v <<= 4;
-      if (c >= '0' && c <= '9') {
-        v |= c - '0';
-      } else if (c >= 'a' && c <= 'f') {
-        v |= c - 'a' + 10;
-      } else if (c >= 'A' && c <= 'F') {
-        v |= c - 'A' + 10;
-      } else {
-        return false;
-      }
-    }
+    if (!JsonHex4(s_, pos_, out)) return false;
     pos_ += 4;
-    *out = v;
     return true;
-  }
-
-  static void AppendUtf8(uint32_t cp, std::string* out) {
-    if (cp < 0x80) {
-      out->push_back(static_cast<char>(cp));
-    } else if (cp < 0x800) {
-      out->push_back(static_cast<char>(0xC0 | (cp >> 6)));
-      out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-    } else if (cp < 0x10000) {
-      out->push_back(static_cast<char>(0xE0 | (cp >> 12)));
-      out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-      out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-    } else {
-      out->push_back(static_cast<char>(0xF0 | (cp >> 18)));
-      out->push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
-      out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-      out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-    }
   }
 
   // The length of the valid UTF-8 sequence (2 to 4 bytes) at pos_, 0 when invalid (overlong

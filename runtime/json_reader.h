@@ -86,6 +86,13 @@ class JsonValue {
 //   invalid JSON: 2000000 bytes, over the limit of 1048576 bytes
 absl::StatusOr<JsonValue> ParseJson(absl::string_view text, const JsonReadOptions& options = {});
 
+// Pieces of JSON string syntax, shared with the tools' own readers (tools/history_reader.cc).
+// Four hex digits at s[pos, pos + 4) into *out (a \u escape's); false when there are fewer or
+// one is not a hex digit.
+bool JsonHex4(absl::string_view s, size_t pos, uint32_t* out);
+// Appends code point `cp` (at most 0x10FFFF, not a surrogate) as UTF-8.
+void AppendUtf8(uint32_t cp, std::string* out);
+
 }  // namespace vgpu
 
 #endif  // VGPU_RUNTIME_JSON_READER_H_

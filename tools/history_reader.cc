@@ -17,6 +17,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "vgpu/runtime/bytes.h"
+#include "vgpu/runtime/json_reader.h"
 #include "vgpu/runtime/numbers.h"
 #include "vgpu/runtime/user_text.h"
 
@@ -156,7 +157,7 @@ class Parser {
       } else if (cp >= 0xDC00 && cp <= 0xDFFF) {
         return Error("unpaired UTF-16 surrogate in \\u escape");
       }
-      if (out) AppendUtf8(cp, out);
+      if (out) vgpu::AppendUtf8(cp, out);
     }
   }
 
@@ -245,41 +246,9 @@ class Parser {
 
  private:
   bool Hex4(uint32_t* cp) {
-    if (pos_ + 4 > s_.size()) return false;
-    uint32_t v = 0;
-    for (int i = 0; i < 4; ++i) {
-      const char h = s_[pos_ + i];
-      v <<= 4;
-      if (h >= '0' && h <= '9') {
-        v |= h - '0';
-      } else if (h >= 'a' && h <= 'f') {
-        v |= h - 'a' + 10;
-      } else if (h >= 'A' && h <= 'F') {
-        v |= h - 'A' + 10;
-      } else {
-        return false;
-      }
-    }
+    if (!vgpu::JsonHex4(s_, pos_, cp)) return false;
     pos_ += 4;
-    *cp = v;
     return true;
-  }
-  static void AppendUtf8(uint32_t cp, std::string* out) {
-    if (cp < 0x80) {
-      out->push_back(static_cast<char>(cp));
-    } else if (cp < 0x800) {
-      out->push_back(static_cast<char>(0xC0 | (cp >> 6)));
-      out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-    } else if (cp < 0x10000) {
-      out->push_back(static_cast<char>(0xE0 | (cp >> 12)));
-      out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-      out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-    } else {
-      out->push_back(static_cast<char>(0xF0 | (cp >> 18)));
-      out->push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
-      out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-      out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-    }
   }
 
   absl::string_view s_;
