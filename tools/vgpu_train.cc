@@ -398,7 +398,7 @@ absl::StatusOr<RunResult> Train(const Flags& f, StrategyKind which, Devices& d,
   return result;
 }
 
-int AutoBlasThreads(StrategyKind strategy, int devices) {
+int AutoBlasThreads(StrategyKind strategy, int devices, int processes_on_node = 1) {
   int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   // Streams that run gemms at the same time share the cores: mirrored and central storage run
   // one per replica; single and model-parallel one at a time (stages follow each other). Like
@@ -409,7 +409,8 @@ int AutoBlasThreads(StrategyKind strategy, int devices) {
                  strategies::IsClusterStrategy(strategy))
                     ? devices
                     : 1;
-  return std::max(1, cores / std::max(1, streams));
+  // The processes of a job on this node share its cores too (mpirun -np 2 on 2 cores: 1 each).
+  return std::max(1, cores / std::max(1, streams * std::max(1, processes_on_node)));
 }
 
 // FILE for one device; FILE with ".gpu<ID>" before its extension for several.
@@ -536,8 +537,9 @@ int Main(int argc, char** argv) {
     single = *r;
   }
   const int n = static_cast<int>(devices->chosen.size());
-  absl::StatusOr<RunResult> r = Train(f, *kind, *devices, *cluster, *data,
-                                      f.blas_threads ? f.blas_threads : AutoBlasThreads(*kind, n));
+  absl::StatusOr<RunResult> r = Train(
+      f, *kind, *devices, *cluster, *data,
+      f.blas_threads ? f.blas_threads : AutoBlasThreads(*kind, n, cluster->launch.local_size));
   if (!r.ok()) return fail(r.status().ToString(), 1);
   for (size_t i = 0; i < recorders.size(); ++i) {
     LogicalDevice* dev = devices->chosen[i];
