@@ -12,7 +12,9 @@
 // then copies the other shards' parameters from their owners (reduce-scatter, update,
 // all-gather). Each parameter is updated once, so the replicas stay bitwise equal, and the
 // optimizer work is not repeated N times. Streams are ordered with events only.
-// With one device it is the "single" strategy.
+// With one device it is the "single" strategy. CreateMultiWorker makes it one process of a
+// multi-worker job (multi_worker_mirrored.h): gradients then go through the collectives layer
+// across processes instead of the fused path.
 //
 // Thread safety: drive from one thread (see strategy.h).
 #ifndef VGPU_STRATEGIES_MIRRORED_H_

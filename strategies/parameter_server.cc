@@ -101,6 +101,23 @@ absl::StatusOr<int> CheckCluster(const ParameterServerOptions& ps, absl::string_
   return static_cast<int>(it - mine.begin());
 }
 
+// Every rank of the job (workers and servers) says how many replicas it brings (servers 0): the
+// split of the global batch assumes every worker brings the same number. A collective: both
+// Create functions call it, in the same order on every rank.
+absl::Status AgreeOnReplicas(const ParameterServerOptions& ps, int mine) {
+  std::vector<int> all(ps.world->size());
+  VGPU_RETURN_IF_ERROR(ps.world->AllGather(&mine, sizeof(int), all.data()));
+  const int first = all[ps.worker_ranks[0]];
+  for (int r : ps.worker_ranks) {
+    if (all[r] != first) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "parameter server: every worker must bring the same number of devices; worker rank ",
+          ps.worker_ranks[0], " has ", first, ", worker rank ", r, " has ", all[r]));
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<ShardPolicy> ParseShardPolicy(absl::string_view text) {
@@ -147,6 +164,7 @@ absl::StatusOr<std::unique_ptr<ParameterServerStrategy>> ParameterServerStrategy
   }
   VGPU_RETURN_IF_ERROR(CheckModel(options, "ParameterServerStrategy"));
   VGPU_ASSIGN_OR_RETURN(int index, CheckCluster(ps, "worker"));
+  VGPU_RETURN_IF_ERROR(AgreeOnReplicas(ps, static_cast<int>(devices.size())));
   std::unique_ptr<ParameterServerStrategy> s(new ParameterServerStrategy());
   s->devices_ = devices;
   s->options_ = options;
@@ -290,6 +308,7 @@ absl::StatusOr<std::unique_ptr<ParameterServer>> ParameterServer::Create(
   }
   VGPU_RETURN_IF_ERROR(CheckModel(options, "ParameterServer"));
   VGPU_ASSIGN_OR_RETURN(int index, CheckCluster(ps, "ps"));
+  VGPU_RETURN_IF_ERROR(AgreeOnReplicas(ps, 0));
   std::unique_ptr<ParameterServer> s(new ParameterServer());
   s->device_ = device;
   s->options_ = options;

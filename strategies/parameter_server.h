@@ -66,7 +66,9 @@ struct ParameterServerStats {
 class ParameterServerStrategy : public Strategy {
  public:
   // `devices`: this worker's replicas. InvalidArgument for no workers or servers, a rank in
-  // both lists or twice, this rank not a worker, or workers with different device counts.
+  // both lists or twice, this rank not a worker, or workers with different device counts
+  // (checked with one collective over the world: every worker and server creates its side at
+  // the same point).
   static absl::StatusOr<std::unique_ptr<ParameterServerStrategy>> Create(
       std::vector<LogicalDevice*> devices, const StrategyOptions& options,
       const ParameterServerOptions& ps);

@@ -1,7 +1,8 @@
 // The training-strategy interface vgpu-train drives: one optimizer step over a global batch,
 // loss/accuracy bookkeeping without a per-step synchronisation, evaluation, and the model's
 // parameters. Strategies see the model only through model.h. Implementations: MirroredStrategy
-// (also "single" with one device), ModelParallelStrategy, CentralStorageStrategy.
+// (also "single" with one device, and "multi-worker-mirrored" across processes),
+// ModelParallelStrategy, CentralStorageStrategy, ParameterServerStrategy (across processes).
 //
 // Thread safety: a Strategy is driven from one thread; it runs work on its devices' streams.
 #ifndef VGPU_STRATEGIES_STRATEGY_H_

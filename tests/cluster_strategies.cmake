@@ -52,6 +52,17 @@ if(VGPU_HAVE_MPI)
   vgpu_cluster_run(train_cluster_ps_np4_ps2_async sh ${_ct} ${_mpi} 4 ${_train} -
     --strategy parameter-server --ps-tasks 2 --ps-async --ps-sharding by-size --devices 1
     --epochs 1 --batch 256 --train-limit 8192)
+  # Ranks given different jobs (mpirun's MPMD form) are refused before training, naming both.
+  vgpu_cluster_run(train_cluster_ranks_disagree ${_mpi} --oversubscribe
+    -np 1 ${_train} --strategy multi-worker-mirrored --quiet --batch 256 :
+    -np 1 ${_train} --strategy multi-worker-mirrored --quiet --batch 128)
+  set_tests_properties(train_cluster_ranks_disagree PROPERTIES PASS_REGULAR_EXPRESSION
+    "disagree on --batch: rank 0 has 256, rank 1 has 128")
+  vgpu_cluster_run(train_cluster_ps_uneven_workers ${_mpi} --oversubscribe
+    -np 1 ${_train} --strategy parameter-server --devices 2 --quiet :
+    -np 2 ${_train} --strategy parameter-server --devices 1 --quiet)
+  set_tests_properties(train_cluster_ps_uneven_workers PROPERTIES PASS_REGULAR_EXPRESSION
+    "every worker must bring the same number of devices; worker rank 0 has 2, worker rank 1 has 1")
   # A rank killed, a rank stuck, and a rank whose device fails: the others end within 30 s,
   # naming it.
   vgpu_cluster_run(train_cluster_killed_rank bash ${_cf} ${_mpi} ${_train} kill 30

@@ -508,6 +508,24 @@ int Main(int argc, char** argv) {
   }
   absl::StatusOr<strategies::MnistLike> data = strategies::LoadMnistLike(f.data);
   if (!data.ok()) return fail(data.status().ToString(), 1);
+  {
+    // One job: the flags that shape the steps, and the data, are the same on every rank.
+    int32_t lr_bits;
+    std::memcpy(&lr_bits, &f.lr, sizeof(lr_bits));
+    absl::Status agree =
+        CheckRanksAgree(*cluster, {{"--batch", f.batch},
+                                   {"--epochs", f.epochs},
+                                   {"--seed", static_cast<int64_t>(f.seed)},
+                                   {"--lr", lr_bits},
+                                   {"--optimizer", f.optimizer == "sgd" ? 1 : 0},
+                                   {"--train-limit", f.train_limit},
+                                   {"--ps-async", f.ps_async ? 1 : 0},
+                                   {"--ps-sharding", f.ps_sharding == "by-size" ? 1 : 0},
+                                   {"the training examples (--data)", data->train.rows},
+                                   {"the features per example (--data)", data->train.features},
+                                   {"the test examples (--data)", data->test.rows}});
+    if (!agree.ok()) return fail(std::string(agree.message()), flags::kExitUsage);
+  }
   // Every logical device's allocator (GPUs and CPU:0) reports to one history.
   MemoryHistory history(1 << 20);
   if (!f.memory_history.empty()) {

@@ -7,6 +7,7 @@
 
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -35,6 +36,12 @@ struct TrainCluster {
 // under mpirun -np > 1, a parameter server without ps tasks or workers, a TF_CONFIG that does
 // not fit); the world's own errors otherwise.
 absl::StatusOr<TrainCluster> SetUpCluster(const TrainFlags& f, strategies::StrategyKind kind);
+
+// Every rank must run the same job: `values` (name, value) are gathered over the world and
+// compared with rank 0's. InvalidArgument naming the first that differs and both ranks' values.
+// A collective; a no-op without a world.
+absl::Status CheckRanksAgree(const TrainCluster& c,
+                             const std::vector<std::pair<std::string, int64_t>>& values);
 
 // Compares the parameters of every replica of every process (hashes, gathered over the world):
 // InternalError naming the step, the replica and the ranks that differ.

@@ -75,6 +75,27 @@ absl::StatusOr<TrainCluster> SetUpCluster(const TrainFlags& f, StrategyKind kind
   return c;
 }
 
+absl::Status CheckRanksAgree(const TrainCluster& c,
+                             const std::vector<std::pair<std::string, int64_t>>& values) {
+  if (c.world == nullptr || c.world->size() < 2 || values.empty()) return absl::OkStatus();
+  std::vector<int64_t> mine;
+  for (const auto& [name, value] : values) mine.push_back(value);
+  std::vector<int64_t> all(mine.size() * c.world->size());
+  VGPU_RETURN_IF_ERROR(c.world->AllGather(mine.data(), mine.size() * sizeof(int64_t), all.data()));
+  for (int r = 1; r < c.world->size(); ++r) {
+    for (size_t i = 0; i < values.size(); ++i) {
+      const int64_t theirs = all[r * values.size() + i];
+      if (theirs != all[i]) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "the ranks of this job disagree on ", values[i].first, ": rank 0 has ", all[i],
+            ", rank ", r, " has ", theirs,
+            "; every rank must be given the same flags and data (one job, one model)"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CheckReplicasEqual(const TrainCluster& c, const std::vector<std::string>& checksums,
                                 int64_t step) {
   for (size_t i = 1; i < checksums.size(); ++i) {

@@ -1,17 +1,20 @@
 // Collectives as one layer: NCCL's primitives (AllReduce, ReduceScatter, AllGather, Broadcast,
 // Reduce; sum and average) over float buffers of logical devices, stream-ordered, behind one
-// interface that every strategy composes. Implementations (communicator.cc chooses by the
-// topology table of docs/strategies.md and docs/cluster.md):
+// interface that strategies compose (the cluster strategies do; single-process mirrored keeps
+// its fused all-reduce, collectives.h). Implementations (communicator.cc chooses by the
+// topology table of docs/cluster.md):
 //   "local"         every rank is a logical device of ONE physical card (one process): the
 //                   card's memory is shared, so SumN passes and device-to-device copies.
-//   "nccl"          one process, one rank per physical GPU: NcclCommunicator (runtime/nccl.h;
-//                   on the host platform the host communicator with NCCL's contract).
+//   "nccl"          one process, one rank per physical GPU: AllReduce by NcclCommunicator
+//                   (runtime/nccl.h; on the host platform the host communicator with NCCL's
+//                   contract), the other primitives through the host.
 //   "nccl-mpi"      one rank per process across processes: ncclCommInitRank bootstrapped by
-//                   an MPI broadcast of rank 0's unique id (cuda only).
+//                   an MPI broadcast of rank 0's unique id (cuda only). Not built yet:
+//                   CreateCommunicator returns Unimplemented; "mpi"/"hierarchical" serve.
 //   "mpi"           across processes over MPI (runtime/mpi/world.h): host memory directly,
 //                   device memory staged through the host.
-//   "via-host"      anything else in one process (CPU:0, mixed platforms): copy to host, sum
-//                   in float64, copy back.
+//   "via-host"      anything else in one process (several cards with several ranks each,
+//                   CPU:0, mixed platforms): copy to host, sum in float64, copy back.
 //   "hierarchical"  several ranks per process and several processes (or several cards each
 //                   with several logical devices): inside the group, then across groups, then
 //                   back inside.
