@@ -50,8 +50,8 @@ if(VGPU_HAVE_MPI)
   vgpu_cluster_run(train_cluster_ps_np3_ps1 sh ${_ct} ${_mpi} 3 ${_train} 0.85
     --strategy parameter-server --ps-tasks 1 --devices 2 --epochs 2 --batch 256)
   vgpu_cluster_run(train_cluster_ps_np4_ps2_async sh ${_ct} ${_mpi} 4 ${_train} -
-    --strategy parameter-server --ps-tasks 2 --ps-async --ps-sharding by-size --devices 1
-    --epochs 1 --batch 256 --train-limit 8192)
+    --strategy parameter-server --ps-tasks 2 --ps-async --ps-sharding by-size --ps-device gpu
+    --devices 1 --epochs 1 --batch 256 --train-limit 8192)
   # Ranks given different jobs (mpirun's MPMD form) are refused before training, naming both.
   vgpu_cluster_run(train_cluster_ranks_disagree ${_mpi} --oversubscribe
     -np 1 ${_train} --strategy multi-worker-mirrored --quiet --batch 256 :

@@ -25,7 +25,8 @@ constexpr char kUsage[] =
     "  nccl|hierarchical|via-host] [--train-limit N] [--blas-threads N] [--compare[=BOOL]]\n"
     "  [--quiet[=BOOL]] [--memory-history FILE] [--record-trace FILE]\n"
     "  [--communicator auto|mpi|hierarchical] [--ps-tasks N] [--ps-sharding round-robin|by-size]\n"
-    "  [--ps-async[=BOOL]] [--check-replicas[=BOOL]] [--collective-timeout SECONDS]\n"
+    "  [--ps-async[=BOOL]] [--ps-device cpu|gpu] [--check-replicas[=BOOL]]\n"
+    "  [--collective-timeout SECONDS]\n"
     "  (cluster strategies run under mpirun -np N: see docs/cluster.md)\n"
     "  [--logical-devices SPEC] [--allow-growth[=BOOL]] ... (every runtime setting's flag,\n"
     "  see vgpu-info --help; each overrides its VGPU_* variable)\n"
@@ -131,6 +132,8 @@ absl::StatusOr<TrainFlags> ParseTrainFlags(const std::vector<std::string>& args,
       .Enum("--ps-sharding", &f.ps_sharding, {"round-robin", "by-size"},
             "parameter-server: how variables are spread over the ps tasks")
       .Bool("--ps-async", &f.ps_async, "parameter-server: apply each push as it arrives")
+      .Enum("--ps-device", &f.ps_device, {"cpu", "gpu"},
+            "parameter-server: a ps task holds the variables on CPU:0 or on a logical GPU")
       .Bool("--check-replicas", &f.check_replicas,
             "after every step, check every replica of every rank holds the same parameters")
       .Int("--collective-timeout", &f.collective_timeout_s, 1, 86400,

@@ -53,6 +53,7 @@ struct TrainFlags {
   int ps_tasks = 0;  // 0: TF_CONFIG's ps job, else 1
   std::string ps_sharding = "round-robin";
   bool ps_async = false;
+  std::string ps_device = "cpu";  // where a ps task holds the variables: cpu (CPU:0) or gpu
   bool check_replicas = false;
   int collective_timeout_s = 30;
   // The runtime settings given by a flag (devices/settings.h: --logical-devices, ...), each

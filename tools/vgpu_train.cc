@@ -97,6 +97,7 @@ absl::StatusOr<Devices> MakeDevices(const Flags& f, StrategyKind kind,
   const std::vector<std::string>& specs = f.device_specs;
   int count = f.device_count;
   if (count == 0 && specs.empty()) count = kind == StrategyKind::kSingle ? 1 : 4;
+  if (cluster.is_ps) count = 1;  // --ps-device gpu: one logical GPU holds the variables
   const int gpus = std::max(count, f.gpus_needed);  // logical GPUs the flags need
   // What asked for them, for the messages.
   const std::string asked =
@@ -105,8 +106,8 @@ absl::StatusOr<Devices> MakeDevices(const Flags& f, StrategyKind kind,
           : absl::StrCat("--devices ", flags::Bounded(f.devices));
   VGPU_ASSIGN_OR_RETURN(RuntimeConfig config, RuntimeConfig::FromEnvironmentAndFlags(f.settings));
   config.cluster = cluster.spec;  // names the devices /job:<job>/replica:0/task:<index>/...
-  if (cluster.is_ps) {
-    // A ps task holds variables on CPU:0 and owns no GPU.
+  if (cluster.is_ps && f.ps_device == "cpu") {
+    // A ps task holds variables on CPU:0 and owns no GPU (unless --ps-device gpu).
     config.cpu_only = true;
     if (!config.visible_devices.has_value()) {
       config.visible_devices =
@@ -265,7 +266,8 @@ struct RunResult {
 absl::StatusOr<RunResult> Serve(const Flags& f, Devices& d, const TrainCluster& cluster,
                                 const strategies::MnistLike& data,
                                 const strategies::StrategyOptions& o) {
-  VGPU_ASSIGN_OR_RETURN(auto server, strategies::ParameterServer::Create(d.cpu(), o, cluster.ps));
+  LogicalDevice* device = f.ps_device == "gpu" ? d.chosen.front() : d.cpu();
+  VGPU_ASSIGN_OR_RETURN(auto server, strategies::ParameterServer::Create(device, o, cluster.ps));
   if (!f.quiet) {
     std::printf("%s", server->PlacementReport().c_str());
     std::fflush(stdout);
@@ -605,6 +607,7 @@ int Main(int argc, char** argv) {
     j.Field("ps_tasks", static_cast<int>(cluster->ps.ps_ranks.size()))
         .Field("ps_mode", f.ps_async ? "async" : "sync")
         .Field("ps_sharding", f.ps_sharding)
+        .Field("ps_device", f.ps_device)
         .Field("ps_updates", r->ps_stats.updates)
         .Field("max_staleness", r->ps_stats.max_staleness)
         .Field("mean_staleness", r->ps_stats.mean_staleness);
