@@ -33,4 +33,22 @@ absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(
   return executors[0]->platform()->CreateCommunicator(executors);
 }
 
+absl::StatusOr<std::vector<uint8_t>> NcclCommunicator::UniqueId(Platform* platform) {
+  if (platform == nullptr) return absl::InvalidArgumentError("NCCL unique id: no platform given");
+  return platform->NcclUniqueId();
+}
+
+absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::CreateRank(
+    Executor* executor, int rank, int nranks, absl::Span<const uint8_t> id) {
+  if (executor == nullptr) {
+    return absl::InvalidArgumentError("NCCL rank communicator: the executor is null");
+  }
+  if (nranks < 1 || rank < 0 || rank >= nranks) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("NCCL rank communicator: rank ", rank, " is not a rank of 0..", nranks - 1));
+  }
+  if (id.empty()) return absl::InvalidArgumentError("NCCL rank communicator: empty unique id");
+  return executor->platform()->CreateRankCommunicator(executor, rank, nranks, id);
+}
+
 }  // namespace vgpu

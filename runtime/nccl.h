@@ -9,14 +9,22 @@
 // NCCL 2.28 refuses two ranks on one GPU; Create rejects that with InvalidArgument naming the
 // duplicated device instead of calling NCCL (use the local all-reduce, Kernels::SumN).
 //
-// Thread safety: Create is safe from any thread. A communicator's AllReduce calls are serialized
-// internally (NCCL's rule for one communicator). Destroy a communicator only after the streams
-// it enqueued on have drained (its events are referenced by queued work).
+// Across processes (one rank per process, cuda only): rank 0 calls UniqueId, the caller sends
+// the bytes to every rank (mpi::World::Broadcast), and every rank calls CreateRank with them
+// (ncclCommInitRank on its executor's device, in the device's context; it blocks until every
+// rank has joined). Two ranks on one GPU in different processes are refused by NCCL at init:
+// FailedPrecondition with NCCL's "Duplicate GPU detected : rank X and rank Y ..." text.
+//
+// Thread safety: Create, UniqueId and CreateRank are safe from any thread. A communicator's
+// AllReduce calls are serialized internally (NCCL's rule for one communicator). Destroy a
+// communicator only after the streams it enqueued on have drained (its events are referenced by
+// queued work).
 #ifndef VGPU_RUNTIME_NCCL_H_
 #define VGPU_RUNTIME_NCCL_H_
 
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -44,8 +52,19 @@ class NcclCommunicator {
   static absl::StatusOr<std::unique_ptr<NcclCommunicator>> Create(
       absl::Span<Executor* const> executors);
 
+  // A fresh unique id of `platform` (Platform::NcclUniqueId; Unimplemented off cuda).
+  static absl::StatusOr<std::vector<uint8_t>> UniqueId(Platform* platform);
+  // Rank `rank` of `nranks` (one per process) of the communicator `id` names, on `executor`'s
+  // device. InvalidArgument for a null executor, a rank outside 0..nranks-1 or an empty id;
+  // then Platform::CreateRankCommunicator. Its size() is nranks and its AllReduce takes one
+  // buffer, this rank's.
+  static absl::StatusOr<std::unique_ptr<NcclCommunicator>> CreateRank(Executor* executor, int rank,
+                                                                      int nranks,
+                                                                      absl::Span<const uint8_t> id);
+
   virtual int size() const = 0;
-  // buffers[i] is rank i's; `count` floats each. Enqueued on the streams; returns once queued.
+  // buffers[i] is local rank i's (every rank for Create, this process's one for CreateRank);
+  // `count` floats each. Enqueued on the streams; returns once queued.
   virtual absl::Status AllReduce(absl::Span<const AllReduceBuffer> buffers, uint64_t count,
                                  AllReduceOp op) = 0;
 };

@@ -244,6 +244,15 @@ class Platform {
   // (distinct devices of this platform) and then calls this.
   virtual absl::StatusOr<std::unique_ptr<NcclCommunicator>> CreateCommunicator(
       absl::Span<Executor* const> executors);
+  // NCCL across processes, one rank per process (NcclCommunicator::UniqueId and CreateRank in
+  // runtime/nccl.h): whether the platform has it, a fresh unique id (rank 0 makes it, the
+  // caller sends it to every rank, e.g. by MPI), and this process's rank of the communicator
+  // that id names on `executor`'s device. Unimplemented by default: the host platform's
+  // communicator cannot span processes.
+  virtual bool HasRankCommunicator() const { return false; }
+  virtual absl::StatusOr<std::vector<uint8_t>> NcclUniqueId();
+  virtual absl::StatusOr<std::unique_ptr<NcclCommunicator>> CreateRankCommunicator(
+      Executor* executor, int rank, int nranks, absl::Span<const uint8_t> id);
   // Threads the platform's host-side BLAS uses per call (process-wide). Callers that run
   // several streams' gemms at once lower it so the streams do not oversubscribe the cores.
   // No-op where BLAS runs on the device.

@@ -200,7 +200,9 @@ std::string MirroredStrategy::PlacementReport() const {
   if (comm_ != nullptr) {
     std::string out = absl::StrCat(
         name(), ": replicas ", first_replica_, "..", first_replica_ + num_replicas() - 1, " of ",
-        total_replicas_, ", gradients summed by the \"", comm_->kind(), "\" communicator\n");
+        total_replicas_, ", gradients summed by the \"", comm_->kind(), "\" communicator",
+        comm_->fallback_reason().empty() ? "" : absl::StrCat(" (", comm_->fallback_reason(), ")"),
+        "\n");
     for (int i = 0; i < num_replicas(); ++i) {
       absl::StrAppend(&out, "  replica ", first_replica_ + i, " -> ", devices_[i]->name(), " (",
                       RowsForReplica(options_.global_batch, total_replicas_, first_replica_ + i),

@@ -338,6 +338,10 @@ class CudaPlatform : public Platform {
   bool HasCommunicator() const override { return true; }
   absl::StatusOr<std::unique_ptr<NcclCommunicator>> CreateCommunicator(
       absl::Span<Executor* const> executors) override;
+  bool HasRankCommunicator() const override { return true; }
+  absl::StatusOr<std::vector<uint8_t>> NcclUniqueId() override;
+  absl::StatusOr<std::unique_ptr<NcclCommunicator>> CreateRankCommunicator(
+      Executor* executor, int rank, int nranks, absl::Span<const uint8_t> id) override;
 
   // The executor of a CUDA device ordinal (as cuPointerGetAttribute reports), or nullptr.
   CudaExecutor* ExecutorForDevice(int cuda_ordinal) const;

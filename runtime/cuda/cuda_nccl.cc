@@ -1,9 +1,11 @@
 #include "vgpu/runtime/cuda/cuda_nccl.h"
 
+#include <cstring>
 #include <string>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
@@ -132,14 +134,16 @@ absl::Status NcclStatus(const NcclApi* api, ncclResult_t result, absl::string_vi
 
 class CudaNcclCommunicator : public NcclCommunicator {
  public:
+  // `nranks`: the communicator's ranks (comms.size() for ncclCommInitAll; more when these
+  // are this process's ranks of a communicator across processes).
   CudaNcclCommunicator(const NcclApi* api, std::vector<CudaExecutor*> executors,
-                       std::vector<ncclComm_t> comms)
-      : api_(api), executors_(std::move(executors)), comms_(std::move(comms)) {}
+                       std::vector<ncclComm_t> comms, int nranks)
+      : api_(api), executors_(std::move(executors)), comms_(std::move(comms)), nranks_(nranks) {}
   ~CudaNcclCommunicator() override {
     for (ncclComm_t c : comms_) api_->comm_destroy(c);
   }
 
-  int size() const override { return static_cast<int>(comms_.size()); }
+  int size() const override { return nranks_; }
 
   absl::Status AllReduce(absl::Span<const AllReduceBuffer> buffers, uint64_t count,
                          AllReduceOp op) override ABSL_LOCKS_EXCLUDED(mu_) {
@@ -188,6 +192,7 @@ class CudaNcclCommunicator : public NcclCommunicator {
   const NcclApi* api_;
   std::vector<CudaExecutor*> executors_;
   std::vector<ncclComm_t> comms_;
+  int nranks_;
   vgpu::Mutex mu_;
 };
 
@@ -209,8 +214,52 @@ absl::StatusOr<std::unique_ptr<NcclCommunicator>> CreateNcclCommunicator(
       api, api->comm_init_all(comms.data(), static_cast<int>(comms.size()), devices.data()),
       absl::StrCat("ncclCommInitAll over CUDA device(s) ", absl::StrJoin(devices, ","), " (",
                    api->library, ", NCCL ", NcclVersionText(api->version), ")")));
-  return std::unique_ptr<NcclCommunicator>(
-      std::make_unique<CudaNcclCommunicator>(api, std::move(cuda_executors), std::move(comms)));
+  return std::unique_ptr<NcclCommunicator>(std::make_unique<CudaNcclCommunicator>(
+      api, std::move(cuda_executors), std::move(comms), static_cast<int>(executors.size())));
+}
+
+absl::StatusOr<std::vector<uint8_t>> NcclUniqueId() {
+  VGPU_ASSIGN_OR_RETURN(const NcclApi* api, LoadNccl());
+  ncclUniqueId id;
+  VGPU_RETURN_IF_ERROR(NcclStatus(api, api->get_unique_id(&id), "ncclGetUniqueId"));
+  const auto* bytes = reinterpret_cast<const uint8_t*>(id.internal);
+  return std::vector<uint8_t>(bytes, bytes + sizeof(id.internal));
+}
+
+absl::StatusOr<std::unique_ptr<NcclCommunicator>> CreateNcclRankCommunicator(
+    Executor* executor, int rank, int nranks, absl::Span<const uint8_t> id) {
+  auto* c = dynamic_cast<CudaExecutor*>(executor);
+  if (c == nullptr) return absl::InvalidArgumentError("NCCL: not a cuda executor");
+  ncclUniqueId nccl_id;
+  if (id.size() != sizeof(nccl_id.internal)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "NCCL unique id of ", id.size(), " bytes; NCCL's has ", sizeof(nccl_id.internal)));
+  }
+  std::memcpy(nccl_id.internal, id.data(), id.size());
+  VGPU_ASSIGN_OR_RETURN(const NcclApi* api, LoadNccl());
+  const std::string what =
+      absl::StrCat("ncclCommInitRank of rank ", rank, " of ", nranks, " on CUDA device ",
+                   static_cast<int>(c->device()), " (", api->library, ", NCCL ",
+                   NcclVersionText(api->version), ")");
+  ncclComm_t comm = nullptr;
+  absl::Status status;
+  {
+    // NCCL takes the rank's device from the current context.
+    VGPU_CUDA_SCOPE(c->driver(), c->context());
+    status = NcclStatus(api, api->comm_init_rank(&comm, nranks, nccl_id, rank), what);
+  }
+  if (!status.ok()) {
+    if (comm != nullptr) api->comm_destroy(comm);
+    if (absl::StrContains(status.message(), "Duplicate GPU detected")) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(status.message(),
+                       "; NCCL refuses two ranks on one GPU: give each "
+                       "process its own card, or use communicator \"mpi\""));
+    }
+    return status;
+  }
+  return std::unique_ptr<NcclCommunicator>(std::make_unique<CudaNcclCommunicator>(
+      api, std::vector<CudaExecutor*>{c}, std::vector<ncclComm_t>{comm}, nranks));
 }
 
 }  // namespace vgpu::cuda

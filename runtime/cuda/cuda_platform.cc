@@ -132,6 +132,13 @@ absl::StatusOr<std::unique_ptr<NcclCommunicator>> CudaPlatform::CreateCommunicat
   return CreateNcclCommunicator(executors);
 }
 
+absl::StatusOr<std::vector<uint8_t>> CudaPlatform::NcclUniqueId() { return cuda::NcclUniqueId(); }
+
+absl::StatusOr<std::unique_ptr<NcclCommunicator>> CudaPlatform::CreateRankCommunicator(
+    Executor* executor, int rank, int nranks, absl::Span<const uint8_t> id) {
+  return CreateNcclRankCommunicator(executor, rank, nranks, id);
+}
+
 CudaExecutor* CudaPlatform::ExecutorForDevice(int cuda_ordinal) const {
   for (const auto& e : executors_) {
     if (static_cast<int>(e->device()) == cuda_ordinal) return e.get();

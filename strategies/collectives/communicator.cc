@@ -372,12 +372,7 @@ absl::StatusOr<std::unique_ptr<Communicator>> CreateCommunicator(
     if (kind == "nccl") return internal::CreateNccl(std::move(devices));
     return internal::CreateStaged(std::move(devices), nullptr, "via-host", nullptr);
   }
-  if (kind == "nccl-mpi") {
-    return absl::UnimplementedError(
-        "communicator \"nccl-mpi\" (ncclCommInitRank bootstrapped over MPI) is not built yet; "
-        "use \"mpi\" or \"hierarchical\", which stage device memory through the host");
-  }
-  if (kind == "mpi" || kind == "hierarchical" || kind == "auto") {
+  if (kind == "mpi" || kind == "hierarchical" || kind == "auto" || kind == "nccl-mpi") {
     if (!across) {
       if (kind == "auto") return CreateProcessLocal(std::move(devices));
       if (world == nullptr) {
@@ -385,24 +380,42 @@ absl::StatusOr<std::unique_ptr<Communicator>> CreateCommunicator(
             "communicator \"", kind, "\" needs an MPI world (CommunicatorOptions::world)"));
       }
     }
-    // Every process must bring the same number of ranks (global rank = process * local + i).
+    // Every process must bring the same number of ranks (global rank = process * local + i);
+    // with it, whether its one device could join NCCL across processes ("auto" tries
+    // "nccl-mpi" only when every process could).
     const int local = static_cast<int>(devices.size());
-    std::vector<int> locals(world->size());
-    VGPU_RETURN_IF_ERROR(world->AllGather(&local, sizeof(int), locals.data()));
+    const Executor* e = devices[0]->executor();
+    const int mine[2] = {local, devices[0]->is_gpu() && e->platform()->HasRankCommunicator()};
+    std::vector<int> all(2 * world->size());
+    VGPU_RETURN_IF_ERROR(world->AllGather(mine, sizeof(mine), all.data()));
+    bool every_nccl = true;
     for (int r = 0; r < world->size(); ++r) {
-      if (locals[r] != local) {
+      if (all[2 * r] != local) {
         return absl::InvalidArgumentError(absl::StrCat(
             "CreateCommunicator: every process must bring the same number of devices; rank ",
-            world->rank(), " has ", local, ", rank ", r, " has ", locals[r]));
+            world->rank(), " has ", local, ", rank ", r, " has ", all[2 * r]));
       }
+      every_nccl = every_nccl && all[2 * r + 1] != 0;
     }
-    if (kind == "mpi" && local != 1) {
+    if ((kind == "mpi" || kind == "nccl-mpi") && local != 1) {
       return absl::InvalidArgumentError(
-          absl::StrCat("communicator \"mpi\" takes one device per process; this one has ", local,
-                       ": use \"hierarchical\""));
+          absl::StrCat("communicator \"", kind, "\" takes one device per process; this one has ",
+                       local, ": use \"hierarchical\""));
     }
+    if (kind == "nccl-mpi") return internal::CreateNcclMpi(std::move(devices), world);
     if (local == 1 && kind != "hierarchical") {
-      return internal::CreateStaged(std::move(devices), world, "mpi", nullptr);
+      std::string reason;
+      if (kind == "auto" && across && every_nccl) {
+        absl::StatusOr<std::unique_ptr<Communicator>> nccl =
+            internal::CreateNcclMpi(devices, world);
+        if (nccl.ok()) return nccl;
+        // Every rank got the same error: every rank falls back alike.
+        reason = std::string(nccl.status().message());
+      }
+      VGPU_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> staged,
+                            internal::CreateStaged(std::move(devices), world, "mpi", nullptr));
+      static_cast<internal::CommunicatorBase*>(staged.get())->set_fallback_reason(reason);
+      return staged;
     }
     VGPU_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> inner, CreateProcessLocal(devices));
     return internal::CreateStaged(std::move(devices), world, "hierarchical", std::move(inner));

@@ -9,8 +9,12 @@
 //                   (runtime/nccl.h; on the host platform the host communicator with NCCL's
 //                   contract), the other primitives through the host.
 //   "nccl-mpi"      one rank per process across processes: ncclCommInitRank bootstrapped by
-//                   an MPI broadcast of rank 0's unique id (cuda only). Not built yet:
-//                   CreateCommunicator returns Unimplemented; "mpi"/"hierarchical" serve.
+//                   an MPI broadcast of rank 0's unique id (cuda only; FailedPrecondition on a
+//                   platform without NCCL across processes). AllReduce by NCCL on the rank's
+//                   stream, the other primitives staged as "mpi". "auto" picks it for one GPU
+//                   per process on such a platform and falls back to "mpi" when NCCL refuses
+//                   (two ranks on one GPU: "Duplicate GPU detected"), keeping the reason in
+//                   fallback_reason(). Creation is collective: every rank gets the same error.
 //   "mpi"           across processes over MPI (runtime/mpi/world.h): host memory directly,
 //                   device memory staged through the host.
 //   "via-host"      anything else in one process (several cards with several ranks each,
@@ -67,6 +71,9 @@ class Communicator {
   virtual int size() const = 0;
   virtual int local_size() const = 0;
   virtual int first_rank() const = 0;
+  // Why "auto" did not build the kind the topology table chose (e.g. "nccl-mpi" refused by
+  // NCCL: two ranks on one GPU); empty when it did, or when the kind was explicit.
+  virtual const std::string& fallback_reason() const = 0;
 
   // Each is enqueued after the work already on every buffer's stream; work enqueued later on
   // those streams sees the result. Implementations that cannot be asynchronous (MPI) wait for

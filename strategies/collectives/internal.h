@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -36,6 +37,8 @@ class CommunicatorBase : public Communicator {
   int size() const override { return size_; }
   int local_size() const override { return static_cast<int>(devices_.size()); }
   int first_rank() const override { return first_rank_; }
+  const std::string& fallback_reason() const override { return fallback_reason_; }
+  void set_fallback_reason(std::string reason) { fallback_reason_ = std::move(reason); }
 
   absl::Status AllReduce(absl::Span<const RankBuffer> buffers, uint64_t count, ReduceOp op) final;
   absl::Status ReduceScatter(absl::Span<const RankBuffer> buffers, uint64_t count,
@@ -64,6 +67,7 @@ class CommunicatorBase : public Communicator {
   mpi::World* world_ = nullptr;  // null: this process is the whole communicator
   int size_ = 0;
   int first_rank_ = 0;
+  std::string fallback_reason_;
 
  private:
   absl::Status Check(Op op, absl::Span<const RankBuffer> b, int root) const;
@@ -94,6 +98,10 @@ absl::Status UploadAll(absl::Span<const RankBuffer> buffers, const float* host, 
 // Creation of each kind (CreateCommunicator validates the devices and picks the kind).
 absl::StatusOr<std::unique_ptr<Communicator>> CreateLocal(std::vector<LogicalDevice*> devices);
 absl::StatusOr<std::unique_ptr<Communicator>> CreateNccl(std::vector<LogicalDevice*> devices);
+// "nccl-mpi" (nccl_mpi.cc): one device per process, `world` non-null. Collective over the
+// world: every rank returns the same error when any rank cannot join.
+absl::StatusOr<std::unique_ptr<Communicator>> CreateNcclMpi(std::vector<LogicalDevice*> devices,
+                                                            mpi::World* world);
 // "via-host" (world null or of size 1), "mpi" (one device per process), "hierarchical"
 // (several per process: `inner` reduces inside the process first).
 absl::StatusOr<std::unique_ptr<Communicator>> CreateStaged(std::vector<LogicalDevice*> devices,

@@ -1,6 +1,7 @@
 // The CUDA simulator's NCCL (libvgpu_cudasim_nccl.so, standing in for libnccl.so.2), with
-// NCCL 2.28's semantics for one process: communicators over the simulated devices, group
-// calls, and collectives that run as stream work. Tests-only (tests/cudasim.cmake builds it).
+// NCCL 2.28's semantics: communicators over the simulated devices, group calls, and
+// collectives that run as stream work, in one process or across processes (below).
+// Tests-only (tests/cudasim.cmake builds it).
 //
 // What it does, and what it enforces (see docs/cuda.md):
 // - ncclCommInitRank blocks until all nranks ranks of its unique id have arrived (from other
@@ -32,10 +33,33 @@
 // - Every entry point called from a cuLaunchHostFunc callback returns ncclInvalidUsage.
 // - Types: int8, uint8, int32, uint32, int64, uint64, float32, float64 (half and bfloat16
 //   are ncclInvalidArgument here: vgpu does not use them).
+// - Across processes (ncclCommInitRank bootstrapped over MPI): ncclGetUniqueId creates a
+//   POSIX shared-memory segment (/vgpu-cudasim-nccl-<pid>-<nonce>; unlinked once every rank
+//   joined, or at the creator's exit) and writes its name and nonce into the id. Every rank
+//   of such an id (at most 64 ranks) registers there too (pid, device, PCI bus id). When
+//   every rank is in this process the in-process rules above apply unchanged; when some are
+//   in other processes, init completes once all nranks have registered (deadline:
+//   VGPU_CUDASIM_NCCL_TIMEOUT_S) and the clique is cross-process. The rule for duplicates:
+//   every process simulates its own cards, and card d has the same PCI bus id in every
+//   process (0000:<10+d>:00.0), so ranks of two processes on card d ARE on one GPU, as on a
+//   real node: every rank fails with ncclInvalidUsage and "Duplicate GPU detected : rank X
+//   and rank Y both on CUDA device Z", as in one process. A process holds at most one rank
+//   of a cross-process communicator (ncclInvalidUsage otherwise). Each collective, when it
+//   reaches the head of the rank's stream (the host-function step below), copies the rank's
+//   input into the rank's own data segment (<name>-d<rank>), waits for every rank at a
+//   process-shared barrier (deadline as above), checks that the ranks' collectives match,
+//   copies every rank's input back, and waits again before the data segments are reused; the
+//   output step then computes as in one process, so results are bitwise those of one process.
+//   A timed-out or mismatched cross-process collective fails the stream
+//   (CUDA_ERROR_LAUNCH_TIMEOUT) and leaves the communicator unusable.
 //
 // Thread safety: every entry point may be called from any thread; state is under one mutex.
 #include <cuda.h>
+#include <fcntl.h>
 #include <nccl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -49,6 +73,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <random>
 #include <set>
 #include <string>
 #include <thread>
@@ -63,6 +88,39 @@ constexpr uint64_t kBuffSize = uint64_t{4} << 20;  // NCCL_BUFFSIZE default
 constexpr uint64_t kChannels = 2;
 constexpr uint64_t kRankBaseBytes = uint64_t{8} << 20;
 constexpr char kIdMagic[] = "vgpu-cudasim-nccl";
+// The unique id: kIdMagic, the clique key (8 bytes), then for a cross-process id the name
+// of its shared-memory segment (NUL-terminated).
+constexpr size_t kIdKeyOffset = sizeof(kIdMagic);
+constexpr size_t kIdNameOffset = kIdKeyOffset + sizeof(uint64_t);
+constexpr size_t kIdNameBytes = NCCL_UNIQUE_ID_BYTES - kIdNameOffset;
+constexpr int kMaxSharedRanks = 64;
+constexpr uint64_t kSharedMagic = 0x76677075636e636cULL;  // "vgpucncl"
+
+// A rank's record in a cross-process clique's segment.
+struct SharedSlot {
+  std::atomic<int32_t> state;  // 0 free, 1 claimed, 2 published
+  int32_t pid;
+  int32_t device;
+  char bus_id[32];
+  // The rank's current collective (written before each exchange's first barrier).
+  uint64_t seq;
+  int32_t kind, type, op, root;
+  uint64_t count;
+  uint64_t bytes;     // its input, at the start of its data segment
+  uint64_t capacity;  // its data segment's size
+};
+// The segment a cross-process unique id names (zeroed by ftruncate: atomics start at 0).
+struct SharedClique {
+  uint64_t magic;
+  uint64_t nonce;
+  std::atomic<int32_t> nranks;    // 0 until the first rank sets it
+  std::atomic<int32_t> arrived;   // ranks published
+  std::atomic<uint64_t> barrier;  // arrivals at every barrier so far
+  SharedSlot slots[kMaxSharedRanks];
+};
+static_assert(std::atomic<int32_t>::is_always_lock_free &&
+                  std::atomic<uint64_t>::is_always_lock_free,
+              "process-shared atomics must be lock-free");
 
 enum class Kind { kAllReduce, kReduceScatter, kAllGather, kBroadcast, kReduce };
 
@@ -140,6 +198,13 @@ struct Instance {
 struct Clique {
   uint64_t key = 0;
   int nranks = 0;
+  // Cross-process ids: the segment, mapped (null for ids of ncclCommInitAll or > 64 ranks).
+  SharedClique* shared = nullptr;
+  std::string shm_name;
+  bool cross = false;     // init completed with ranks in other processes
+  uint64_t barriers = 0;  // process-shared barriers this process's rank passed
+  // Data segments: this process's rank's own, and the peers' (mapped read-only), by rank.
+  std::vector<std::pair<uint8_t*, uint64_t>> data;
   std::vector<Comm*> ranks;  // by rank, null until it arrives
   int arrived = 0;
   bool complete = false;  // every rank arrived and init was decided
@@ -153,6 +218,7 @@ struct State {
   std::map<uint64_t, Clique*> cliques;
   uint64_t next_id = 1;
   std::string last_error;
+  std::vector<std::string> created;  // segments this process made, unlinked at exit
 };
 
 State& S() {
@@ -233,6 +299,173 @@ ncclResult_t CheckComm(Comm* c, const char* what) {
   return ncclSuccess;
 }
 
+// --- Cross-process cliques (see the header) ---
+
+void UnlinkCreated() {
+  // At exit a stuck stream thread may hold the mutex: then leave the names (no hang at exit).
+  std::unique_lock<std::mutex> l(S().mu, std::try_to_lock);
+  if (!l.owns_lock()) return;
+  for (const std::string& name : S().created) shm_unlink(name.c_str());
+}
+
+// Maps a segment of `bytes` (creating it when `create`); nullptr with errno set on failure.
+void* MapSegment(const std::string& name, uint64_t bytes, bool create, bool writable) {
+  const int flags = create ? O_CREAT | O_RDWR : (writable ? O_RDWR : O_RDONLY);
+  const int fd = shm_open(name.c_str(), flags, 0600);
+  if (fd < 0) return nullptr;
+  if (create && ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
+    close(fd);
+    return nullptr;
+  }
+  void* p = mmap(nullptr, bytes, writable ? PROT_READ | PROT_WRITE : PROT_READ, MAP_SHARED, fd, 0);
+  close(fd);
+  return p == MAP_FAILED ? nullptr : p;
+}
+
+// A new cross-process segment for a unique id: its name, or "" when shared memory is
+// unavailable (the id then works in this process only). Caller holds S().mu.
+std::string CreateSharedClique(uint64_t nonce) {
+  static const bool registered = [] { return std::atexit(&UnlinkCreated) == 0; }();
+  (void)registered;
+  char name[64];
+  std::snprintf(name, sizeof(name), "/vgpu-cudasim-nccl-%d-%016llx", static_cast<int>(getpid()),
+                static_cast<unsigned long long>(nonce));
+  auto* q = static_cast<SharedClique*>(MapSegment(name, sizeof(SharedClique), true, true));
+  if (q == nullptr) return "";
+  q->magic = kSharedMagic;
+  q->nonce = nonce;
+  munmap(q, sizeof(SharedClique));
+  S().created.push_back(name);
+  return name;
+}
+
+// Registers `rank` (on `device`) in the clique's segment. Caller holds S().mu.
+ncclResult_t RegisterShared(Clique* q, const std::string& name, uint64_t nonce, int nranks,
+                            int rank, int device) {
+  if (q->shared == nullptr) {
+    auto* sh = static_cast<SharedClique*>(MapSegment(name, sizeof(SharedClique), false, true));
+    if (sh == nullptr || sh->magic != kSharedMagic || sh->nonce != nonce) {
+      if (sh != nullptr) munmap(sh, sizeof(SharedClique));
+      Warn("ncclCommInitRank: the unique id's segment " + name + " is gone (" +
+           std::strerror(errno) + "): its creator exited or every rank already joined");
+      return ncclInvalidArgument;
+    }
+    q->shared = sh;
+    q->shm_name = name;
+    q->data.assign(nranks, {nullptr, 0});
+  }
+  SharedClique* sh = q->shared;
+  int32_t expected = 0;
+  if (!sh->nranks.compare_exchange_strong(expected, nranks) && expected != nranks) {
+    Warn("ncclCommInitRank: rank " + std::to_string(rank) +
+         " says nranks=" + std::to_string(nranks) + " but the unique id's communicator has " +
+         std::to_string(expected));
+    return ncclInvalidArgument;
+  }
+  int32_t free_slot = 0;
+  SharedSlot& slot = sh->slots[rank];
+  if (!slot.state.compare_exchange_strong(free_slot, 1)) {
+    Warn("ncclCommInitRank: rank " + std::to_string(rank) + " joined the same unique id twice");
+    return ncclInvalidUsage;
+  }
+  slot.pid = static_cast<int32_t>(getpid());
+  slot.device = device;
+  std::snprintf(slot.bus_id, sizeof(slot.bus_id), "%s", BusIdText(device).c_str());
+  slot.state.store(2);
+  sh->arrived.fetch_add(1);
+  return ncclSuccess;
+}
+
+// Completes the init of a clique whose ranks are not all in this process, once every rank
+// has registered: the same duplicate-GPU rule as FinishInit over the bus ids, then this
+// process's rank's buffers. Every process decides the same from the segment. Caller holds mu.
+void FinishCross(Clique* q) {
+  SharedClique* sh = q->shared;
+  ncclResult_t result = ncclSuccess;
+  for (int r = q->nranks - 1; r >= 0 && result == ncclSuccess; --r) {
+    for (int i = 0; i < q->nranks; ++i) {
+      if (i != r && std::strcmp(sh->slots[i].bus_id, sh->slots[r].bus_id) == 0) {
+        Warn("Duplicate GPU detected : rank " + std::to_string(r) + " and rank " +
+             std::to_string(i) + " both on CUDA device " + sh->slots[r].bus_id);
+        result = ncclInvalidUsage;
+        break;
+      }
+    }
+  }
+  std::vector<Comm*> local;
+  for (Comm* c : q->ranks) {
+    if (c != nullptr) local.push_back(c);
+  }
+  if (result == ncclSuccess && local.size() > 1) {
+    Warn(
+        "ncclCommInitRank: the simulator holds at most one rank of a cross-process "
+        "communicator per process; this one has " +
+        std::to_string(local.size()));
+    result = ncclInvalidUsage;
+  }
+  const uint64_t bytes = kRankBaseBytes + kBuffSize * 2 * kChannels * (q->nranks - 1);
+  if (result == ncclSuccess) {
+    Comm* c = local[0];
+    if (ChargeDeviceMemory(c->device, bytes, "NCCL buffers") != CUDA_SUCCESS) {
+      Warn("Cuda failure 2 'out of memory' (NCCL buffers of rank " + std::to_string(c->rank) +
+           " on device " + std::to_string(c->device) + ")");
+      result = ncclUnhandledCudaError;
+    } else {
+      c->charged = bytes;
+    }
+  }
+  for (Comm* c : local) {
+    c->init_done = true;
+    c->init_result = result;
+  }
+  q->complete = true;
+  q->cross = true;
+  shm_unlink(q->shm_name.c_str());  // every rank has it mapped
+  S().cv.notify_all();
+}
+
+// This process's rank's data segment holds at least `bytes`. Caller holds S().mu.
+bool EnsureOwnData(Clique* q, int rank, uint64_t bytes) {
+  auto& [ptr, cap] = q->data[rank];
+  if (ptr != nullptr && cap >= bytes) return true;
+  uint64_t want = std::max<uint64_t>(bytes, 4096);
+  want = std::max(want, cap * 2);
+  const std::string name = q->shm_name + "-d" + std::to_string(rank);
+  if (ptr != nullptr) {
+    munmap(ptr, cap);
+  } else {
+    S().created.push_back(name);  // unlinked at exit if the comm is never destroyed
+  }
+  ptr = static_cast<uint8_t*>(MapSegment(name, want, true, true));
+  cap = ptr != nullptr ? want : 0;
+  q->shared->slots[rank].capacity = cap;
+  return ptr != nullptr;
+}
+
+// Peer `rank`'s data segment, mapped at its current size. Caller holds S().mu.
+const uint8_t* PeerData(Clique* q, int rank) {
+  auto& [ptr, cap] = q->data[rank];
+  const uint64_t want = q->shared->slots[rank].capacity;
+  if (ptr != nullptr && cap == want) return ptr;
+  if (ptr != nullptr) munmap(ptr, cap);
+  ptr = static_cast<uint8_t*>(
+      MapSegment(q->shm_name + "-d" + std::to_string(rank), want, false, false));
+  cap = ptr != nullptr ? want : 0;
+  return ptr;
+}
+
+// Every rank of the clique's next process-shared barrier, or false at the deadline.
+bool SharedBarrier(Clique* q) {
+  const uint64_t target = ++q->barriers * static_cast<uint64_t>(q->nranks);
+  q->shared->barrier.fetch_add(1);
+  const auto deadline = std::chrono::steady_clock::now() + Timeout();
+  while (q->shared->barrier.load() < target) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+  return true;
+}
+
 // Decides a complete clique's init: the duplicate-GPU check, then each rank's buffers.
 // Caller holds S().mu.
 void FinishInit(Clique* q) {
@@ -267,15 +500,26 @@ void FinishInit(Clique* q) {
     c->init_result = result;
   }
   q->complete = true;
+  if (q->shared != nullptr) shm_unlink(q->shm_name.c_str());  // every rank was in this process
   S().cv.notify_all();
 }
 
 // Waits (with S().mu held through `lock`) until `c`'s clique is complete.
 ncclResult_t WaitInit(std::unique_lock<std::mutex>& lock, Comm* c) {
-  if (!S().cv.wait_for(lock, Timeout(), [c] { return c->init_done; })) {
+  Clique* q = c->clique;
+  const auto deadline = std::chrono::steady_clock::now() + Timeout();
+  bool done = c->init_done;
+  while (!done && std::chrono::steady_clock::now() < deadline) {
+    if (q->shared != nullptr && !q->complete && q->shared->arrived.load() >= q->nranks) {
+      FinishCross(q);  // some ranks are in other processes
+    }
+    done = S().cv.wait_for(lock, q->shared != nullptr ? std::chrono::milliseconds(1) : Timeout(),
+                           [c] { return c->init_done; });
+  }
+  if (!done) {
+    const int arrived = q->shared != nullptr ? q->shared->arrived.load() : q->arrived;
     Warn("ncclCommInitRank: rank " + std::to_string(c->rank) + " of " + std::to_string(c->nranks) +
-         " timed out waiting for the other ranks (" + std::to_string(c->clique->arrived) +
-         " arrived)");
+         " timed out waiting for the other ranks (" + std::to_string(arrived) + " arrived)");
     std::fprintf(stderr, "cudasim NCCL: %s\n", S().last_error.c_str());
     return ncclSystemError;
   }
@@ -283,8 +527,8 @@ ncclResult_t WaitInit(std::unique_lock<std::mutex>& lock, Comm* c) {
 }
 
 // Registers rank `rank` of unique id `key` on `device`; *out gets the comm at once.
-ncclResult_t JoinClique(ncclComm_t* out, int nranks, uint64_t key, int rank, int device,
-                        Comm** joined) {
+ncclResult_t JoinClique(ncclComm_t* out, int nranks, uint64_t key, const std::string& shm_name,
+                        int rank, int device, Comm** joined) {
   State& s = S();
   auto it = s.cliques.find(key);
   Clique* q;
@@ -307,6 +551,11 @@ ncclResult_t JoinClique(ncclComm_t* out, int nranks, uint64_t key, int rank, int
     Warn("ncclCommInitRank: rank " + std::to_string(rank) + " joined the same unique id twice");
     return ncclInvalidUsage;
   }
+  if (!shm_name.empty() && nranks <= kMaxSharedRanks) {
+    if (ncclResult_t r = RegisterShared(q, shm_name, key, nranks, rank, device); r != ncclSuccess) {
+      return r;
+    }
+  }
   auto* c = new Comm();
   c->clique = q;
   c->rank = rank;
@@ -324,8 +573,30 @@ ncclResult_t JoinClique(ncclComm_t* out, int nranks, uint64_t key, int rank, int
 uint64_t KeyOf(const ncclUniqueId& id, bool* ok) {
   *ok = std::memcmp(id.internal, kIdMagic, sizeof(kIdMagic)) == 0;
   uint64_t key = 0;
-  std::memcpy(&key, id.internal + sizeof(kIdMagic), sizeof(key));
+  std::memcpy(&key, id.internal + kIdKeyOffset, sizeof(key));
   return key;
+}
+
+// The segment name of a cross-process id ("" for an in-process one).
+std::string ShmNameOf(const ncclUniqueId& id) {
+  const char* p = id.internal + kIdNameOffset;
+  return std::string(p, strnlen(p, kIdNameBytes));
+}
+
+// A unique id; `shared`: one that other processes can join (see the header). Caller holds mu.
+void MakeId(ncclUniqueId* id, bool shared) {
+  std::memset(id->internal, 0, sizeof(id->internal));
+  std::memcpy(id->internal, kIdMagic, sizeof(kIdMagic));
+  uint64_t key = S().next_id++;
+  std::string name;
+  if (shared) {
+    static std::mt19937_64 rng(std::random_device{}() ^ static_cast<uint64_t>(getpid()));
+    const uint64_t nonce = rng() | (uint64_t{1} << 63);  // never a counter's key
+    name = CreateSharedClique(nonce);
+    if (!name.empty()) key = nonce;
+  }
+  std::memcpy(id->internal + kIdKeyOffset, &key, sizeof(key));
+  std::memcpy(id->internal + kIdNameOffset, name.data(), std::min(name.size(), kIdNameBytes - 1));
 }
 
 // Gives up a collective that can never complete: ranks waiting at its barrier skip it, and
@@ -345,6 +616,15 @@ void DestroyLocked(Comm* c) {
   c->destroyed = true;
   if (c->charged != 0) ReleaseDeviceMemory(c->device, c->charged);
   c->charged = 0;
+  Clique* q = c->clique;
+  if (q->cross) {
+    for (auto& [ptr, cap] : q->data) {
+      if (ptr != nullptr) munmap(ptr, cap);
+      ptr = nullptr;
+      cap = 0;
+    }
+    shm_unlink((q->shm_name + "-d" + std::to_string(c->rank)).c_str());
+  }
   std::vector<std::shared_ptr<Instance>> pending;
   for (auto& [seq, inst] : c->clique->instances) pending.push_back(inst);
   for (const auto& inst : pending) {
@@ -483,9 +763,72 @@ struct BarrierArgs {
   int rank;
 };
 
+// The barrier of a cross-process clique (one rank in this process): the exchange of inputs
+// through the segments described in the header. Returns "" or why it failed.
+std::string CrossExchange(Instance* inst, int rank) {
+  Clique* q = inst->clique;
+  SharedClique* sh = q->shared;
+  {
+    std::lock_guard<std::mutex> l(S().mu);
+    const std::vector<uint8_t>& in = inst->inputs[rank];
+    if (!EnsureOwnData(q, rank, in.size())) {
+      return "could not map its data segment: " + std::string(std::strerror(errno));
+    }
+    if (!in.empty()) std::memcpy(q->data[rank].first, in.data(), in.size());
+    SharedSlot& me = sh->slots[rank];
+    me.seq = inst->seq;
+    me.kind = static_cast<int32_t>(inst->kind);
+    me.type = inst->type;
+    me.op = inst->op;
+    me.root = inst->root;
+    me.count = inst->count;
+    me.bytes = in.size();
+  }
+  if (!SharedBarrier(q)) return "timed out waiting for the other processes' ranks";
+  std::string error;
+  {
+    std::lock_guard<std::mutex> l(S().mu);
+    const SharedSlot& me = sh->slots[rank];
+    const bool reduces = inst->kind != Kind::kAllGather && inst->kind != Kind::kBroadcast;
+    for (int i = 0; i < q->nranks && error.empty(); ++i) {
+      const SharedSlot& p = sh->slots[i];
+      if (p.seq != me.seq || p.kind != me.kind || p.type != me.type || p.count != me.count ||
+          (reduces && p.op != me.op) || p.root != me.root) {
+        error = "rank " + std::to_string(i) + "'s collective #" + std::to_string(p.seq) +
+                " does not match (every rank must issue the same collectives in the same order)";
+        break;
+      }
+      if (i == rank) continue;
+      const uint8_t* d = p.bytes != 0 ? PeerData(q, i) : nullptr;
+      if (p.bytes != 0 && d == nullptr) {
+        error = "could not map rank " + std::to_string(i) + "'s data segment";
+        break;
+      }
+      inst->inputs[i].assign(d, d + p.bytes);
+    }
+  }
+  // The segments are reused by the next collective only once every rank has read them.
+  if (!SharedBarrier(q) && error.empty()) return "timed out after the exchange";
+  return error;
+}
+
 void CUDA_CB Barrier(void* data) {
   std::unique_ptr<BarrierArgs> args(static_cast<BarrierArgs*>(data));
   Instance* inst = args->inst.get();
+  if (inst->clique->cross) {
+    std::string error = CrossExchange(inst, args->rank);
+    std::lock_guard<std::mutex> l(S().mu);
+    if (error.empty()) {
+      inst->arrived = inst->nranks;
+      inst->arrived_by.assign(inst->nranks, true);
+      return;
+    }
+    std::fprintf(stderr, "cudasim NCCL: %s rank %d across processes: %s\n", KindName(inst->kind),
+                 args->rank, error.c_str());
+    inst->timed_out = true;
+    AbortInstance(args->inst);
+    return;
+  }
   std::unique_lock<std::mutex> lock(S().mu);
   if (S().cv.wait_for(lock, Timeout(),
                       [&] { return inst->arrived == inst->nranks || inst->aborted; })) {
@@ -643,7 +986,7 @@ ncclResult_t EnqueueOp(const GroupState::Op& o, bool grouped) {
       inst->ungrouped.assign(c->nranks, false);
       inst->inputs.assign(c->nranks, {});
       inst->arrived_by.assign(c->nranks, false);
-      inst->left = c->nranks;
+      inst->left = q->cross ? 1 : c->nranks;  // cross: this process's one rank
       q->instances[seq] = inst;
     } else {
       inst = it->second;
@@ -755,7 +1098,8 @@ ncclResult_t InitRankOnDevice(ncclComm_t* out, int nranks, const ncclUniqueId& i
     return ncclInvalidArgument;
   }
   Comm* c = nullptr;
-  if (ncclResult_t r = JoinClique(out, nranks, key, rank, device, &c); r != ncclSuccess) {
+  if (ncclResult_t r = JoinClique(out, nranks, key, ShmNameOf(id), rank, device, &c);
+      r != ncclSuccess) {
     return r;
   }
   if (g_group.depth > 0) {
@@ -813,10 +1157,7 @@ VGPU_CUDASIM_EXPORT ncclResult_t ncclGetUniqueId(ncclUniqueId* id) {
     Warn("GetUniqueId : out argument is NULL");
     return ncclInvalidArgument;
   }
-  std::memset(id->internal, 0, sizeof(id->internal));
-  std::memcpy(id->internal, kIdMagic, sizeof(kIdMagic));
-  const uint64_t key = S().next_id++;
-  std::memcpy(id->internal + sizeof(kIdMagic), &key, sizeof(key));
+  MakeId(id, /*shared=*/true);
   return ncclSuccess;
 }
 
@@ -888,7 +1229,10 @@ VGPU_CUDASIM_EXPORT ncclResult_t ncclCommInitAll(ncclComm_t* comms, int ndev, co
     }
   }
   ncclUniqueId id;
-  if (ncclResult_t r = ncclGetUniqueId(&id); r != ncclSuccess) return r;
+  {
+    std::lock_guard<std::mutex> l(S().mu);
+    MakeId(&id, /*shared=*/false);  // its ranks are all in this process
+  }
   ncclGroupStart();
   for (int i = 0; i < ndev; ++i) {
     InitRankOnDevice(comms + i, ndev, id, i, devlist != nullptr ? devlist[i] : i);
