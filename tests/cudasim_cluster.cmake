@@ -54,4 +54,15 @@ if(VGPU_HAVE_MPI AND TARGET vgpu_cudasim AND TARGET vgpu-train
     PROPERTIES LABELS "cluster;cudasim" TIMEOUT 900 PROCESSORS 2
     ENVIRONMENT "${VGPU_MPI_TEST_ENVIRONMENT}"
     PASS_REGULAR_EXPRESSION "\"communicator\":\"nccl-mpi\".*PASS: every worker's test_accuracy")
+  # Both ranks on one card: NCCL refuses, vgpu-train says so and trains over mpi anyway.
+  add_test(NAME train_cluster_mwm_one_card_np2_on_cudasim
+    COMMAND ${CMAKE_COMMAND} -E env VGPU_CUDASIM_LIB_DIR=${PROJECT_BINARY_DIR}/cudasim/lib
+            VGPU_CUDASIM_PROFILE=h100 ${PROJECT_SOURCE_DIR}/scripts/cudasim
+            sh ${CMAKE_CURRENT_SOURCE_DIR}/cluster_train_check.sh ${VGPU_MPIEXEC_EXECUTABLE} 2
+            $<TARGET_FILE:vgpu-train> - --platform cuda --strategy multi-worker-mirrored
+            --devices 1 --epochs 1 --batch 256 --train-limit 8192)
+  set_tests_properties(train_cluster_mwm_one_card_np2_on_cudasim
+    PROPERTIES LABELS "cluster;cudasim" TIMEOUT 900 PROCESSORS 2
+    ENVIRONMENT "${VGPU_MPI_TEST_ENVIRONMENT}"
+    PASS_REGULAR_EXPRESSION "\"communicator\":\"mpi\",\"communicator_fallback\":[^\n]*Duplicate GPU detected.*PASS: 2 ranks, one parameter checksum")
 endif()

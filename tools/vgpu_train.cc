@@ -259,7 +259,8 @@ struct RunResult {
   int num_devices = 0;
   std::string params_checksum;  // of the final parameters (strategy.h ParamsChecksum)
   strategies::ParameterServerStats ps_stats;
-  std::string communicator;  // multi-worker-mirrored
+  std::string communicator;           // multi-worker-mirrored
+  std::string communicator_fallback;  // why "auto" did not build the table's choice
 };
 
 // A ps task's whole run: serve the workers, then evaluate the final model it holds.
@@ -389,6 +390,7 @@ absl::StatusOr<RunResult> Train(const Flags& f, StrategyKind which, Devices& d,
   }
   if (mirrored != nullptr && mirrored->communicator() != nullptr) {
     result.communicator = std::string(mirrored->communicator()->kind());
+    result.communicator_fallback = mirrored->communicator()->fallback_reason();
   }
   VGPU_ASSIGN_OR_RETURN(std::vector<float> params, s->Params());
   result.params_checksum = strategies::ParamsChecksum(params);
@@ -603,6 +605,9 @@ int Main(int argc, char** argv) {
       .Field("job", cluster->job())
       .Field("params_checksum", r->params_checksum);
   if (!r->communicator.empty()) j.Field("communicator", r->communicator);
+  if (!r->communicator_fallback.empty()) {
+    j.Field("communicator_fallback", r->communicator_fallback);
+  }
   if (*kind == StrategyKind::kParameterServer) {
     j.Field("ps_tasks", static_cast<int>(cluster->ps.ps_ranks.size()))
         .Field("ps_mode", f.ps_async ? "async" : "sync")
