@@ -231,23 +231,23 @@ class LocalCommunicator : public CommunicatorBase {
   StreamFence fence_;
 };
 
-// "nccl": one rank per physical GPU in this process. AllReduce is NCCL's (the host platform's
-// communicator with NCCL's contract on host); the other primitives, which the runtime's
-// NcclCommunicator does not offer, go through the host.
+// "nccl" (one rank per physical GPU in this process) and "nccl-mpi" (one rank per process,
+// nccl_mpi.cc). AllReduce is NCCL's (on host, the host platform's communicator with NCCL's
+// contract); the other primitives, which the runtime's NcclCommunicator does not offer, go
+// through the host (`staged`).
 class NcclBackedCommunicator : public CommunicatorBase {
  public:
-  NcclBackedCommunicator(std::vector<LogicalDevice*> devices,
-                         std::unique_ptr<NcclCommunicator> nccl,
+  NcclBackedCommunicator(std::vector<LogicalDevice*> devices, int local_size, mpi::World* world,
+                         std::string kind, std::unique_ptr<NcclCommunicator> nccl,
                          std::unique_ptr<Communicator> staged)
-      : CommunicatorBase(std::move(devices), nullptr, 0),
+      : CommunicatorBase(std::move(devices), world, local_size),
+        kind_(std::move(kind)),
         nccl_(std::move(nccl)),
-        staged_(std::move(staged)) {
-    size_ = local_size();
-  }
+        staged_(std::move(staged)) {}
   ~NcclBackedCommunicator() override {
     for (LogicalDevice* d : devices_) (void)d->stream()->Synchronize();
   }
-  absl::string_view kind() const override { return "nccl"; }
+  absl::string_view kind() const override { return kind_; }
 
  protected:
   absl::Status DoAllReduce(absl::Span<const RankBuffer> b, uint64_t count, ReduceOp op) override {
@@ -277,11 +277,21 @@ class NcclBackedCommunicator : public CommunicatorBase {
   }
 
  private:
+  std::string kind_;
   std::unique_ptr<NcclCommunicator> nccl_;
   std::unique_ptr<Communicator> staged_;
 };
 
 }  // namespace
+
+std::unique_ptr<Communicator> MakeNcclBacked(std::vector<LogicalDevice*> devices, mpi::World* world,
+                                             std::string kind,
+                                             std::unique_ptr<NcclCommunicator> nccl,
+                                             std::unique_ptr<Communicator> staged) {
+  const int local = static_cast<int>(devices.size());
+  return std::make_unique<NcclBackedCommunicator>(std::move(devices), local, world, std::move(kind),
+                                                  std::move(nccl), std::move(staged));
+}
 
 absl::StatusOr<std::unique_ptr<Communicator>> CreateLocal(std::vector<LogicalDevice*> devices) {
   for (LogicalDevice* d : devices) {
@@ -308,8 +318,7 @@ absl::StatusOr<std::unique_ptr<Communicator>> CreateNccl(std::vector<LogicalDevi
                         NcclCommunicator::Create(executors));
   VGPU_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> staged,
                         CreateStaged(devices, nullptr, "via-host", nullptr));
-  return std::unique_ptr<Communicator>(
-      new NcclBackedCommunicator(std::move(devices), std::move(nccl), std::move(staged)));
+  return MakeNcclBacked(std::move(devices), nullptr, "nccl", std::move(nccl), std::move(staged));
 }
 
 }  // namespace internal

@@ -17,6 +17,7 @@
 #include "absl/types/span.h"
 #include "vgpu/devices/logical_device.h"
 #include "vgpu/runtime/mpi/world.h"
+#include "vgpu/runtime/nccl.h"
 #include "vgpu/runtime/platform.h"
 #include "vgpu/strategies/collectives/communicator.h"
 
@@ -94,6 +95,14 @@ absl::Status SumInto(LogicalDevice* device, Stream* stream, std::vector<const fl
 absl::Status Download(absl::Span<const RankBuffer> buffers, bool from_send, uint64_t offset,
                       uint64_t count, std::vector<std::vector<float>>& host);
 absl::Status UploadAll(absl::Span<const RankBuffer> buffers, const float* host, uint64_t count);
+
+// A communicator whose AllReduce is `nccl`'s (every local rank's buffer in one call) and whose
+// other primitives are `staged`'s: "nccl" (one process, world null) and "nccl-mpi" (one rank
+// per process of `world`).
+std::unique_ptr<Communicator> MakeNcclBacked(std::vector<LogicalDevice*> devices, mpi::World* world,
+                                             std::string kind,
+                                             std::unique_ptr<NcclCommunicator> nccl,
+                                             std::unique_ptr<Communicator> staged);
 
 // Creation of each kind (CreateCommunicator validates the devices and picks the kind).
 absl::StatusOr<std::unique_ptr<Communicator>> CreateLocal(std::vector<LogicalDevice*> devices);

@@ -1,7 +1,8 @@
 // "nccl-mpi": one rank per process across processes, on NCCL's ncclCommInitRank bootstrapped
-// over MPI (rank 0's unique id reaches every rank by mpi::World::Broadcast). AllReduce is
-// NCCL's, stream-ordered and asynchronous; the other primitives, which the runtime's
-// NcclCommunicator does not offer, go through the staged "mpi" path. Creation is collective:
+// over MPI (rank 0's unique id reaches every rank by mpi::World::Broadcast). The communicator
+// is MakeNcclBacked's (communicator.cc): AllReduce is NCCL's, stream-ordered and asynchronous;
+// the other primitives, which the runtime's NcclCommunicator does not offer, go through the
+// staged "mpi" path. Creation is collective:
 // every rank learns whether every rank succeeded and returns the same error when one did not.
 #include <cstring>
 #include <string>
@@ -41,49 +42,6 @@ absl::Status Agree(mpi::World* world, const absl::Status& status, absl::string_v
   }
   return absl::OkStatus();
 }
-
-class NcclMpiCommunicator : public CommunicatorBase {
- public:
-  NcclMpiCommunicator(std::vector<LogicalDevice*> devices, mpi::World* world,
-                      std::unique_ptr<NcclCommunicator> nccl, std::unique_ptr<Communicator> staged)
-      : CommunicatorBase(std::move(devices), world, 1),
-        nccl_(std::move(nccl)),
-        staged_(std::move(staged)) {}
-  ~NcclMpiCommunicator() override {
-    // Queued NCCL work references the communicator.
-    for (LogicalDevice* d : devices_) (void)d->stream()->Synchronize();
-  }
-  absl::string_view kind() const override { return "nccl-mpi"; }
-
- protected:
-  absl::Status DoAllReduce(absl::Span<const RankBuffer> b, uint64_t count, ReduceOp op) override {
-    const RankBuffer& r = b[0];
-    if (r.recv != r.send) {
-      VGPU_RETURN_IF_ERROR(r.stream->MemcpyD2D(r.recv, r.send, count * sizeof(float)));
-    }
-    const AllReduceBuffer buffer{r.stream, r.recv};
-    return nccl_->AllReduce(absl::MakeConstSpan(&buffer, 1), count,
-                            op == ReduceOp::kMean ? AllReduceOp::kMean : AllReduceOp::kSum);
-  }
-  absl::Status DoReduceScatter(absl::Span<const RankBuffer> b, uint64_t count,
-                               ReduceOp op) override {
-    return staged_->ReduceScatter(b, count, op);
-  }
-  absl::Status DoAllGather(absl::Span<const RankBuffer> b, uint64_t count) override {
-    return staged_->AllGather(b, count);
-  }
-  absl::Status DoBroadcast(absl::Span<const RankBuffer> b, uint64_t count, int root) override {
-    return staged_->Broadcast(b, count, root);
-  }
-  absl::Status DoReduce(absl::Span<const RankBuffer> b, uint64_t count, ReduceOp op,
-                        int root) override {
-    return staged_->Reduce(b, count, op, root);
-  }
-
- private:
-  std::unique_ptr<NcclCommunicator> nccl_;
-  std::unique_ptr<Communicator> staged_;
-};
 
 }  // namespace
 
@@ -130,8 +88,7 @@ absl::StatusOr<std::unique_ptr<Communicator>> CreateNcclMpi(std::vector<LogicalD
   VGPU_RETURN_IF_ERROR(Agree(world, nccl.status(), "ncclCommInitRank"));
   VGPU_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> staged,
                         CreateStaged(devices, world, "mpi", nullptr));
-  return std::unique_ptr<Communicator>(
-      new NcclMpiCommunicator(std::move(devices), world, *std::move(nccl), std::move(staged)));
+  return MakeNcclBacked(std::move(devices), world, "nccl-mpi", *std::move(nccl), std::move(staged));
 }
 
 }  // namespace internal
