@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <map>
 #include <utility>
 
@@ -264,6 +265,12 @@ absl::StatusOr<ClusterSpec> ClusterSpec::Create(const mpi::LaunchInfo& launch,
     }
   }
   return spec;
+}
+
+std::optional<std::string> ClusterSpec::TfConfigFromEnvironment() {
+  const char* v = std::getenv("TF_CONFIG");
+  if (v == nullptr || *v == '\0') return std::nullopt;
+  return std::string(v);
 }
 
 ClusterSpec ClusterSpec::Local() {

@@ -67,6 +67,9 @@ class ClusterSpec {
                                             int ps_tasks = 0);
   // One process: /job:localhost/task:0, rank 0 of 1 (what a plain run is).
   static ClusterSpec Local();
+  // TF_CONFIG from the process environment, as the tools read it: unset or empty is none (a
+  // launcher that exports an empty variable means "no cluster spec").
+  static std::optional<std::string> TfConfigFromEnvironment();
 
   int size() const { return static_cast<int>(tasks_.size()); }
   int rank() const { return rank_; }

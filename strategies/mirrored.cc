@@ -45,17 +45,10 @@ absl::StatusOr<std::unique_ptr<MirroredStrategy>> MirroredStrategy::CreateReplic
   m->total_replicas_ = static_cast<int>(devices.size());
   m->devices_ = devices;
   m->options_ = options;
-  const int n = static_cast<int>(devices.size());
-  const int per_replica = RowsForReplica(options.global_batch, n, 0);
-  const int max_rows = std::max(per_replica, std::min(options.eval_batch, options.global_batch));
-  const std::vector<float> init = options.model->InitialParams(options.seed);
-  for (LogicalDevice* d : devices) {
-    VGPU_ASSIGN_OR_RETURN(auto chain, CreateReplica(*options.model, d, max_rows, options.optimizer,
-                                                    options.max_slots));
-    VGPU_RETURN_IF_ERROR(chain->LoadParams(init));
-    m->grad_buffers_.push_back(chain->front()->grads());
-    m->replicas_.push_back(std::move(chain));
-  }
+  VGPU_ASSIGN_OR_RETURN(
+      m->replicas_, CreateDataParallelReplicas(devices, options, static_cast<int>(devices.size()),
+                                               options.model->InitialParams(options.seed)));
+  for (const auto& chain : m->replicas_) m->grad_buffers_.push_back(chain->front()->grads());
   return m;
 }
 
@@ -171,12 +164,8 @@ absl::Status MirroredStrategy::ShardedUpdate() {
 }
 
 absl::StatusOr<StepTotals> MirroredStrategy::Flush() {
-  // Every replica is drained even after an error. Also when no step is pending: a failed
-  // step's sticky error surfaces here.
-  absl::Status status;
-  for (auto& rep : replicas_) status.Update(accounting_.ReadSlotsAndDrain(*rep));
-  VGPU_RETURN_IF_ERROR(status);
-  return accounting_.TakeTotals();
+  // Also when no step is pending: a failed step's sticky error surfaces here.
+  return FlushReplicas(replicas_, accounting_);
 }
 
 absl::StatusOr<StepTotals> MirroredStrategy::Evaluate(const float* x, const int32_t* y, int n) {

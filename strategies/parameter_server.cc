@@ -7,7 +7,6 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
-#include "vgpu/runtime/bytes.h"
 #include "vgpu/runtime/status.h"
 #include "vgpu/strategies/replica_eval.h"
 
@@ -172,19 +171,14 @@ absl::StatusOr<std::unique_ptr<ParameterServerStrategy>> ParameterServerStrategy
   s->worker_index_ = index;
   s->variables_ = options.model->Variables();
   VGPU_ASSIGN_OR_RETURN(s->owner_, ShardVariables(s->variables_, ps.ps_ranks.size(), ps.sharding));
-  const int n = static_cast<int>(devices.size());
-  const int total = n * static_cast<int>(ps.worker_ranks.size());
-  const int per_replica = RowsForReplica(options.global_batch, total, 0);
-  const int max_rows = std::max(per_replica, std::min(options.eval_batch, options.global_batch));
   s->params_ = options.model->InitialParams(options.seed);
   s->grads_.assign(s->params_.size(), 0.0f);
   s->seen_version_.assign(ps.ps_ranks.size(), 0);
-  for (LogicalDevice* d : devices) {
-    VGPU_ASSIGN_OR_RETURN(auto chain, CreateReplica(*options.model, d, max_rows, options.optimizer,
-                                                    options.max_slots));
-    VGPU_RETURN_IF_ERROR(chain->LoadParams(s->params_));
-    s->replicas_.push_back(std::move(chain));
-  }
+  VGPU_ASSIGN_OR_RETURN(
+      s->replicas_,
+      CreateDataParallelReplicas(
+          devices, options,
+          static_cast<int>(devices.size()) * static_cast<int>(ps.worker_ranks.size()), s->params_));
   VGPU_ASSIGN_OR_RETURN(s->local_, collectives::CreateCommunicator(devices));
   return s;
 }
@@ -218,30 +212,29 @@ absl::Status ParameterServerStrategy::Step(const float* x, const int32_t* y, int
   Stream* s0 = bufs[0].stream;
   VGPU_RETURN_IF_ERROR(s0->MemcpyD2H(grads_.data(), bufs[0].recv, count * sizeof(float)));
   VGPU_RETURN_IF_ERROR(s0->Synchronize());
-  // Push every server its variables' gradients, then pull their new values.
+  VGPU_RETURN_IF_ERROR(PushAndPull(kGradients, grads_.data()));
+  ++stats_.updates;
+  for (auto& rep : replicas_) VGPU_RETURN_IF_ERROR(rep->LoadParams(params_));
+  return absl::OkStatus();
+}
+
+absl::Status ParameterServerStrategy::PushAndPull(int64_t kind, const float* grads) {
   std::vector<char> msg;
   for (size_t p = 0; p < ps_.ps_ranks.size(); ++p) {
-    Pack(variables_, owner_, static_cast<int>(p), grads_.data(), {kGradients, seen_version_[p]},
-         msg);
+    Pack(variables_, owner_, static_cast<int>(p), grads, {kind, seen_version_[p]}, msg);
     VGPU_RETURN_IF_ERROR(ps_.world->Send(msg.data(), msg.size(), ps_.ps_ranks[p], kPushTag));
   }
   for (size_t p = 0; p < ps_.ps_ranks.size(); ++p) {
     msg.resize(sizeof(Header) + SliceSize(variables_, owner_, static_cast<int>(p)) * sizeof(float));
     VGPU_RETURN_IF_ERROR(
         ps_.world->Recv(msg.data(), msg.size(), ps_.ps_ranks[p], kPullTag).status());
-    const Header h = Unpack(variables_, owner_, static_cast<int>(p), msg, params_.data());
-    seen_version_[p] = h.version;
+    seen_version_[p] = Unpack(variables_, owner_, static_cast<int>(p), msg, params_.data()).version;
   }
-  ++stats_.updates;
-  for (auto& rep : replicas_) VGPU_RETURN_IF_ERROR(rep->LoadParams(params_));
   return absl::OkStatus();
 }
 
 absl::StatusOr<StepTotals> ParameterServerStrategy::Flush() {
-  absl::Status status;
-  for (auto& rep : replicas_) status.Update(accounting_.ReadSlotsAndDrain(*rep));
-  VGPU_RETURN_IF_ERROR(status);
-  return accounting_.TakeTotals();
+  return FlushReplicas(replicas_, accounting_);
 }
 
 absl::StatusOr<StepTotals> ParameterServerStrategy::Evaluate(const float* x, const int32_t* y,
@@ -260,17 +253,7 @@ absl::StatusOr<std::vector<float>> ParameterServerStrategy::Finish() {
   if (finished_) return absl::FailedPreconditionError("ParameterServerStrategy: Finish twice");
   finished_ = true;
   VGPU_RETURN_IF_ERROR(Flush().status());
-  std::vector<char> msg;
-  for (size_t p = 0; p < ps_.ps_ranks.size(); ++p) {
-    Pack(variables_, owner_, static_cast<int>(p), nullptr, {kDone, seen_version_[p]}, msg);
-    VGPU_RETURN_IF_ERROR(ps_.world->Send(msg.data(), msg.size(), ps_.ps_ranks[p], kPushTag));
-  }
-  for (size_t p = 0; p < ps_.ps_ranks.size(); ++p) {
-    msg.resize(sizeof(Header) + SliceSize(variables_, owner_, static_cast<int>(p)) * sizeof(float));
-    VGPU_RETURN_IF_ERROR(
-        ps_.world->Recv(msg.data(), msg.size(), ps_.ps_ranks[p], kPullTag).status());
-    Unpack(variables_, owner_, static_cast<int>(p), msg, params_.data());
-  }
+  VGPU_RETURN_IF_ERROR(PushAndPull(kDone, nullptr));
   // The servers get the whole model too (from the chief): every rank ends with the same bytes.
   VGPU_RETURN_IF_ERROR(
       ps_.world->Broadcast(params_.data(), params_.size() * sizeof(float), ps_.worker_ranks[0]));

@@ -89,6 +89,9 @@ class ParameterServerStrategy : public Strategy {
 
  private:
   ParameterServerStrategy() = default;
+  // Sends every server its variables' slice of `grads` (null: zeros) in a message of `kind`,
+  // then takes each server's answer into params_ and its version into seen_version_.
+  absl::Status PushAndPull(int64_t kind, const float* grads);
   std::vector<LogicalDevice*> devices_;
   StrategyOptions options_;
   ParameterServerOptions ps_;

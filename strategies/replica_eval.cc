@@ -34,6 +34,29 @@ absl::StatusOr<StepTotals> EvaluateRoundRobin(
   return t;
 }
 
+absl::StatusOr<std::vector<std::unique_ptr<StageChain>>> CreateDataParallelReplicas(
+    const std::vector<LogicalDevice*>& devices, const StrategyOptions& options, int total_replicas,
+    absl::Span<const float> init) {
+  const int per_replica = RowsForReplica(options.global_batch, total_replicas, 0);
+  const int max_rows = std::max(per_replica, std::min(options.eval_batch, options.global_batch));
+  std::vector<std::unique_ptr<StageChain>> replicas;
+  for (LogicalDevice* d : devices) {
+    VGPU_ASSIGN_OR_RETURN(auto chain, CreateReplica(*options.model, d, max_rows, options.optimizer,
+                                                    options.max_slots));
+    VGPU_RETURN_IF_ERROR(chain->LoadParams(init));
+    replicas.push_back(std::move(chain));
+  }
+  return replicas;
+}
+
+absl::StatusOr<StepTotals> FlushReplicas(const std::vector<std::unique_ptr<StageChain>>& replicas,
+                                         StepAccounting& accounting) {
+  absl::Status status;
+  for (const auto& rep : replicas) status.Update(accounting.ReadSlotsAndDrain(*rep));
+  VGPU_RETURN_IF_ERROR(status);
+  return accounting.TakeTotals();
+}
+
 int RowsForReplica(int rows, int replicas, int i) {
   return rows / replicas + (i < rows % replicas ? 1 : 0);
 }

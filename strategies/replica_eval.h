@@ -12,6 +12,7 @@
 
 #include "absl/status/statusor.h"
 #include "vgpu/strategies/stage_chain.h"
+#include "vgpu/strategies/step_accounting.h"
 #include "vgpu/strategies/strategy.h"
 
 namespace vgpu {
@@ -28,6 +29,19 @@ absl::StatusOr<StepTotals> EvaluateRoundRobin(
 // take one more), and the examples before its share.
 int RowsForReplica(int rows, int replicas, int i);
 int RowsBeforeReplica(int rows, int replicas, int i);
+
+// The replicas of one process of a data-parallel job: the whole model on each of `devices`,
+// sized for its share of a global batch split over `total_replicas` (and for evaluation
+// chunks), loaded with `init`.
+absl::StatusOr<std::vector<std::unique_ptr<StageChain>>> CreateDataParallelReplicas(
+    const std::vector<LogicalDevice*>& devices, const StrategyOptions& options, int total_replicas,
+    absl::Span<const float> init);
+
+// A data-parallel strategy's Flush: every replica's loss slots read and its streams drained
+// (all of them, even after an error: the first error is returned), then the totals since the
+// previous flush.
+absl::StatusOr<StepTotals> FlushReplicas(const std::vector<std::unique_ptr<StageChain>>& replicas,
+                                         StepAccounting& accounting);
 
 // One data-parallel step's compute on this process's `replicas`, which are replicas
 // first .. first + N - 1 of `total` (every process's): each takes its share of the global batch

@@ -1,7 +1,6 @@
 // vgpu-info under mpirun: one report for the whole cluster, gathered by rank 0 (vgpu_info.h).
 #include <cstdint>
 #include <cstdio>
-#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -45,8 +44,7 @@ absl::StatusOr<InfoCluster> SetUpInfoCluster() {
   InfoCluster c;
   VGPU_ASSIGN_OR_RETURN(vgpu::mpi::LaunchInfo launch, vgpu::mpi::DetectLaunch());
   if (launch.size <= 1) return c;
-  std::optional<std::string> tf_config;
-  if (const char* v = std::getenv("TF_CONFIG"); v != nullptr && *v != '\0') tf_config = v;
+  const std::optional<std::string> tf_config = vgpu::ClusterSpec::TfConfigFromEnvironment();
   VGPU_ASSIGN_OR_RETURN(vgpu::ClusterSpec spec, vgpu::ClusterSpec::Create(launch, tf_config));
   c.spec = std::make_shared<const vgpu::ClusterSpec>(std::move(spec));
   VGPU_ASSIGN_OR_RETURN(c.world, vgpu::mpi::World::Get());

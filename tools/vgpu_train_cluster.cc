@@ -1,5 +1,4 @@
 // vgpu-train's cluster set-up (vgpu_train.h).
-#include <cstdlib>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -26,8 +25,7 @@ absl::StatusOr<TrainCluster> SetUpCluster(const TrainFlags& f, StrategyKind kind
     }
     return c;
   }
-  std::optional<std::string> tf_config;
-  if (const char* v = std::getenv("TF_CONFIG"); v != nullptr && *v != '\0') tf_config = v;
+  const std::optional<std::string> tf_config = vgpu::ClusterSpec::TfConfigFromEnvironment();
   int ps_tasks = f.ps_tasks;
   if (kind == StrategyKind::kParameterServer && ps_tasks == 0 && !tf_config) ps_tasks = 1;
   if (kind == StrategyKind::kMultiWorkerMirrored && ps_tasks > 0) {

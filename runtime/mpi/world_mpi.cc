@@ -225,6 +225,8 @@ class MpiWorld final : public World {
   // any check, so every rank stays in step).
   absl::StatusOr<Call> Begin(absl::string_view what, absl::Duration timeout, bool collective);
   absl::Status CheckPeer(const Call& call, int peer, absl::string_view role, bool any) const;
+  // A point-to-point message's tag, size and buffer (Send and Recv alike).
+  absl::Status CheckMessage(const Call& call, int tag, const void* data, size_t bytes) const;
   absl::Status BroadcastChunks(const Call& call, char* data, size_t bytes, int root);
 
   int rank_ = 0;
@@ -366,6 +368,22 @@ absl::Status MpiWorld::CheckPeer(const Call& call, int peer, absl::string_view r
     return absl::InvalidArgumentError(absl::StrCat(call.where, ": ", role, " rank ", peer,
                                                    " is outside the world's ranks 0..", size_ - 1,
                                                    any ? " (or World::kAnySource)" : ""));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status MpiWorld::CheckMessage(const Call& call, int tag, const void* data,
+                                    size_t bytes) const {
+  if (tag < 0 || tag > tag_ub_) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(call.where, ": tag ", tag, " is outside 0..", tag_ub_, " (MPI_TAG_UB)"));
+  }
+  if (bytes > static_cast<size_t>(INT_MAX)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(call.where, ": one message holds at most ", INT_MAX, " bytes"));
+  }
+  if (bytes > 0 && data == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(call.where, ": null buffer"));
   }
   return absl::OkStatus();
 }
@@ -531,17 +549,7 @@ absl::Status MpiWorld::Send(const void* data, size_t bytes, int to, int tag,
       Call call, Begin(absl::StrCat("Send to rank ", to, " (tag ", tag, ", ", bytes, " bytes)"),
                        timeout, false));
   VGPU_RETURN_IF_ERROR(CheckPeer(call, to, "destination", false));
-  if (tag < 0 || tag > tag_ub_) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(call.where, ": tag ", tag, " is outside 0..", tag_ub_, " (MPI_TAG_UB)"));
-  }
-  if (bytes > static_cast<size_t>(INT_MAX)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(call.where, ": one message holds at most ", INT_MAX, " bytes"));
-  }
-  if (bytes > 0 && data == nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat(call.where, ": null buffer"));
-  }
+  VGPU_RETURN_IF_ERROR(CheckMessage(call, tag, data, bytes));
   call.tag = tag;
   Staging copy = NewStaging(bytes);
   if (bytes > 0) std::memcpy(copy.get(), data, bytes);
@@ -559,17 +567,7 @@ absl::StatusOr<int> MpiWorld::Recv(void* data, size_t bytes, int from, int tag,
                                     " (tag ", tag, ", ", bytes, " bytes)"),
                        timeout, false));
   VGPU_RETURN_IF_ERROR(CheckPeer(call, from, "source", true));
-  if (tag < 0 || tag > tag_ub_) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(call.where, ": tag ", tag, " is outside 0..", tag_ub_, " (MPI_TAG_UB)"));
-  }
-  if (bytes > static_cast<size_t>(INT_MAX)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(call.where, ": one message holds at most ", INT_MAX, " bytes"));
-  }
-  if (bytes > 0 && data == nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat(call.where, ": null buffer"));
-  }
+  VGPU_RETURN_IF_ERROR(CheckMessage(call, tag, data, bytes));
   call.tag = tag;
   const int source = from == kAnySource ? MPI_ANY_SOURCE : from;
   // Find the message first (matched probe), so its size is known before it is received.
