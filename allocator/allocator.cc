@@ -1,13 +1,15 @@
 #include "vgpu/allocator/allocator.h"
 
+#include <bit>
 #include <utility>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
-#include "vgpu/runtime/mutex.h"
 #include "vgpu/runtime/bytes.h"
+#include "vgpu/runtime/mutex.h"
+#include "vgpu/runtime/platform.h"
 
 namespace vgpu {
 
@@ -53,7 +55,8 @@ DeviceBuffer::~DeviceBuffer() { ReportFreeFailure(Reset()); }
 DeviceBuffer::DeviceBuffer(DeviceBuffer&& other) noexcept
     : allocator_(std::exchange(other.allocator_, nullptr)),
       data_(std::exchange(other.data_, nullptr)),
-      size_(std::exchange(other.size_, 0)) {}
+      size_(std::exchange(other.size_, 0)),
+      stream_(std::exchange(other.stream_, nullptr)) {}
 
 DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
   if (this != &other) {
@@ -61,44 +64,212 @@ DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
     allocator_ = std::exchange(other.allocator_, nullptr);
     data_ = std::exchange(other.data_, nullptr);
     size_ = std::exchange(other.size_, 0);
+    stream_ = std::exchange(other.stream_, nullptr);
   }
   return *this;
+}
+
+absl::Status DeviceBuffer::RecordStream(Stream* stream) {
+  if (data_ == nullptr) {
+    return absl::FailedPreconditionError("RecordStream on an empty DeviceBuffer");
+  }
+  return allocator_->RecordStream(data_, stream);
 }
 
 absl::Status DeviceBuffer::Reset() {
   if (data_ == nullptr) return absl::OkStatus();
   void* p = std::exchange(data_, nullptr);
   size_ = 0;
+  stream_ = nullptr;
   return std::exchange(allocator_, nullptr)->Deallocate(p);
 }
 
 void* DeviceBuffer::Release() {
   allocator_ = nullptr;
   size_ = 0;
+  stream_ = nullptr;
   return std::exchange(data_, nullptr);
 }
 
+Allocator::Allocator() { slots_[0].used.store(true, std::memory_order_relaxed); }
+
+Allocator::~Allocator() = default;
+
 absl::StatusOr<void*> Allocator::AllocateRaw(uint64_t bytes, uint64_t alignment) {
+  return AllocateRaw(bytes, nullptr, alignment);
+}
+
+absl::StatusOr<void*> Allocator::AllocateRaw(uint64_t bytes, Stream* stream, uint64_t alignment) {
   if (alignment == 0 || (alignment & (alignment - 1)) != 0) {
     return absl::InvalidArgumentError(absl::StrCat(name(), ": alignment ", alignment,
                                                    " is not a power of two (request of ", bytes,
                                                    " bytes)"));
   }
   if (alignment < kDefaultAlignment) alignment = kDefaultAlignment;
+  int slot = 0;
+  if (stream != nullptr) {
+    absl::StatusOr<int> s = SlotFor(stream);
+    if (!s.ok()) return s.status();
+    slot = *s;
+  }
+  if (!allocated_.load(std::memory_order_relaxed)) {
+    allocated_.store(true, std::memory_order_relaxed);
+  }
   if (bytes == 0) return nullptr;
-  return DoAllocate(bytes, alignment);
+  uint64_t wait_for = 0;
+  absl::StatusOr<void*> p = DoAllocate(AllocationRequest{bytes, alignment, slot}, &wait_for);
+  if (p.ok() && (wait_for & ~SlotBit(slot)) != 0) {
+    cross_stream_reuses_.fetch_add(1, std::memory_order_relaxed);
+    absl::Status s = WaitForSlots(slot, wait_for);
+    if (!s.ok()) {
+      // The block cannot be made safe for this stream: give it back (its streams stay on it).
+      absl::Status freed = DoDeallocate(*p);
+      if (!freed.ok()) ReportAllocatorError(absl::StrCat("vgpu: ", freed.ToString()));
+      return absl::Status(s.code(), absl::StrCat(name(),
+                                                 ": ordering a block freed on another "
+                                                 "stream before its reuse: ",
+                                                 s.message()));
+    }
+  }
+  return p;
 }
 
 absl::StatusOr<DeviceBuffer> Allocator::Allocate(uint64_t bytes, uint64_t alignment) {
-  absl::StatusOr<void*> p = AllocateRaw(bytes, alignment);
+  return Allocate(bytes, nullptr, alignment);
+}
+
+absl::StatusOr<DeviceBuffer> Allocator::Allocate(uint64_t bytes, Stream* stream,
+                                                 uint64_t alignment) {
+  absl::StatusOr<void*> p = AllocateRaw(bytes, stream, alignment);
   if (!p.ok()) return p.status();
   if (*p == nullptr) return DeviceBuffer();
-  return DeviceBuffer(this, *p, bytes);
+  return DeviceBuffer(this, *p, bytes, stream != nullptr ? stream : default_stream());
 }
 
 absl::Status Allocator::Deallocate(void* ptr) {
   if (ptr == nullptr) return absl::OkStatus();
   return DoDeallocate(ptr);
+}
+
+absl::Status Allocator::RecordStream(void* ptr, Stream* stream) {
+  if (ptr == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(name(), ": RecordStream of a null pointer"));
+  }
+  int slot = 0;
+  if (stream != nullptr) {
+    absl::StatusOr<int> s = SlotFor(stream);
+    if (!s.ok()) return s.status();
+    slot = *s;
+  }
+  return DoRecordStream(ptr, slot);
+}
+
+absl::Status Allocator::SetDefaultStream(Stream* stream) {
+  StdMutexLock l(&slots_mu_);
+  if (allocated_.load(std::memory_order_relaxed)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(name(), ": the default stream is set before the first allocation"));
+  }
+  for (int i = 1; i < kMaxStreams; ++i) {
+    if (stream != nullptr && slots_[i].stream.load(std::memory_order_relaxed) == stream) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(name(), ": the stream is already in use with this allocator"));
+    }
+  }
+  slots_[0].stream.store(stream, std::memory_order_release);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int> Allocator::SlotFor(Stream* stream) {
+  // Lock-free lookup first: the hot path of a program that passes its streams.
+  for (int i = 0; i < kMaxStreams; ++i) {
+    if (slots_[i].stream.load(std::memory_order_acquire) == stream) return i;
+  }
+  StdMutexLock l(&slots_mu_);
+  for (int i = 0; i < kMaxStreams; ++i) {
+    if (slots_[i].stream.load(std::memory_order_relaxed) == stream) return i;
+  }
+  Stream* dflt = slots_[0].stream.load(std::memory_order_relaxed);
+  if (dflt != nullptr && stream->executor() != dflt->executor()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(name(), ": the stream belongs to another device than this allocator's"));
+  }
+  for (int i = 1; i < kMaxStreams; ++i) {
+    if (!slots_[i].used.load(std::memory_order_relaxed)) {
+      slots_[i].used.store(true, std::memory_order_relaxed);
+      slots_[i].stream.store(stream, std::memory_order_release);
+      return i;
+    }
+  }
+  return absl::ResourceExhaustedError(absl::StrCat(
+      name(), ": more than ", kMaxStreams,
+      " streams in use with this allocator; call ReleaseStream for streams you no longer use"));
+}
+
+absl::Status Allocator::ReleaseStream(Stream* stream) {
+  if (stream == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(name(), ": ReleaseStream of a null stream"));
+  }
+  int slot = -1;
+  {
+    StdMutexLock l(&slots_mu_);
+    for (int i = 1; i < kMaxStreams; ++i) {
+      if (slots_[i].stream.load(std::memory_order_relaxed) == stream) slot = i;
+    }
+  }
+  if (slot < 0) {
+    return absl::NotFoundError(
+        absl::StrCat(name(), ": ReleaseStream of a stream never used with this allocator"));
+  }
+  // Its work done, the blocks still marked with its slot are safe for anyone; a later stream
+  // that takes the slot only adds waits that are not needed.
+  absl::Status s = stream->Synchronize();
+  StdMutexLock l(&slots_mu_);
+  slots_[slot].stream.store(nullptr, std::memory_order_release);
+  {
+    StdMutexLock e(&slots_[slot].event_mu);
+    slots_[slot].event.reset();
+  }
+  slots_[slot].used.store(false, std::memory_order_relaxed);
+  OnReleaseStream(stream);
+  return s;
+}
+
+absl::Status Allocator::SynchronizeSlots(uint64_t mask) {
+  absl::Status first;
+  for (; mask != 0; mask &= mask - 1) {
+    const int i = std::countr_zero(mask);
+    StdMutexLock l(&slots_[i].event_mu);
+    if (Stream* s = slots_[i].stream.load(std::memory_order_acquire))
+      first.Update(s->Synchronize());
+  }
+  return first;
+}
+
+absl::Status Allocator::WaitForSlots(int slot, uint64_t mask) {
+  if (skip_stream_waits_) return absl::OkStatus();
+  Stream* waiter = SlotStream(slot);
+  mask &= ~SlotBit(slot);
+  while (mask != 0) {
+    const int other = std::countr_zero(mask);
+    mask &= mask - 1;
+    StreamSlotState& o = slots_[other];
+    // The event lock also keeps ReleaseStream from dropping the slot's stream meanwhile.
+    StdMutexLock l(&o.event_mu);
+    Stream* s = o.stream.load(std::memory_order_acquire);
+    // A host-synchronous (null) or released slot has no work pending on the block.
+    if (s == nullptr) continue;
+    if (o.event == nullptr) {
+      absl::StatusOr<std::unique_ptr<Event>> e = s->executor()->CreateEvent();
+      if (!e.ok()) return e.status();
+      o.event = *std::move(e);
+    }
+    absl::Status st = s->RecordEvent(o.event.get());
+    if (st.ok()) st = waiter != nullptr ? waiter->WaitEvent(o.event.get()) : o.event->Synchronize();
+    if (!st.ok()) return st;
+    stream_waits_.fetch_add(1, std::memory_order_relaxed);
+  }
+  return absl::OkStatus();
 }
 
 void Allocator::AddObserver(AllocatorObserver* observer) {

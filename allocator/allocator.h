@@ -7,6 +7,20 @@
 // these where its events happen, under its own lock (see docs/allocator.md).
 // DeviceBuffer is the move-only RAII owner of one allocation.
 //
+// Stream order (as PyTorch's caching allocator, RMM's allocate(bytes, stream) and
+// cudaMallocAsync): every allocation belongs to the stream it was allocated on (the
+// allocator's default stream, the logical device's, unless one is given). Freeing is
+// stream-ordered: the block may be handed out again at once to work on the SAME stream, and
+// to another stream only once the freeing stream's earlier work is complete. The allocator
+// does not wait on the host for that: the new owner's stream is made to wait for an event
+// recorded on the old one (Stream::WaitEvent), only when a block really moves between
+// streams. Work on other streams that uses a block is declared with RecordStream (PyTorch's
+// record_stream), after which the block is reused only behind that stream's work too.
+// The bookkeeping written once here: the stream slots (each stream an allocator has seen
+// gets a bit, at most kMaxStreams), the per-slot events and the waits; an allocator keeps
+// one 64-bit mask of slots per block and hands back, with each allocation, the slots whose
+// work the new owner must wait for.
+//
 // Thread safety: every Allocator is safe to call from any number of threads at once. The
 // observer list has its own leaf lock; AllocatorCounters is a plain struct guarded by the
 // allocator that holds it.
@@ -19,6 +33,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -29,6 +44,9 @@
 #include "vgpu/allocator/locks.h"
 
 namespace vgpu {
+
+class Event;   // runtime/platform.h
+class Stream;  // runtime/platform.h
 
 inline constexpr uint64_t kDefaultAlignment = 256;
 
@@ -50,6 +68,10 @@ struct AllocatorStats {
   // of physically contiguous granules); 0 for allocators without mappings.
   uint64_t mapping_granularity = 0;
   uint64_t map_calls = 0;
+  // Stream order: allocations that took a block last used by other streams, and the
+  // stream-to-stream event waits (or host waits, for a null stream) that cost.
+  uint64_t cross_stream_reuses = 0;
+  uint64_t stream_waits = 0;
   std::string ToString() const;  // one line, human-readable sizes
 };
 
@@ -130,8 +152,8 @@ class Allocator;
 class DeviceBuffer {
  public:
   DeviceBuffer() = default;
-  DeviceBuffer(Allocator* allocator, void* data, uint64_t size)
-      : allocator_(allocator), data_(data), size_(size) {}
+  DeviceBuffer(Allocator* allocator, void* data, uint64_t size, Stream* stream = nullptr)
+      : allocator_(allocator), data_(data), size_(size), stream_(stream) {}
   ~DeviceBuffer();
   DeviceBuffer(DeviceBuffer&& other) noexcept;
   DeviceBuffer& operator=(DeviceBuffer&& other) noexcept;
@@ -141,6 +163,11 @@ class DeviceBuffer {
   void* data() const { return data_; }
   uint64_t size() const { return size_; }  // bytes requested
   Allocator* allocator() const { return allocator_; }
+  // The stream the buffer was allocated on (nullptr: the allocator's default stream, which
+  // may itself be null: host-synchronous use). Freeing is ordered on it.
+  Stream* stream() const { return stream_; }
+  // Declares that work on `stream` uses this buffer (Allocator::RecordStream).
+  absl::Status RecordStream(Stream* stream);
   bool empty() const { return data_ == nullptr; }
   explicit operator bool() const { return data_ != nullptr; }
 
@@ -153,23 +180,53 @@ class DeviceBuffer {
   Allocator* allocator_ = nullptr;
   void* data_ = nullptr;
   uint64_t size_ = 0;
+  Stream* stream_ = nullptr;
 };
 
 class Allocator {
  public:
-  virtual ~Allocator() = default;
+  Allocator();
+  virtual ~Allocator();
 
   // A buffer of at least `bytes`, aligned to `alignment` (a power of two; at least 256).
   // bytes == 0 gives an empty buffer (no memory), as in RMM and TensorFlow.
   // Errors: InvalidArgument for a bad alignment; ResourceExhausted (naming the device, the
   // request, the limit and the usage) when the memory is not there.
+  // On the default stream (SetDefaultStream).
   absl::StatusOr<DeviceBuffer> Allocate(uint64_t bytes, uint64_t alignment = kDefaultAlignment);
   // The same without the RAII owner.
   absl::StatusOr<void*> AllocateRaw(uint64_t bytes, uint64_t alignment = kDefaultAlignment);
-  // Frees a pointer from AllocateRaw (or a released buffer). nullptr is a no-op. A pointer
-  // this allocator does not own, or one already freed, is InvalidArgument and changes
-  // nothing.
+  // Stream-ordered (see the top of this file): the block is safe to use on `stream` from the
+  // moment this returns, in that stream's order; nullptr means the default stream. Errors as
+  // above, plus InvalidArgument for a stream of another device and ResourceExhausted when
+  // more than kMaxStreams streams are in use with this allocator (ReleaseStream frees one).
+  absl::StatusOr<DeviceBuffer> Allocate(uint64_t bytes, Stream* stream,
+                                        uint64_t alignment = kDefaultAlignment);
+  absl::StatusOr<void*> AllocateRaw(uint64_t bytes, Stream* stream,
+                                    uint64_t alignment = kDefaultAlignment);
+  // Frees a pointer from AllocateRaw (or a released buffer), ordered on the stream it was
+  // allocated on (and behind the streams recorded for it): the host need not wait for that
+  // work first. nullptr is a no-op. A pointer this allocator does not own, or one already
+  // freed, is InvalidArgument and changes nothing.
   absl::Status Deallocate(void* ptr);
+  // Declares that work enqueued on `stream` uses the live block `ptr` (allocated on another
+  // stream): when it is freed, the block is reused only behind that work too, as PyTorch's
+  // Tensor.record_stream. A no-op for the block's own stream; InvalidArgument for a pointer
+  // that is not live here or a stream of another device.
+  absl::Status RecordStream(void* ptr, Stream* stream);
+  // The stream that nullptr stands for: the logical device's (set by the factory from
+  // DeviceAllocatorOptions::stream). nullptr (the default) means host-synchronous use: the
+  // caller has finished its work with a block before freeing it. Call before the first
+  // allocation; FailedPrecondition afterwards.
+  absl::Status SetDefaultStream(Stream* stream);
+  Stream* default_stream() const { return slots_[0].stream.load(std::memory_order_acquire); }
+  // Forgets `stream` before it is destroyed: waits (on the host) for its work, so blocks it
+  // used are safe for everyone, and frees its slot. NotFound for a stream never used here.
+  absl::Status ReleaseStream(Stream* stream);
+  static constexpr int kMaxStreams = 64;
+  // Testing only: hand blocks across streams without waiting (what the stream-order tests
+  // prove breaks their workloads). Set before use.
+  void SetSkipStreamWaitsForTesting(bool skip) { skip_stream_waits_ = skip; }
 
   virtual std::string name() const = 0;
   virtual AllocatorStats Stats() const = 0;
@@ -193,12 +250,66 @@ class Allocator {
   // ResourceExhausted with the message shape above.
   absl::Status OutOfMemoryError(const OutOfMemoryReport& report) const;
 
+  // The stream of slot `slot` (0: the default stream); nullptr for a host-synchronous or
+  // released slot.
+  Stream* SlotStream(int slot) const { return slots_[slot].stream.load(std::memory_order_acquire); }
+  static uint64_t SlotBit(int slot) { return uint64_t{1} << slot; }
+  // Makes slot `slot`'s stream wait (an event, no host wait) for the work enqueued so far on
+  // each other slot in `mask`; a null stream waits on the host. Counted in `stats`.
+  absl::Status WaitForSlots(int slot, uint64_t mask);
+  // Waits on the host for the work of every stream this allocator has seen (destructors,
+  // trims); the first error, after trying all.
+  absl::Status SynchronizeStreams() { return SynchronizeSlots(~uint64_t{0}); }
+  // The same for the slots in `mask`: before memory goes back to the device (an unmap), which
+  // no stream may still be using.
+  absl::Status SynchronizeSlots(uint64_t mask);
+
+  // What an allocation asks of DoAllocate, and what it answers besides the pointer.
+  struct AllocationRequest {
+    uint64_t bytes = 0;
+    uint64_t alignment = kDefaultAlignment;
+    int slot = 0;  // the stream slot of the new owner
+  };
+
  private:
   void NotifySlow(const std::string& allocator_name, const AllocatorEvent& e) const
       ABSL_LOCKS_EXCLUDED(observers_mu_);
+  // The slot of `stream` (nullptr: 0), registering it on first use.
+  absl::StatusOr<int> SlotFor(Stream* stream);
 
-  virtual absl::StatusOr<void*> DoAllocate(uint64_t bytes, uint64_t alignment) = 0;
+  // Placement. `*wait_for` (0 on entry): the slots whose work on the block must be complete
+  // before the new owner's stream uses it (the base waits after DoAllocate returns, without
+  // the allocator's lock). An allocator whose backend orders frees itself leaves it 0.
+  virtual absl::StatusOr<void*> DoAllocate(const AllocationRequest& request,
+                                           uint64_t* wait_for) = 0;
   virtual absl::Status DoDeallocate(void* ptr) = 0;
+  // Adds slot `slot` to the live block's streams; InvalidArgument when `ptr` is not live.
+  virtual absl::Status DoRecordStream(void* ptr, int slot) = 0;
+  // Called by ReleaseStream after the stream's work is done (an allocator built over
+  // another allocator forwards it).
+  virtual void OnReleaseStream(Stream* stream) {}
+  // The slots' waits were counted by the base; allocators add them to their Stats here.
+  std::atomic<uint64_t> cross_stream_reuses_{0};
+  std::atomic<uint64_t> stream_waits_{0};
+
+ protected:
+  // For Stats(): copies the stream-order counters into `stats`.
+  void AddStreamStats(AllocatorStats& stats) const {
+    stats.cross_stream_reuses = cross_stream_reuses_.load(std::memory_order_relaxed);
+    stats.stream_waits = stream_waits_.load(std::memory_order_relaxed);
+  }
+
+ private:
+  struct StreamSlotState {
+    std::atomic<Stream*> stream{nullptr};
+    std::atomic<bool> used{false};  // slot taken (slot 0 always is)
+    std::unique_ptr<Event> event;   // recorded on `stream` for waiters; made on first need
+    StdMutex event_mu;
+  };
+  StreamSlotState slots_[kMaxStreams];
+  StdMutex slots_mu_;                   // registration and release; lookups read the atomics
+  std::atomic<bool> allocated_{false};  // SetDefaultStream is refused after this
+  bool skip_stream_waits_ = false;
 
   // A leaf lock: taken under the allocator's own lock, never the other way round.
   mutable StdMutex observers_mu_;

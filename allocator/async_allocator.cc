@@ -54,8 +54,11 @@ absl::StatusOr<std::unique_ptr<AsyncAllocator>> AsyncAllocator::Create(Executor*
     return Annotate(pool.status(),
                     absl::StrCat(options.name, ": VGPU_ALLOCATOR=async needs a memory pool"));
   }
-  return std::unique_ptr<AsyncAllocator>(
+  std::unique_ptr<AsyncAllocator> a(
       new AsyncAllocator(std::move(options), std::move(owned), stream, *std::move(pool)));
+  // nullptr means the allocator's stream (the logical device's, or its own).
+  VGPU_RETURN_IF_ERROR(a->SetDefaultStream(stream));
+  return a;
 }
 
 AsyncAllocator::AsyncAllocator(AsyncOptions options, std::unique_ptr<Stream> owned_stream,
@@ -71,16 +74,23 @@ AsyncAllocator::AsyncAllocator(AsyncOptions options, std::unique_ptr<Stream> own
 AsyncAllocator::~AsyncAllocator() {
   {
     StdMutexLock l(&mu_);
-    for (auto& [ptr, block] : live_) pool_->FreeAsync(block.base, stream_).IgnoreError();
+    for (auto& [ptr, block] : live_) {
+      pool_->FreeAsync(block.base, StreamOf(block.slot)).IgnoreError();
+    }
     live_.clear();
   }
-  // The pool's frees are tasks on the stream: let them land before the pool goes.
+  // The pool's frees are tasks on the streams: let them land before the pool goes.
   stream_->Synchronize().IgnoreError();
+  SynchronizeStreams().IgnoreError();
   pool_.reset();
   owned_stream_.reset();
 }
 
-absl::StatusOr<void*> AsyncAllocator::DoAllocate(uint64_t bytes, uint64_t alignment) {
+absl::StatusOr<void*> AsyncAllocator::DoAllocate(const AllocationRequest& request,
+                                                 uint64_t* /*wait_for*/) {
+  // The pool orders reuse itself: a block freed on one stream goes to another only behind it.
+  const uint64_t bytes = request.bytes, alignment = request.alignment;
+  Stream* const stream = StreamOf(request.slot);
   StdMutexLock l(&mu_);
   const uint64_t limit = options_.memory_limit;
   if (bytes > limit) {
@@ -97,19 +107,20 @@ absl::StatusOr<void*> AsyncAllocator::DoAllocate(uint64_t bytes, uint64_t alignm
                                        " more with ", FormatBytes(stats.bytes_in_use), " in use)"),
                           "raise the device's memory limit or free buffers sooner");
   }
-  absl::StatusOr<void*> base = pool_->AllocateAsync(need, stream_);
+  absl::StatusOr<void*> base = pool_->AllocateAsync(need, stream);
   if (!base.ok() && absl::IsResourceExhausted(base.status())) {
     // The card is full, not our limit: memory this pool caches (or frees the stream has not
     // reached yet) may be what is missing. Wait for the stream without the lock (its work may
     // need it), give the cache back and try once more; `pending_` holds our place.
     pending_ += need;
     mu_.Unlock();
-    stream_->Synchronize().IgnoreError();
+    stream->Synchronize().IgnoreError();
+    if (stream != stream_) stream_->Synchronize().IgnoreError();
     absl::Status trimmed = pool_->TrimTo(0);
     mu_.Lock();
     pending_ -= need;
     RefreshReservedLocked();
-    base = trimmed.ok() ? pool_->AllocateAsync(need, stream_) : absl::StatusOr<void*>(trimmed);
+    base = trimmed.ok() ? pool_->AllocateAsync(need, stream) : absl::StatusOr<void*>(trimmed);
   }
   if (!base.ok()) {
     if (!absl::IsResourceExhausted(base.status())) {
@@ -124,7 +135,7 @@ absl::StatusOr<void*> AsyncAllocator::DoAllocate(uint64_t bytes, uint64_t alignm
   }
   const uintptr_t b = reinterpret_cast<uintptr_t>(*base);
   void* ptr = reinterpret_cast<void*>(RoundUp(b, alignment));
-  live_[ptr] = Block{*base, need, bytes};
+  live_[ptr] = Block{*base, need, bytes, request.slot, SlotBit(request.slot)};
   counters_.OnAlloc(bytes, need);
   RefreshReservedLocked();
   NotifyLocked(AllocatorEventKind::kAlloc, ptr, bytes);
@@ -138,8 +149,13 @@ absl::Status AsyncAllocator::DoDeallocate(void* ptr) {
     return absl::InvalidArgumentError(absl::StrCat(
         name(), ": ", P(ptr), " was not allocated by this allocator, or was already freed"));
   }
-  // Nothing changes unless the pool took the free.
-  VGPU_RETURN_IF_ERROR(pool_->FreeAsync(it->second.base, stream_));
+  // Recorded streams' work comes first: the free's stream waits for it (events, no host
+  // wait), then the pool orders the reuse behind the free. Nothing changes unless the pool
+  // took the free.
+  if ((it->second.streams & ~SlotBit(it->second.slot)) != 0) {
+    VGPU_RETURN_IF_ERROR(WaitForSlots(it->second.slot, it->second.streams));
+  }
+  VGPU_RETURN_IF_ERROR(pool_->FreeAsync(it->second.base, StreamOf(it->second.slot)));
   const Block block = it->second;
   live_.erase(it);
   counters_.OnFree(block.size);
@@ -147,8 +163,20 @@ absl::Status AsyncAllocator::DoDeallocate(void* ptr) {
   return absl::OkStatus();
 }
 
+absl::Status AsyncAllocator::DoRecordStream(void* ptr, int slot) {
+  StdMutexLock l(&mu_);
+  auto it = live_.find(ptr);
+  if (it == live_.end()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(name(), ": RecordStream of ", P(ptr), ", which is not a live allocation here"));
+  }
+  it->second.streams |= SlotBit(slot);
+  return absl::OkStatus();
+}
+
 absl::Status AsyncAllocator::Trim() {
   VGPU_RETURN_IF_ERROR(stream_->Synchronize());
+  VGPU_RETURN_IF_ERROR(SynchronizeStreams());
   VGPU_RETURN_IF_ERROR(pool_->TrimTo(0));
   StdMutexLock l(&mu_);
   RefreshReservedLocked();
@@ -195,8 +223,13 @@ AllocatorStats AsyncAllocator::StatsLocked() const {
 }
 
 AllocatorStats AsyncAllocator::Stats() const {
-  StdMutexLock l(&mu_);
-  return StatsLocked();
+  AllocatorStats s;
+  {
+    StdMutexLock l(&mu_);
+    s = StatsLocked();
+  }
+  AddStreamStats(s);
+  return s;
 }
 
 std::string AsyncAllocator::DumpMemoryLog() const {

@@ -71,13 +71,19 @@ class AsyncAllocator final : public Allocator {
     void* base = nullptr;    // what the pool returned (the pointer handed out is aligned in it)
     uint64_t size = 0;       // bytes taken from the pool and counted in use
     uint64_t requested = 0;  // bytes asked for
+    int slot = 0;            // the stream (slot, allocator.h) it was allocated and is freed on
+    uint64_t streams = 0;    // recorded streams: the free waits for their work first
   };
 
   AsyncAllocator(AsyncOptions options, std::unique_ptr<Stream> owned_stream, Stream* stream,
                  std::unique_ptr<MemoryPool> pool);
 
-  absl::StatusOr<void*> DoAllocate(uint64_t bytes, uint64_t alignment) override;
+  absl::StatusOr<void*> DoAllocate(const AllocationRequest& request,
+                                   uint64_t* wait_for) override;
   absl::Status DoDeallocate(void* ptr) override;
+  absl::Status DoRecordStream(void* ptr, int slot) override;
+  // The stream of `slot`: the allocator's own for slot 0.
+  Stream* StreamOf(int slot) const { return slot == 0 ? stream_ : SlotStream(slot); }
 
   absl::Status OomErrorLocked(uint64_t bytes, uint64_t rounded, absl::string_view why,
                               absl::string_view hint) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

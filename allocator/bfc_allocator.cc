@@ -100,6 +100,7 @@ uint32_t BFCAllocator::SplitChunk(uint32_t c, uint64_t offset) {
   Chunk& b = chunks_[n];
   b.ptr = a.ptr + offset;
   b.size = a.size - offset;
+  b.streams = a.streams;
   a.size = offset;
   b.prev = c;
   b.next = a.next;
@@ -113,6 +114,7 @@ void BFCAllocator::MergeWithNext(uint32_t c) {
   Chunk& a = chunks_[c];
   const Chunk& b = chunks_[n];
   a.size += b.size;
+  a.streams |= b.streams;
   a.next = b.next;
   if (b.next != kNone) chunks_[b.next].prev = c;
   DeleteChunk(n);
@@ -315,8 +317,9 @@ absl::StatusOr<uint64_t> BFCAllocator::ReleaseEmptyRegions(uint64_t keep_bytes) 
 // ---------------------------------------------------------------------------------------------
 // Allocate / free.
 
-void* BFCAllocator::CarveLocked(uint32_t c, uint64_t rounded, uint64_t alignment,
-                                uint64_t requested) {
+void* BFCAllocator::CarveLocked(uint32_t c, uint64_t rounded, const AllocationRequest& request,
+                                uint64_t* wait_for) {
+  const uint64_t alignment = request.alignment;
   BinRemove(c);
   if (alignment > kMinAllocationSize && AlignUp(chunks_[c].ptr, alignment) != chunks_[c].ptr) {
     uint32_t n = SplitChunk(c, AlignUp(chunks_[c].ptr, alignment) - chunks_[c].ptr);
@@ -337,14 +340,18 @@ void* BFCAllocator::CarveLocked(uint32_t c, uint64_t rounded, uint64_t alignment
   }
   Chunk& ch = chunks_[c];
   ch.in_use = true;
-  ch.requested = requested;
+  ch.requested = request.bytes;
+  *wait_for = ch.streams;  // the streams that used it before (the base waits for others')
+  ch.streams = SlotBit(request.slot);
   live_.Insert(ch.ptr, c);
-  counters_.OnAlloc(requested, ch.size);
-  NotifyLocked(AllocatorEventKind::kAlloc, ch.ptr, requested);
+  counters_.OnAlloc(request.bytes, ch.size);
+  NotifyLocked(AllocatorEventKind::kAlloc, ch.ptr, request.bytes);
   return reinterpret_cast<void*>(ch.ptr);
 }
 
-absl::StatusOr<void*> BFCAllocator::AllocateLocked(uint64_t bytes, uint64_t alignment) {
+absl::StatusOr<void*> BFCAllocator::AllocateLocked(const AllocationRequest& request,
+                                                   uint64_t* wait_for) {
+  const uint64_t bytes = request.bytes, alignment = request.alignment;
   if (!init_status_.ok()) return init_status_;
   if (bytes > limit_) {
     // The message names the rounded request; near 2^64 rounding would wrap, so saturate.
@@ -359,7 +366,7 @@ absl::StatusOr<void*> BFCAllocator::AllocateLocked(uint64_t bytes, uint64_t alig
   }
   const uint64_t need = rounded + pad;
   uint32_t c = FindChunkLocked(need);
-  if (c != kNone) return CarveLocked(c, rounded, alignment, bytes);
+  if (c != kNone) return CarveLocked(c, rounded, request, wait_for);
 
   std::string why = "no free chunk is large enough";
   if (options_.allow_growth) {
@@ -369,7 +376,7 @@ absl::StatusOr<void*> BFCAllocator::AllocateLocked(uint64_t bytes, uint64_t alig
     }
     if (s.ok()) {
       c = FindChunkLocked(need);
-      if (c != kNone) return CarveLocked(c, rounded, alignment, bytes);
+      if (c != kNone) return CarveLocked(c, rounded, request, wait_for);
     } else {
       why = std::string(s.message());
     }
@@ -377,9 +384,22 @@ absl::StatusOr<void*> BFCAllocator::AllocateLocked(uint64_t bytes, uint64_t alig
   return OomErrorLocked(bytes, rounded, why);
 }
 
-absl::StatusOr<void*> BFCAllocator::DoAllocate(uint64_t bytes, uint64_t alignment) {
+absl::StatusOr<void*> BFCAllocator::DoAllocate(const AllocationRequest& request,
+                                               uint64_t* wait_for) {
   SpinLockGuard l(mu_);
-  return AllocateLocked(bytes, alignment);
+  return AllocateLocked(request, wait_for);
+}
+
+absl::Status BFCAllocator::DoRecordStream(void* ptr, int slot) {
+  SpinLockGuard l(mu_);
+  const uint32_t c = live_.Find(reinterpret_cast<uint64_t>(ptr));
+  if (c == PtrMap::kNotFound) {
+    return absl::InvalidArgumentError(absl::StrCat(name(), ": RecordStream of ",
+                                                   P(reinterpret_cast<uint64_t>(ptr)),
+                                                   ", which is not a live allocation here"));
+  }
+  chunks_[c].streams |= SlotBit(slot);
+  return absl::OkStatus();
 }
 
 absl::Status BFCAllocator::DoDeallocate(void* ptr) {
@@ -463,8 +483,13 @@ AllocatorStats BFCAllocator::StatsLocked() const {
 }
 
 AllocatorStats BFCAllocator::Stats() const {
-  SpinLockGuard l(mu_);
-  return StatsLocked();
+  AllocatorStats s;
+  {
+    SpinLockGuard l(mu_);
+    s = StatsLocked();
+  }
+  AddStreamStats(s);
+  return s;
 }
 
 std::string BFCAllocator::DumpMemoryLog() const {

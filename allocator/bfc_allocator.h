@@ -117,6 +117,9 @@ class BFCAllocator final : public Allocator {
     uint64_t ptr = 0;
     uint64_t size = 0;
     uint64_t requested = 0;  // 0 when free
+    // Stream slots (allocator.h) whose work may still use the chunk: the owner's and the
+    // recorded ones while in use; after a free those, and every merged neighbour's.
+    uint64_t streams = 0;
     uint32_t prev = kNone;   // address neighbours within the region
     uint32_t next = kNone;
     uint32_t left = kNone;  // treap children (free chunks only)
@@ -131,15 +134,17 @@ class BFCAllocator final : public Allocator {
     uint32_t first = kNone;  // lowest chunk; survives every merge
   };
 
-  absl::StatusOr<void*> DoAllocate(uint64_t bytes, uint64_t alignment) override;
+  absl::StatusOr<void*> DoAllocate(const AllocationRequest& request,
+                                   uint64_t* wait_for) override;
   absl::Status DoDeallocate(void* ptr) override;
+  absl::Status DoRecordStream(void* ptr, int slot) override;
 
-  absl::StatusOr<void*> AllocateLocked(uint64_t bytes, uint64_t alignment)
+  absl::StatusOr<void*> AllocateLocked(const AllocationRequest& request, uint64_t* wait_for)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Best-fit free chunk of at least `size` bytes, or kNone.
   uint32_t FindChunkLocked(uint64_t size) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void* CarveLocked(uint32_t c, uint64_t rounded, uint64_t alignment, uint64_t requested)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void* CarveLocked(uint32_t c, uint64_t rounded, const AllocationRequest& request,
+                    uint64_t* wait_for) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status GrowLocked(uint64_t need) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status AddRegionLocked(uint64_t size) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   uint64_t ReleaseEmptyRegionsLocked(uint64_t keep_bytes = 0) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

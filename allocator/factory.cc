@@ -67,7 +67,14 @@ absl::StatusOr<std::unique_ptr<Allocator>> CreateDeviceAllocator(
     return absl::InvalidArgumentError(
         absl::StrCat(options.device_name, ": memory limit must be > 0"));
   }
-  return r->create(executor, options);
+  absl::StatusOr<std::unique_ptr<Allocator>> a = r->create(executor, options);
+  // Stream order: nullptr in Allocate means the logical device's stream (the async kind set
+  // its own, the same one or one it made).
+  if (a.ok() && options.stream != nullptr && (*a)->default_stream() == nullptr) {
+    absl::Status s = (*a)->SetDefaultStream(options.stream);
+    if (!s.ok()) return s;
+  }
+  return a;
 }
 
 absl::StatusOr<std::unique_ptr<Allocator>> CreateHostMemoryAllocator(Executor* executor,

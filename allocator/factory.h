@@ -46,9 +46,10 @@ struct DeviceAllocatorOptions {
   // true: start small and grow on demand, never past memory_limit.
   bool allow_growth = false;
   bool garbage_collection = true;  // free wholly-unused regions before reporting OOM
-  // async only: the stream allocations and frees are ordered on (the logical device's; it
-  // must outlive the allocator), or nullptr for one of its own. allow_growth is ignored: the
-  // driver's pool always grows on demand.
+  // The allocator's default stream (Allocator::SetDefaultStream): what Allocate without a
+  // stream is ordered on; the logical device's, which must outlive the allocator. nullptr:
+  // host-synchronous use (bfc, vmm), or a stream of its own (async; its allow_growth is
+  // ignored: the driver's pool always grows on demand).
   Stream* stream = nullptr;
 
   // Tuning knobs (docs/allocator.md, docs/vmm.md "Tuning knobs"; vgpu-bench sets them from its

@@ -69,6 +69,7 @@ class VmmAllocator::SlabSubAllocator final : public SubAllocator {
     std::unique_ptr<Range> range = std::move(it->second);
     owner_->slab_ranges_.erase(it);
     owner_->slab_granules_ -= range->granules.size();
+    range->streams = owner_->used_slots_.load(std::memory_order_relaxed);
     VGPU_RETURN_IF_ERROR(owner_->UnmapRangeLocked(std::move(range)));
     if (owner_->options_.allow_growth) VGPU_RETURN_IF_ERROR(owner_->EpochGiveBackLocked());
     return absl::OkStatus();
@@ -208,17 +209,20 @@ VmmAllocator::~VmmAllocator() {
   }
 }
 
-absl::StatusOr<void*> VmmAllocator::DoAllocate(uint64_t bytes, uint64_t alignment) {
+absl::StatusOr<void*> VmmAllocator::DoAllocate(const AllocationRequest& request,
+                                               uint64_t* wait_for) {
+  const uint64_t bytes = request.bytes, alignment = request.alignment;
+  if (request.slot != 0) used_slots_.fetch_or(SlotBit(request.slot), std::memory_order_relaxed);
   // A small block must fit a slab even after BFC's alignment padding.
   if (slabs_ != nullptr && bytes < small_block_max_ &&
       AlignUp(bytes, kDefaultAlignment) + alignment - kDefaultAlignment <= slab_bytes_) {
-    return AllocateSmall(bytes, alignment);
+    return AllocateSmall(bytes, alignment, request.slot);
   }
-  return AllocateLarge(bytes, alignment);
+  return AllocateLarge(bytes, alignment, request.slot, wait_for);
 }
 
-absl::StatusOr<void*> VmmAllocator::AllocateSmall(uint64_t bytes, uint64_t alignment) {
-  absl::StatusOr<void*> p = slabs_->AllocateRaw(bytes, alignment);
+absl::StatusOr<void*> VmmAllocator::AllocateSmall(uint64_t bytes, uint64_t alignment, int slot) {
+  absl::StatusOr<void*> p = slabs_->AllocateRaw(bytes, SlotStream(slot), alignment);
   if (p.ok() || !absl::IsResourceExhausted(p.status())) return p;
   std::string why;
   {
@@ -235,11 +239,15 @@ absl::StatusOr<void*> VmmAllocator::AllocateSmall(uint64_t bytes, uint64_t align
   return OomError(bytes, AlignUp(bytes, kDefaultAlignment), why);
 }
 
-absl::StatusOr<void*> VmmAllocator::AllocateLarge(uint64_t bytes, uint64_t alignment) {
+absl::StatusOr<void*> VmmAllocator::AllocateLarge(uint64_t bytes, uint64_t alignment, int slot,
+                                                  uint64_t* wait_for) {
   const uint64_t count = CeilDiv(bytes, granularity_);
   // Locked by hand: the retry below drops the lock in the middle.
   mu_.Lock();
   std::unique_ptr<Range> range = TakeCachedLocked(count, alignment);
+  // A cached range brings the streams that used it; granules from the pool are out of every
+  // stream's use (ShrinkRangeLocked).
+  if (range != nullptr) *wait_for = range->streams;
   if (range == nullptr) {
     absl::StatusOr<std::unique_ptr<Range>> r = MapRangeLocked(count, alignment);
     if (!r.ok() && absl::IsResourceExhausted(r.status()) && slabs_ != nullptr) {
@@ -265,6 +273,7 @@ absl::StatusOr<void*> VmmAllocator::AllocateLarge(uint64_t bytes, uint64_t align
     range = *std::move(r);
   }
   range->requested = bytes;
+  range->streams = SlotBit(slot);
   void* p = range->ptr;
   block_granules_ += count;
   blocks_.emplace(p, std::move(range));
@@ -513,6 +522,9 @@ absl::Status VmmAllocator::ShrinkRangeLocked(Range* range, uint64_t count) {
   const uint64_t g = granularity_;
   char* base = static_cast<char*>(range->ptr);
   const uint64_t old = range->granules.size();
+  // Unmapped memory must be out of every stream's use (on a GPU an access would fault): wait
+  // for the streams that used the range. Granules in the pool are therefore always safe.
+  if (old > count && range->streams != 0) VGPU_RETURN_IF_ERROR(SynchronizeSlots(range->streams));
   // Whole mappings from the end; a mapping that straddles `count` is unmapped and its kept
   // part mapped again (only cached ranges and slabs shrink, so nothing live is touched).
   while (range->granules.size() > count) {
@@ -556,6 +568,28 @@ absl::Status VmmAllocator::ShrinkRangeLocked(Range* range, uint64_t count) {
     NotifyEvent(AllocatorEventKind::kUnmap, base + count * g, (old - count) * g);
   }
   return absl::OkStatus();
+}
+
+absl::Status VmmAllocator::DoRecordStream(void* ptr, int slot) {
+  if (reinterpret_cast<uintptr_t>(ptr) % granularity_ == 0) {
+    StdMutexLock l(&mu_);
+    if (auto b = blocks_.find(ptr); b != blocks_.end()) {
+      b->second->streams |= SlotBit(slot);
+      return absl::OkStatus();
+    }
+  }
+  if (slot != 0) used_slots_.fetch_or(SlotBit(slot), std::memory_order_relaxed);
+  absl::Status s = slabs_ != nullptr ? slabs_->RecordStream(ptr, SlotStream(slot))
+                                     : absl::InvalidArgumentError("");
+  if (absl::IsInvalidArgument(s)) {
+    return absl::InvalidArgumentError(absl::StrCat(name(), ": RecordStream of ", P(ptr),
+                                                   ", which is not a live allocation here"));
+  }
+  return s;
+}
+
+void VmmAllocator::OnReleaseStream(Stream* stream) {
+  if (slabs_ != nullptr) slabs_->ReleaseStream(stream).IgnoreError();  // NotFound if unused
 }
 
 absl::Status VmmAllocator::UnmapRangeLocked(std::unique_ptr<Range> range) {
@@ -668,8 +702,15 @@ AllocatorStats VmmAllocator::CombinedStatsLocked(const AllocatorStats& slab) con
 AllocatorStats VmmAllocator::Stats() const {
   AllocatorStats slab;
   if (slabs_ != nullptr) slab = slabs_->Stats();
-  StdMutexLock l(&mu_);
-  return CombinedStatsLocked(slab);
+  AllocatorStats s;
+  {
+    StdMutexLock l(&mu_);
+    s = CombinedStatsLocked(slab);
+  }
+  AddStreamStats(s);  // the large path's; the slab BFC counts the small path's
+  s.cross_stream_reuses += slab.cross_stream_reuses;
+  s.stream_waits += slab.stream_waits;
+  return s;
 }
 
 VmmAllocator::GranuleCounts VmmAllocator::Granules() const {

@@ -126,6 +126,8 @@ class VmmAllocator final : public Allocator {
     // unmap whole mappings only (cuMemUnmap), so shrinking works run by run.
     std::vector<uint64_t> run_starts;
     uint64_t requested = 0;
+    // Stream slots (allocator.h) whose work may use it: the owner's and recorded ones.
+    uint64_t streams = 0;
   };
   class SlabSubAllocator;
   class SlabObserver;
@@ -137,11 +139,17 @@ class VmmAllocator final : public Allocator {
   VmmAllocator(Executor* executor, VmmOptions options, uint64_t granularity);
   absl::Status Init();
 
-  absl::StatusOr<void*> DoAllocate(uint64_t bytes, uint64_t alignment) override;
+  absl::StatusOr<void*> DoAllocate(const AllocationRequest& request,
+                                   uint64_t* wait_for) override;
   absl::Status DoDeallocate(void* ptr) override;
+  absl::Status DoRecordStream(void* ptr, int slot) override;
+  void OnReleaseStream(Stream* stream) override;
 
-  absl::StatusOr<void*> AllocateSmall(uint64_t bytes, uint64_t alignment) ABSL_LOCKS_EXCLUDED(mu_);
-  absl::StatusOr<void*> AllocateLarge(uint64_t bytes, uint64_t alignment) ABSL_LOCKS_EXCLUDED(mu_);
+  // Small blocks are ordered by the slab BFC, which sees the same streams.
+  absl::StatusOr<void*> AllocateSmall(uint64_t bytes, uint64_t alignment, int slot)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  absl::StatusOr<void*> AllocateLarge(uint64_t bytes, uint64_t alignment, int slot,
+                                      uint64_t* wait_for) ABSL_LOCKS_EXCLUDED(mu_);
   // Maps `count` granules at a fresh range aligned to `alignment`; evicts the cache when the
   // limit needs it. ResourceExhausted when even that is not enough.
   absl::StatusOr<std::unique_ptr<Range>> MapRangeLocked(uint64_t count, uint64_t alignment)
@@ -231,6 +239,9 @@ class VmmAllocator final : public Allocator {
   uint64_t unmap_calls_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t cache_hits_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t cache_evictions_ ABSL_GUARDED_BY(mu_) = 0;
+  // Stream order: every slot seen. An empty slab goes back to the pool with its chunks'
+  // streams unknown, so its unmap waits for all of these.
+  std::atomic<uint64_t> used_slots_{1};
 };
 
 // The factory's creator (allocator/factory.h): the vmm allocator of one logical device over

@@ -132,7 +132,7 @@ TYPED_TEST_P(AllocatorConformance, LargeAlignments) {
 TYPED_TEST_P(AllocatorConformance, BadAlignmentIsInvalidArgument) {
   Allocator& a = *this->allocator_;
   EXPECT_THAT(a.AllocateRaw(1024, 3).status(), StatusIs(absl::StatusCode::kInvalidArgument));
-  EXPECT_THAT(a.AllocateRaw(1024, 0).status(), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(a.AllocateRaw(1024, uint64_t{0}).status(), StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_EQ(a.Stats().num_allocs, 0u);
 }
 

@@ -72,10 +72,14 @@ class WithStream : public Allocator {
   absl::Status CheckInvariants() const override { return inner_->CheckInvariants(); }
 
  private:
-  absl::StatusOr<void*> DoAllocate(uint64_t bytes, uint64_t alignment) override {
-    return inner_->AllocateRaw(bytes, alignment);
+  absl::StatusOr<void*> DoAllocate(const AllocationRequest& request,
+                                   uint64_t* /*wait_for*/) override {
+    return inner_->AllocateRaw(request.bytes, SlotStream(request.slot), request.alignment);
   }
   absl::Status DoDeallocate(void* ptr) override { return inner_->Deallocate(ptr); }
+  absl::Status DoRecordStream(void* ptr, int slot) override {
+    return inner_->RecordStream(ptr, SlotStream(slot));
+  }
   std::unique_ptr<Stream> stream_;
   std::unique_ptr<AsyncAllocator> inner_;
 };
