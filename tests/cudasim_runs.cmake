@@ -8,16 +8,37 @@ if(TARGET vgpu_cudasim)
   set(_cs_h100 ${CMAKE_COMMAND} -E env VGPU_CUDASIM_LIB_DIR=${PROJECT_BINARY_DIR}/cudasim/lib
                VGPU_CUDASIM_PROFILE=h100 ${PROJECT_SOURCE_DIR}/scripts/cudasim)
 
-  # The gpu-labelled tests (cuda platform, platform and allocator conformance, vmm, async).
+  # The gpu-labelled tests (cuda platform, platform and allocator conformance, vmm, async,
+  # stream order under the simulator's race detector).
   foreach(_t cuda_platform_gpu_test platform_conformance_gpu_test allocator_conformance_gpu_test
-             vmm_allocator_gpu_test async_allocator_gpu_test)
+             vmm_allocator_gpu_test async_allocator_gpu_test stream_order_gpu_test)
     if(TARGET ${_t})
       add_dependencies(${_t} vgpu_cudasim)
-      add_test(NAME ${_t}_on_cudasim COMMAND ${_cs} $<TARGET_FILE:${_t}>)
+      set(_filter "")
+      if(_t STREQUAL "stream_order_gpu_test")
+        set(_filter "--gtest_filter=-Broken*")  # those poison the context: one process each
+      endif()
+      add_test(NAME ${_t}_on_cudasim COMMAND ${_cs} $<TARGET_FILE:${_t}> ${_filter})
       set_tests_properties(${_t}_on_cudasim PROPERTIES LABELS "cudasim;unit" TIMEOUT 600
         FAIL_REGULAR_EXPRESSION "\\[  SKIPPED \\]")
     endif()
   endforeach()
+
+  # Stream order broken on purpose (the allocator's waits off, RecordStream left out): the
+  # simulator's race detector must report it, one process per case (a race is sticky).
+  if(TARGET stream_order_gpu_test)
+    foreach(_kind 0 1)
+      foreach(_case WithoutTheWaitsTheReuseRaces WithoutRecordStreamTheReuseRaces)
+        add_test(NAME stream_order_gpu_test_${_case}_${_kind}_on_cudasim
+          COMMAND ${_cs} $<TARGET_FILE:stream_order_gpu_test>
+                  --gtest_filter=BrokenStreamOrderGpuTest/${_kind}.${_case})
+        set_tests_properties(stream_order_gpu_test_${_case}_${_kind}_on_cudasim PROPERTIES
+          LABELS "cudasim;unit" TIMEOUT 600
+          PASS_REGULAR_EXPRESSION "cudasim: data race: .*\\[  PASSED  \\] 1 test"
+          FAIL_REGULAR_EXPRESSION "\\[  SKIPPED \\]")
+      endforeach()
+    endforeach()
+  endif()
 
   # vgpu-info on one simulated H100 with 4 and 8 logical devices (the plain selftest with no
   # settings is cuda_sim_vgpu_info_selftest_h100_defaults in tests/cuda.cmake).
