@@ -178,6 +178,9 @@ struct MinLimitScan {
   std::optional<double> first_fit_ratio;    // the first limit that fit at all
 };
 absl::StatusOr<MinLimitScan> ScanMinLimit(const Trace& trace, const BenchAllocatorSpec& spec);
+// Replays `trace` once at `limit` on a fresh allocator of `spec`: whether every allocation
+// succeeded (one step of the scan).
+absl::StatusOr<bool> ReplayFits(const Trace& trace, BenchAllocatorSpec spec, uint64_t limit);
 // Reads a trace in any format (allocator/trace_import.h) for a vgpu-bench command, printing
 // what the importer chose to stderr; the error is printed as "vgpu-bench COMMAND: ...".
 std::optional<Trace> ReadBenchTrace(const std::string& command, const std::string& path,

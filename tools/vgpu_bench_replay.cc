@@ -234,6 +234,10 @@ int RunCompare(const BenchArgs& args, const Trace& trace, const BenchAllocatorSp
 
 }  // namespace
 
+absl::StatusOr<bool> ReplayFits(const Trace& trace, BenchAllocatorSpec spec, uint64_t limit) {
+  return Fits(trace, std::move(spec), limit);
+}
+
 absl::StatusOr<MinLimitScan> ScanMinLimit(const Trace& trace, const BenchAllocatorSpec& spec) {
   const uint64_t peak = trace.peak_live_bytes;
   if (peak == 0 || peak > kMaxTraceLiveBytes) {
