@@ -575,10 +575,12 @@ class PickleParser {
         return false;
       }
       default:
-        return OpErr(OpName(op_) != nullptr
-                         ? "is not supported: only plain data (dict, list, tuple, str, bytes, "
-                           "int, float, bool, None) is read, never objects or code"
-                         : "is not a pickle opcode");
+        return Err(op_at_, absl::StrCat(DescribeOp(op_),
+                                        OpName(op_) != nullptr
+                                            ? " is not supported: only plain data (dict, list, "
+                                              "tuple, str, bytes, int, float, bool, None) is read, "
+                                              "never objects or code"
+                                            : " is not a pickle opcode"));
     }
   }
   // APPEND: the list below the top value gets it.

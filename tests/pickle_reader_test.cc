@@ -127,7 +127,7 @@ TEST(PickleReaderTest, HostileInputNamesOffsetAndOpcode) {
       {PICKLE("\x80\x04\x85."), "(TUPLE1): needs 1 values above the last MARK, has 0"},
       {PICKLE("\x80\x04\x8a\x09\x00\x00\x00\x00\x00\x00\x00\x00\x40."),
        "(LONG1): integer of 9 bytes does not fit in 64 bits"},
-      {PICKLE("\x80\x04\xff."), "opcode 0xff (unknown): is not a pickle opcode"},
+      {PICKLE("\x80\x04\xff."), "opcode 0xff (unknown) is not a pickle opcode"},
       {PICKLE("\x80\x04"
               "0."),
        "(POP): needs a value"},
