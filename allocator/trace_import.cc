@@ -408,12 +408,23 @@ absl::StatusOr<Trace> ParseTorchSnapshot(absl::string_view data, absl::string_vi
           ++skipped_requested;
           break;
         case Action::kSegmentGrow:
-          reserved_delta += static_cast<int64_t>(std::min<uint64_t>(e.size, kMaxTraceLiveBytes));
+        case Action::kSegmentShrink: {
+          // Each step is at most 2^56 and the running total stays within 2^62: no overflow.
+          constexpr int64_t kMaxDelta = int64_t{1} << 62;
+          if (e.size > kMaxTraceLiveBytes) {
+            return r.Err(absl::StrCat("device_traces[", device, "][", e.index, "]"),
+                         absl::StrCat("segment of ", e.size, " bytes is above the ",
+                                      FormatBytes(kMaxTraceLiveBytes), " a trace may hold"));
+          }
+          const int64_t step = static_cast<int64_t>(e.size);
+          reserved_delta += e.action == Action::kSegmentGrow ? step : -step;
+          if (reserved_delta > kMaxDelta || reserved_delta < -kMaxDelta) {
+            return r.Err(absl::StrCat("device_traces[", device, "][", e.index, "]"),
+                         "segment sizes add up past 4 EiB");
+          }
           max_delta = std::max(max_delta, reserved_delta);
           break;
-        case Action::kSegmentShrink:
-          reserved_delta -= static_cast<int64_t>(std::min<uint64_t>(e.size, kMaxTraceLiveBytes));
-          break;
+        }
         case Action::kOther:
           ++skipped_other;
           break;

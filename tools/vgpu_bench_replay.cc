@@ -318,9 +318,11 @@ int RunReplay(const BenchArgs& args) {
                  FormatBytes(kMaxTraceLiveBytes).c_str());
     return 1;
   }
-  std::fprintf(stderr, "trace %s: %zu events, %llu allocations, peak live %s\n",
-               trace->name.c_str(), trace->events.size(),
-               static_cast<unsigned long long>(trace->allocations), FormatBytes(peak).c_str());
+  std::fprintf(
+      stderr, "trace %s: %zu events, %llu allocations, peak live %s%s\n", trace->name.c_str(),
+      trace->events.size(), static_cast<unsigned long long>(trace->allocations),
+      FormatBytes(peak).c_str(),
+      trace->num_streams > 1 ? absl::StrCat(", ", trace->num_streams, " streams").c_str() : "");
 
   if (!args.allocators.empty()) return RunCompare(args, *trace, spec);
 
