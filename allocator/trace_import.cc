@@ -265,7 +265,14 @@ struct Entry {
 
 absl::StatusOr<Trace> ParseTorchSnapshot(absl::string_view data, absl::string_view source,
                                          const ImportOptions& options) {
-  VGPU_ASSIGN_OR_RETURN(std::unique_ptr<PickleDocument> doc, ParsePickle(data, source));
+  // The values of a large snapshot take ~100 bytes each: at most an eighth of the machine's
+  // memory, as for the trace file itself (MaxTraceFileBytes).
+  PickleLimits limits;
+  if (const uint64_t phys = PhysicalMemoryBytes(); phys > 0) {
+    limits.max_values = std::max<uint64_t>(
+        1 << 16, std::min<uint64_t>(limits.max_values, phys / 8 / sizeof(PickleValue)));
+  }
+  VGPU_ASSIGN_OR_RETURN(std::unique_ptr<PickleDocument> doc, ParsePickle(data, source, limits));
   SnapshotReader r(source);
   const PickleValue& root = doc->root();
   if (!root.is_dict()) {
