@@ -187,7 +187,8 @@ absl::StatusOr<BenchArgs> ParseBenchArgs(const std::vector<std::string>& argv) {
                  "PyTorch snapshot: the device whose trace is read (default: most events)");
   };
   if (a.command == "replay") {
-    fs.Positional("TRACE", &a.trace_path, /*required=*/true, "the trace file to replay")
+    fs.Positional("TRACE", &a.trace_path, /*required=*/true,
+                  "a trace, PyTorch snapshot or RMM log (told apart by content)")
         .Enum("--allocator", &a.allocator, kAllocators, "the allocator replayed (default bfc)")
         .Bool("--allow-growth", &a.allow_growth, "reserve memory as needed (default off)")
         .Bytes("--limit", &a.limit, 1, UINT64_MAX, "memory limit (default: from the trace)")
@@ -221,7 +222,6 @@ absl::StatusOr<BenchArgs> ParseBenchArgs(const std::vector<std::string>& argv) {
                "memory left free on the card, VGPU_RESERVED_MEMORY (default 0)")
         .Rest("TRACE...", &a.trace_paths, "traces, PyTorch snapshots or RMM logs (1 to 64)");
     device_flag(fs);
-    AddKnobFlags(fs, a.tuning, knob_text);
   } else if (a.command == "alloc") {
     fs.Enum("--allocator", &a.allocator, kAllocators, "the allocator measured (default bfc)")
         .Bytes("--limit", &a.limit, 1, UINT64_MAX, "memory limit (default 2 GiB)")

@@ -103,7 +103,8 @@ int RunPlan(const BenchArgs& args) {
       spec.kind = kPolicies[i].allocator;
       spec.allow_growth = kPolicies[i].growth;
       spec.name = absl::StrCat("plan/", p.trace.name);
-      spec.tuning = args.tuning_values;
+      // The allocators as the runtime builds them: vgpu-bench's tuning knobs are not runtime
+      // settings, so they are not applied here.
       absl::StatusOr<MinLimitScan> scan = ScanMinLimit(p.trace, spec);
       if (!scan.ok()) {
         std::fprintf(stderr, "vgpu-bench plan: %s: %s\n", path.c_str(),
@@ -152,7 +153,6 @@ int RunPlan(const BenchArgs& args) {
     spec.kind = policy.allocator;
     spec.allow_growth = policy.growth;
     spec.name = absl::StrCat("plan/", p.trace.name);
-    spec.tuning = args.tuning_values;
     for (int tries = 0;; ++tries) {
       absl::StatusOr<bool> fits = ReplayFits(p.trace, spec, limit);
       if (!fits.ok()) {
