@@ -1,14 +1,16 @@
 // Allocation traces in the text format of tools/traces/README.md, so users can record their own
 // workload and replay it in `vgpu-bench replay`:
 //   # comment                (the second line is "# peak_live_bytes N" when known)
-//   a <id> <bytes>           allocate <bytes>, call the block <id>
-//   f <id>                   free the block <id>
+//   a <id> <bytes> [<stream>]  allocate <bytes> on <stream> (default 0), call the block <id>
+//   f <id> [<stream>]          free the block <id> (on <stream>, default 0)
 // ParseTrace checks the whole file (unknown or duplicate ids, bad numbers) with errors that
-// name the line; TraceRecorder writes one from an allocator's events; ReplayTrace runs one
-// against an allocator.
+// name the line; TraceBuilder applies the same checks to events from other sources (the
+// importers of allocator/trace_import.h); FormatTrace writes the format back; TraceRecorder
+// writes one from an allocator's events; ReplayTrace runs one against an allocator.
 //
-// Thread safety: ParseTrace and ReplayTrace are reentrant; TraceRecorder is thread-safe (it
-// may observe several allocators used from several threads).
+// Thread safety: ParseTrace, FormatTrace and ReplayTrace are reentrant; a TraceBuilder is used
+// from one thread; TraceRecorder is thread-safe (it may observe several allocators used from
+// several threads).
 #ifndef VGPU_ALLOCATOR_TRACE_H_
 #define VGPU_ALLOCATOR_TRACE_H_
 
@@ -21,15 +23,21 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/types/span.h"
 #include "vgpu/allocator/allocator.h"
 #include "vgpu/allocator/locks.h"
 
 namespace vgpu {
 
+class Stream;  // runtime/platform.h
+
 struct TraceEvent {
   bool alloc = true;
   uint64_t id = 0;
   uint64_t bytes = 0;  // allocations only
+  // The stream the event ran on: a dense index, 0..Trace::num_streams-1 (0 when the source
+  // names none).
+  uint32_t stream = 0;
   // Dense index of the block among those live at once (reused after frees), so replay keeps
   // its pointers in a plain array.
   uint32_t slot = 0;
@@ -42,12 +50,58 @@ struct Trace {
   uint64_t max_live_blocks = 0;         // slots needed
   uint64_t allocations = 0;
   uint64_t unfreed_blocks = 0;  // live at the end (replay frees them)
+  uint32_t num_streams = 1;     // 1 + the largest stream index of any event
   std::vector<TraceEvent> events;
+  // Where the trace came from: "vgpu" (this format), "pytorch-snapshot" or "rmm-log"
+  // (allocator/trace_import.h).
+  std::string format = "vgpu";
+  // The most memory the original allocator held (reserved) while it ran, when the source
+  // says it (a PyTorch snapshot's segments); 0 when unknown.
+  uint64_t original_peak_reserved_bytes = 0;
+  // What an importer chose or skipped (which device, which actions), for the tools to print
+  // on stderr; empty for this format.
+  std::string import_note;
 };
 
 // The most bytes a trace may have live at once (64 PiB, far above any device): byte counts
 // and the running live total are checked against it, so no sum over a trace overflows.
 inline constexpr uint64_t kMaxTraceLiveBytes = uint64_t{1} << 56;
+// Streams a trace may use (indices 0..1023): replay keeps one Stream* per stream.
+inline constexpr uint32_t kMaxTraceStreams = 1024;
+
+// Builds a Trace event by event with ParseTrace's checks (a block id is live at most once, a
+// free names a live block, the live total stays under kMaxTraceLiveBytes, the stream index is
+// below kMaxTraceStreams), computing the slots, peak and counters. Errors are InvalidArgument
+// with the bare reason ("free of block 7, which is not live"); the caller says where. `at`
+// (a line or entry number) is remembered per block for "allocated on <unit> <at>".
+class TraceBuilder {
+ public:
+  explicit TraceBuilder(std::string unit = "line") : unit_(std::move(unit)) {}
+  absl::Status Alloc(uint64_t id, uint64_t bytes, uint32_t stream, uint64_t at);
+  absl::Status Free(uint64_t id, uint32_t stream);
+  bool IsLive(uint64_t id) const { return live_.contains(id); }
+  uint64_t live_bytes() const { return live_bytes_; }
+  Trace& trace() { return t_; }  // for the header fields (name, format, ...)
+  // The trace; InvalidArgument "<source>: the trace has no events" when it has none.
+  absl::StatusOr<Trace> Finish(absl::string_view source) &&;
+
+ private:
+  struct Live {
+    uint32_t slot;
+    uint64_t at;
+    uint64_t bytes;
+  };
+  std::string unit_;
+  Trace t_;
+  absl::flat_hash_map<uint64_t, Live> live_;
+  std::vector<uint32_t> free_slots_;
+  uint64_t live_bytes_ = 0;
+};
+
+// The trace in this format: "# <name>", "# peak_live_bytes N", then one line per event, with
+// the stream column on every line when the trace has more than one stream. ParseTrace of the
+// text gives back the same events.
+std::string FormatTrace(const Trace& trace);
 
 // `source` names the input in errors ("transformer_train.trace:12: ...").
 absl::StatusOr<Trace> ParseTrace(absl::string_view text, absl::string_view source = "trace");
@@ -116,8 +170,13 @@ struct ReplayResult {
 // Replays `trace` on `allocator`. stop_at_failure: stop at the first failed allocation (a
 // limit scan only needs to know whether it fits); otherwise failed blocks are skipped. Every
 // block still live at the end is freed (not timed). A failing free is an error.
+// `streams`: empty, or one Stream per trace stream (index = TraceEvent::stream; at least
+// trace.num_streams of them, InvalidArgument otherwise). The allocator API takes no stream yet,
+// so today they are only checked; ReplayAllocate/ReplayFree in trace.cc are the one place that
+// will hand each event's stream to the allocator once it does.
 absl::StatusOr<ReplayResult> ReplayTrace(const Trace& trace, Allocator& allocator,
-                                         bool stop_at_failure);
+                                         bool stop_at_failure,
+                                         absl::Span<Stream* const> streams = {});
 // The baseline: malloc/free of the same sizes, in the same order; CPU nanoseconds of the loop.
 int64_t ReplayTraceWithMalloc(const Trace& trace);
 

@@ -17,6 +17,7 @@ set(VGPU_PUBLIC_HEADERS
   runtime/mpi/world.h
   runtime/nccl.h
   runtime/numbers.h
+  runtime/pickle_reader.h
   runtime/platform.h
   runtime/platform_registry.h
   runtime/status.h
@@ -31,6 +32,7 @@ set(VGPU_PUBLIC_HEADERS
   allocator/sub_allocator.h
   allocator/sub_allocators.h
   allocator/trace.h
+  allocator/trace_import.h
   allocator/vmm_allocator.h
 
   devices/cluster.h

@@ -17,6 +17,7 @@
 #include "vgpu/allocator/factory.h"
 #include "vgpu/allocator/sub_allocators.h"
 #include "vgpu/allocator/trace.h"
+#include "vgpu/allocator/trace_import.h"
 #include "bad_input_catalogue.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -191,6 +192,29 @@ std::vector<CatalogueCase> RuntimeCases() {
                [] { return ParseTrace("a 1 8\na 1 8\n").status(); }});
   c.push_back({"T04", "trace: missing file", "`ReadTraceFile(\"/nonexistent\")`", Code::kNotFound, "cannot open trace file",
                [] { return ReadTraceFile("/nonexistent.trace").status(); }});
+  c.push_back({"T05", "trace: bad stream column", "`a 1 8 x`", Code::kInvalidArgument, "trace:1: bad stream \"x\" (an integer 0..1023)",
+               [] { return ParseTrace("a 1 8 x\n").status(); }});
+  c.push_back({"T06", "PyTorch snapshot: truncated pickle", "`\\x80\\x02N` (no STOP)", Code::kInvalidArgument, "snap.pickle: pickle at offset 3: input ends before STOP (truncated pickle)",
+               [] { return ParseAnyTrace(std::string("\x80\x02N", 3), "snap.pickle").status(); }});
+  c.push_back({"T07", "PyTorch snapshot: code in the pickle", "`pickle.dumps` of an object (GLOBAL)", Code::kInvalidArgument, "snap.pickle: pickle at offset 2: opcode 0x63 'c' (GLOBAL) is not supported",
+               [] { return ParseAnyTrace(std::string("\x80\x02" "cos\nsystem\n."), "snap.pickle").status(); }});
+  c.push_back({"T08", "PyTorch snapshot: no history", "`pickle.dumps({})`", Code::kInvalidArgument, "snap.pickle: snapshot: no \"device_traces\"",
+               [] { return ParseAnyTrace(std::string("\x80\x04}."), "snap.pickle").status(); }});
+  c.push_back({"T09", "PyTorch snapshot: unknown action", "`{\"action\": \"realloc\"}` in device_traces[0]", Code::kInvalidArgument, "snap.pickle: device_traces[0][0]: unknown action \"realloc\"",
+               [] {
+                 const char kSnap[] =
+                     "\x80\x04\x95\x43\x00\x00\x00\x00\x00\x00\x00\x7d\x94\x8c\x0d\x64\x65\x76\x69\x63\x65\x5f\x74"
+                     "\x72\x61\x63\x65\x73\x94\x5d\x94\x5d\x94\x7d\x94\x28\x8c\x06\x61\x63\x74\x69\x6f\x6e\x94"
+                     "\x8c\x07\x72\x65\x61\x6c\x6c\x6f\x63\x94\x8c\x04\x61\x64\x64\x72\x94\x4b\x10\x8c\x04\x73"
+                     "\x69\x7a\x65\x94\x4b\x08\x75\x61\x61\x73\x2e";
+                 return ParseAnyTrace(std::string(kSnap, sizeof(kSnap) - 1), "snap.pickle").status();
+               }});
+  c.push_back({"T10", "RMM log: free of an unknown pointer", "`free,0x20,16,0x0` with no allocate of 0x20", Code::kInvalidArgument, "rmm.csv:2: free of 0x20, which is not live (no allocate of it before)",
+               [] { return ParseAnyTrace("Thread,Time,Action,Pointer,Size,Stream\n1,12:00:00.000001,free,0x20,16,0x0\n", "rmm.csv").status(); }});
+  c.push_back({"T11", "RMM log: bad number", "`allocate,0x10,lots,0x0`", Code::kInvalidArgument, "rmm.csv:2: bad size \"lots\" (decimal bytes)",
+               [] { return ParseAnyTrace("Thread,Time,Action,Pointer,Size,Stream\n1,12:00:00.000001,allocate,0x10,lots,0x0\n", "rmm.csv").status(); }});
+  c.push_back({"T12", "RMM log: unknown action", "`reallocate,0x10,16,0x0`", Code::kInvalidArgument, "rmm.csv:2: unknown action \"reallocate\" (expected allocate, free or allocate failure)",
+               [] { return ParseAnyTrace("Thread,Time,Action,Pointer,Size,Stream\n1,12:00:00.000001,reallocate,0x10,16,0x0\n", "rmm.csv").status(); }});
   return c;
 }
 

@@ -48,6 +48,23 @@ run trace_wrap 1 "a trace may hold live" "$BENCH" replay wrap.trace
 printf '\357\273\277# bom\r\na 1 4096\r\nf 1\r\n' > bom.trace
 run trace_bom_crlf 0 "" "$BENCH" replay bom.trace --no-baseline
 
+# Imported formats (issue 16): told apart by content, so a name proves nothing.
+printf '\200\004\225\377\377\377\377\377\377\377\177' > frame.trace
+run pickle_huge_frame 1 "pickle at offset 2: opcode 0x95 \\(FRAME\\): frame of" "$BENCH" replay frame.trace
+printf '\200\004X\377\377\377\377' > str.pickle
+run pickle_huge_string 1 "needs 4294967295 bytes but 0 remain" "$BENCH" replay str.pickle
+printf '\200\002cos\nsystem\n(S"echo hi"\ntR.' > code.pickle
+run pickle_code 1 "opcode 0x63 'c' \\(GLOBAL\\) is not supported" "$BENCH" replay code.pickle
+deep_marks() { i=0; printf '\200\004'; while [ $i -lt 5000 ]; do printf '('; i=$((i + 1)); done; printf '.'; }
+deep_marks > marks.pickle
+run pickle_deep_marks 1 "more than 4096 MARKs open" "$BENCH" replay marks.pickle
+printf '\200\004}.' > empty.pickle
+run pickle_no_history 1 "no \"device_traces\"" "$BENCH" convert empty.pickle out.trace
+printf 'Thread,Time,Action,Pointer,Size,Stream\n1,t,free,0x10,16,0x0\n' > free.csv
+run rmm_free_unknown 1 "free.csv:2: free of 0x10, which is not live" "$BENCH" replay free.csv
+printf 'Thread,Time,Action,Pointer,Size,Stream\n1,t,allocate,0x10,99999999999999999999,0x0\n' > big.csv
+run rmm_bad_size 1 "big.csv:2: bad size" "$BENCH" plan --card 1GiB big.csv
+
 # Memory histories for the timeline.
 H() { printf '{%s"allocators":[%s],"events":[{"t_ns":%s,"allocator":%s,"in_use":1,"reserved":1}]}' "$1" "$2" "$3" "$4"; }
 H '' '"a"' 1e999 0 > inf.json

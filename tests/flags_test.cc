@@ -240,6 +240,44 @@ TEST(BenchFlagsTest, MemoryHistoryNeedsARealValue) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--memory-history")));
 }
 
+// Issue 16: replay --allocators/--device, convert IN OUT, plan --card TRACE... (FlagSet::Rest).
+TEST(BenchFlagsTest, ImportConvertAndPlan) {
+  auto r =
+      bench::ParseBenchArgs({"replay", "s.pickle", "--allocators", "bfc,vmm", "--device", "1"});
+  ASSERT_THAT(r, IsOk());
+  EXPECT_THAT(r->allocators, ElementsAre("bfc", "vmm"));
+  EXPECT_EQ(r->device, 1);
+  EXPECT_FALSE(bench::ParseBenchArgs({"replay", "t"})->device.has_value());
+  EXPECT_THAT(
+      bench::ParseBenchArgs({"replay", "t", "--allocators", "bfc,tlsf"}),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("unknown allocator \"tlsf\"")));
+  EXPECT_THAT(bench::ParseBenchArgs({"replay", "t", "--allocators", "async"}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--platform")));
+  auto c = bench::ParseBenchArgs({"convert", "in.csv", "out.trace"});
+  ASSERT_THAT(c, IsOk());
+  EXPECT_EQ(c->trace_path, "in.csv");
+  EXPECT_EQ(c->output_path, "out.trace");
+  EXPECT_THAT(bench::ParseBenchArgs({"convert", "in.csv"}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("OUT")));
+  auto p = bench::ParseBenchArgs(
+      {"plan", "a.trace", "--card", "80GiB", "b.pickle", "--headroom", "10", "c.csv"});
+  ASSERT_THAT(p, IsOk());
+  EXPECT_THAT(p->trace_paths, ElementsAre("a.trace", "b.pickle", "c.csv"));
+  EXPECT_EQ(p->card, uint64_t{80} << 30);
+  EXPECT_EQ(p->headroom_percent, 10);
+  EXPECT_EQ(p->reserve, 0u);
+  EXPECT_THAT(bench::ParseBenchArgs({"plan", "a.trace"}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("needs --card SIZE")));
+  EXPECT_THAT(bench::ParseBenchArgs({"plan", "--card", "1GiB"}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("at least one TRACE")));
+  EXPECT_THAT(bench::ParseBenchArgs({"plan", "--card", "1GiB", "a", "--headroom", "-1"}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--headroom")));
+  std::vector<std::string> many = {"plan", "--card", "1GiB"};
+  for (int i = 0; i < 65; ++i) many.push_back("t" + std::to_string(i));
+  EXPECT_THAT(bench::ParseBenchArgs(many), StatusIs(absl::StatusCode::kInvalidArgument,
+                                                    HasSubstr("at most 64 logical devices")));
+}
+
 TEST(BenchFlagsTest, CommandsAndArguments) {
   EXPECT_THAT(bench::ParseBenchArgs({}), StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_THAT(bench::ParseBenchArgs({"replya"}),

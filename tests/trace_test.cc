@@ -6,10 +6,10 @@
 #include <memory>
 #include <string>
 
-#include "vgpu/allocator/bfc_allocator.h"
-#include "vgpu/allocator/sub_allocators.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "vgpu/allocator/bfc_allocator.h"
+#include "vgpu/allocator/sub_allocators.h"
 #include "vgpu/runtime/status_matchers.h"
 
 namespace vgpu {
@@ -48,15 +48,18 @@ TEST(TraceTest, ErrorsNameTheLine) {
     const char* message;
   } cases[] = {
       {"a 1 10\nx 1\n", "t.trace:2: unknown event \"x\""},
-      {"a 1\n", "t.trace:1: expected \"a <id> <bytes>\""},
-      {"a 1 10 5\n", "t.trace:1: expected"},
+      {"a 1\n", "t.trace:1: expected \"a <id> <bytes> [<stream>]\""},
+      {"a 1 10 5 6\n", "t.trace:1: expected \"a <id> <bytes> [<stream>]\""},
+      {"a 1 10 s\n", "t.trace:1: bad stream \"s\" (an integer 0..1023)"},
+      {"a 1 10 1024\n", "t.trace:1: bad stream \"1024\""},
+      {"a 1 10\nf 1 0 0\n", "t.trace:2: expected \"f <id> [<stream>]\""},
       {"a one 10\n", "t.trace:1: bad block id \"one\""},
       {"a 1 -5\n", "t.trace:1: bad byte count \"-5\""},
       {"a 1 10\na 1 20\n",
        "t.trace:2: block 1 is allocated again while live (allocated on line 1)"},
       {"a 1 10\nf 2\n", "t.trace:2: free of block 2, which is not live"},
       {"a 1 10\nf 1\nf 1\n", "t.trace:3: free of block 1"},
-      {"f\n", "t.trace:1: expected \"f <id>\""},
+      {"f\n", "t.trace:1: expected \"f <id> [<stream>]\""},
       {"# x\n# peak_live_bytes lots\n", "t.trace:2: bad peak_live_bytes"},
       {"# only comments\n", "t.trace: the trace has no events"},
   };
@@ -157,6 +160,48 @@ TEST(TraceTest, OnlyRegularFilesAreTraces) {
                        HasSubstr("/dev/zero is not a regular file (it is a character device)")));
   EXPECT_LE(MaxTraceFileBytes(), uint64_t{1} << 30);
   EXPECT_GT(MaxTraceFileBytes(), uint64_t{1} << 20);
+}
+
+// The optional stream column: old traces read as stream 0; FormatTrace writes the column only
+// when there are several streams, and reads back the same events.
+TEST(TraceTest, StreamColumn) {
+  auto one = ParseTrace("a 1 10\nf 1\n");
+  ASSERT_THAT(one, IsOk());
+  EXPECT_EQ(one->num_streams, 1u);
+  EXPECT_EQ(one->events[0].stream, 0u);
+  EXPECT_EQ(FormatTrace(*one), "# trace\n# peak_live_bytes 10\na 1 10\nf 1\n");
+  auto two = ParseTrace("# s\na 1 10 3\na 2 20\nf 1 0\nf 2 3\n");
+  ASSERT_THAT(two, IsOk());
+  EXPECT_EQ(two->num_streams, 4u);
+  EXPECT_EQ(two->events[0].stream, 3u);
+  EXPECT_EQ(two->events[1].stream, 0u);
+  EXPECT_EQ(two->events[3].stream, 3u);
+  const std::string text = FormatTrace(*two);
+  EXPECT_EQ(text, "# s\n# peak_live_bytes 30\na 1 10 3\na 2 20 0\nf 1 0\nf 2 3\n");
+  auto back = ParseTrace(text);
+  ASSERT_THAT(back, IsOk());
+  ASSERT_EQ(back->events.size(), two->events.size());
+  for (size_t i = 0; i < back->events.size(); ++i) {
+    EXPECT_EQ(back->events[i].stream, two->events[i].stream);
+    EXPECT_EQ(back->events[i].bytes, two->events[i].bytes);
+  }
+}
+
+// ReplayTrace takes one Stream per trace stream (checked; the allocator API takes none yet).
+TEST(TraceTest, ReplayChecksTheStreamsGiven) {
+  auto t = ParseTrace("a 1 10 1\nf 1 1\n");
+  ASSERT_THAT(t, IsOk());
+  auto a = Fake(1 << 20);
+  EXPECT_THAT(ReplayTrace(*t, *a, false), IsOk());
+  Stream* one[1] = {nullptr};
+  EXPECT_THAT(
+      ReplayTrace(*t, *a, false, one).status(),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("uses 2 streams but 1 were given")));
+  Stream* two[2] = {nullptr, nullptr};
+  auto r = ReplayTrace(*t, *a, false, two);
+  ASSERT_THAT(r, IsOk());
+  EXPECT_EQ(r->events, 2u);
+  EXPECT_EQ(r->failures, 0u);
 }
 
 }  // namespace

@@ -5,7 +5,9 @@
 #include <string>
 #include <vector>
 
+#include "absl/algorithm/container.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "vgpu/runtime/bytes.h"
 #include "vgpu/runtime/numbers.h"
 #include "vgpu/runtime/status.h"
@@ -20,7 +22,11 @@ constexpr uint64_t kTiB = uint64_t{1} << 40;
 constexpr char kSynopsis[] =
     "usage: vgpu-bench replay TRACE [--allocator bfc|vmm|async] [--allow-growth[=BOOL]]\n"
     "                         [--limit SIZE] [--min-limit[=BOOL]] [--platform host|cuda]\n"
-    "                         [--memory-history FILE] [--no-baseline[=BOOL]] [tuning knobs]\n"
+    "                         [--memory-history FILE] [--no-baseline[=BOOL]] [--device N]\n"
+    "                         [--allocators bfc,vmm[,async]] [tuning knobs]\n"
+    "       vgpu-bench convert IN OUT [--device N]\n"
+    "       vgpu-bench plan --card SIZE [--headroom PERCENT] [--reserve SIZE] [--device N]\n"
+    "                       TRACE...\n"
     "       vgpu-bench alloc [--allocator bfc|vmm|async] [--platform host|cuda] [--limit SIZE]\n"
     "                        [tuning knobs] [--benchmark_* flags]\n"
     "       vgpu-bench allreduce [--devices N] [--size SIZE]\n"
@@ -159,27 +165,63 @@ absl::StatusOr<BenchArgs> ParseBenchArgs(const std::vector<std::string>& argv) {
     a.help = true;
     return a;
   }
-  if (argv.empty()) return absl::InvalidArgumentError("missing command (replay, alloc, allreduce)");
+  if (argv.empty()) {
+    return absl::InvalidArgumentError("missing command (replay, convert, plan, alloc, allreduce)");
+  }
   a.command = argv[0];
-  if (a.command != "replay" && a.command != "alloc" && a.command != "allreduce") {
-    return absl::InvalidArgumentError(absl::StrCat("unknown command ", flags::Quote(a.command),
-                                                   ": expected replay, alloc or allreduce"));
+  if (a.command != "replay" && a.command != "alloc" && a.command != "allreduce" &&
+      a.command != "convert" && a.command != "plan") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown command ", flags::Quote(a.command),
+                     ": expected replay, convert, plan, alloc or allreduce"));
   }
   flags::FlagSet fs(absl::StrCat("vgpu-bench ", a.command), kSynopsis);
   const std::vector<std::string> kAllocators = {"bfc", "vmm", "async"};
   const std::vector<std::string> kPlatforms = {"host", "cuda"};
   bool no_baseline = false;
   std::vector<std::string> knob_text;
+  std::string allocators;
+  // PyTorch snapshots hold one trace per device (default: the one with the most events).
+  auto device_flag = [&a](flags::FlagSet& f) -> flags::FlagSet& {
+    return f.Int("--device", &a.device_value, 0, 1023,
+                 "PyTorch snapshot: the device whose trace is read (default: most events)");
+  };
   if (a.command == "replay") {
-    fs.Positional("TRACE", &a.trace_path, /*required=*/true, "the trace file to replay")
+    fs.Positional("TRACE", &a.trace_path, /*required=*/true,
+                  "a trace, PyTorch snapshot or RMM log (told apart by content)")
         .Enum("--allocator", &a.allocator, kAllocators, "the allocator replayed (default bfc)")
         .Bool("--allow-growth", &a.allow_growth, "reserve memory as needed (default off)")
         .Bytes("--limit", &a.limit, 1, UINT64_MAX, "memory limit (default: from the trace)")
         .Bool("--min-limit", &a.min_limit, "also find the smallest limit the trace fits in")
         .Bool("--no-baseline", &no_baseline, "skip timing malloc/free of the same sizes")
         .Enum("--platform", &a.platform, kPlatforms, "real device memory (default: fake)")
-        .Path("--memory-history", &a.memory_history_path, "write the memory history (JSON)");
+        .Path("--memory-history", &a.memory_history_path, "write the memory history (JSON)")
+        .String("--allocators", &allocators, "LIST",
+                "compare allocators (bfc,vmm[,async]): min limit and ns/op of each, one JSON line",
+                [](absl::string_view v) -> absl::Status {
+                  for (absl::string_view x : absl::StrSplit(v, ',')) {
+                    if (x != "bfc" && x != "vmm" && x != "async") {
+                      return absl::InvalidArgumentError(absl::StrCat(
+                          "unknown allocator ", flags::Quote(x), " (expected bfc, vmm or async)"));
+                    }
+                  }
+                  return absl::OkStatus();
+                });
+    device_flag(fs);
     AddKnobFlags(fs, a.tuning, knob_text);
+  } else if (a.command == "convert") {
+    fs.Positional("IN", &a.trace_path, /*required=*/true,
+                  "a trace, PyTorch snapshot or RMM log (told apart by content)")
+        .Positional("OUT", &a.output_path, /*required=*/true, "the vgpu trace written");
+    device_flag(fs);
+  } else if (a.command == "plan") {
+    fs.Bytes("--card", &a.card, 2 << 20, uint64_t{64} << 40, "the card's memory (required)")
+        .Decimal("--headroom", &a.headroom_percent, 0, 1000,
+                 "percent added to each min limit (default 5)")
+        .Bytes("--reserve", &a.reserve, 0, uint64_t{64} << 40,
+               "memory left free on the card, VGPU_RESERVED_MEMORY (default 0)")
+        .Rest("TRACE...", &a.trace_paths, "traces, PyTorch snapshots or RMM logs (1 to 64)");
+    device_flag(fs);
   } else if (a.command == "alloc") {
     fs.Enum("--allocator", &a.allocator, kAllocators, "the allocator measured (default bfc)")
         .Bytes("--limit", &a.limit, 1, UINT64_MAX, "memory limit (default 2 GiB)")
@@ -202,6 +244,27 @@ absl::StatusOr<BenchArgs> ParseBenchArgs(const std::vector<std::string>& argv) {
     return a;
   }
   a.baseline = !no_baseline;
+  if (r.seen.contains("--device")) a.device = a.device_value;
+  if (!allocators.empty()) {
+    for (absl::string_view x : absl::StrSplit(allocators, ',')) a.allocators.emplace_back(x);
+    if (absl::c_find(a.allocators, "async") != a.allocators.end() && a.platform.empty()) {
+      return absl::InvalidArgumentError(
+          "--allocators async needs --platform host|cuda: it replays on the driver's pool, "
+          "which has no fake-address mode");
+    }
+  }
+  if (a.command == "plan") {
+    if (!a.card)
+      return absl::InvalidArgumentError("vgpu-bench plan needs --card SIZE (see --help)");
+    if (a.trace_paths.empty()) {
+      return absl::InvalidArgumentError("vgpu-bench plan needs at least one TRACE (see --help)");
+    }
+    if (a.trace_paths.size() > 64) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("vgpu-bench plan: ", a.trace_paths.size(),
+                       " traces; a card holds at most 64 logical devices"));
+    }
+  }
   if (a.command == "replay" && a.allocator == "async" && a.platform.empty()) {
     return absl::InvalidArgumentError(
         "--allocator async needs --platform host|cuda: it replays on the driver's pool, "

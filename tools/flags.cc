@@ -237,6 +237,13 @@ FlagSet& FlagSet::Positional(std::string name, std::string* out, bool required, 
   return *this;
 }
 
+FlagSet& FlagSet::Rest(std::string name, std::vector<std::string>* out, std::string help) {
+  rest_name_ = std::move(name);
+  rest_out_ = out;
+  rest_help_ = std::move(help);
+  return *this;
+}
+
 FlagSet& FlagSet::PassThrough(std::string prefix, std::vector<std::string>* out, std::string help) {
   pass_prefix_ = std::move(prefix);
   pass_out_ = out;
@@ -334,6 +341,13 @@ absl::StatusOr<ParseResult> FlagSet::Parse(absl::Span<const std::string> args) c
       r.seen.insert(spec->name);
       continue;
     }
+    if (positional >= positionals_.size() && rest_out_ != nullptr) {
+      if (arg.empty())
+        return absl::InvalidArgumentError(absl::StrCat(rest_name_, " must not be empty"));
+      rest_out_->push_back(arg);
+      r.seen.insert(rest_name_);
+      continue;
+    }
     if (positional >= positionals_.size()) {
       if (positionals_.empty()) {
         return absl::InvalidArgumentError(absl::StrCat("unexpected argument ", Quote(arg), ": ",
@@ -362,7 +376,9 @@ absl::StatusOr<ParseResult> FlagSet::Parse(absl::Span<const std::string> args) c
 std::string FlagSet::Usage() const {
   std::string out = synopsis_;
   if (!out.empty() && out.back() != '\n') out += '\n';
-  if (specs_.empty() && positionals_.empty() && pass_out_ == nullptr) return out;
+  if (specs_.empty() && positionals_.empty() && pass_out_ == nullptr && rest_out_ == nullptr) {
+    return out;
+  }
   out += "arguments:\n";
   auto line = [&out](const std::string& left, const std::string& help) {
     if (left.size() < 30) {
@@ -372,6 +388,7 @@ std::string FlagSet::Usage() const {
     }
   };
   for (const Pos& p : positionals_) line(p.name, p.help);
+  if (rest_out_ != nullptr) line(rest_name_, rest_help_);
   for (const Spec& s : specs_) {
     line(s.is_bool ? absl::StrCat(s.name, "[=BOOL]") : absl::StrCat(s.name, " ", s.value_name),
          s.help);

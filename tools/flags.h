@@ -93,6 +93,9 @@ class FlagSet {
                  std::string help);
   // The next positional argument; `required` ones must be given.
   FlagSet& Positional(std::string name, std::string* out, bool required, std::string help);
+  // The positional arguments after the fixed ones (e.g. "TRACE..."), in order; their count is
+  // the caller's to check.
+  FlagSet& Rest(std::string name, std::vector<std::string>* out, std::string help);
   // Arguments starting with `prefix` are collected verbatim (e.g. "--benchmark_").
   FlagSet& PassThrough(std::string prefix, std::vector<std::string>* out, std::string help);
   // One flag per runtime setting (devices/settings.h: --logical-devices, --allow-growth, ...):
@@ -127,6 +130,8 @@ class FlagSet {
   std::string synopsis_;
   std::vector<Spec> specs_;
   std::vector<Pos> positionals_;
+  std::string rest_name_, rest_help_;
+  std::vector<std::string>* rest_out_ = nullptr;
   std::string pass_prefix_;
   std::vector<std::string>* pass_out_ = nullptr;
   std::string pass_help_;

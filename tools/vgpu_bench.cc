@@ -2,10 +2,13 @@
 //   vgpu-bench replay TRACE [--allocator bfc|vmm|async] [--allow-growth[=BOOL]] [--limit SIZE]
 //                           [--min-limit[=BOOL]] [--platform host|cuda] [--memory-history FILE]
 //                           [--no-baseline[=BOOL]] [tuning knobs]
+//   vgpu-bench convert IN OUT [--device N]
+//   vgpu-bench plan --card SIZE [--headroom PERCENT] [--reserve SIZE] TRACE...
 //   vgpu-bench alloc [--allocator bfc|vmm|async] [--platform host|cuda] [--benchmark_* flags]
 //   vgpu-bench allreduce [--devices N] [--size SIZE] [--algorithm A] [--iterations K]
 //   vgpu-bench [COMMAND] --help
-// Exit status 2 for a bad command line or tuning knob, before anything runs.
+// Exit status 2 for a bad command line or tuning knob, before anything runs; plan exits 3 when
+// the traces do not fit on the card together.
 // Each ends with one JSON line. The command line is parsed by ParseBenchArgs (bench_flags.cc,
 // tools/flags.h rules); the tuning knobs (VGPU_BFC_*, VGPU_VMM_* or their flags) are read by
 // ReadBenchTuning; MakeBenchAllocator hands both to the one allocator factory.
@@ -86,6 +89,8 @@ int main(int argc, char** argv) {
   }
   a->tuning_values = *t;
   if (a->command == "replay") return vgpu::bench::RunReplay(*a);
+  if (a->command == "convert") return vgpu::bench::RunConvert(*a);
+  if (a->command == "plan") return vgpu::bench::RunPlan(*a);
   if (a->command == "allreduce") return vgpu::bench::RunAllReduce(*a);
   return vgpu::bench::RunAlloc(*a, argc, argv);
 }

@@ -20,6 +20,7 @@
 #include "absl/types/span.h"
 #include "vgpu/allocator/allocator.h"
 #include "vgpu/allocator/factory.h"
+#include "vgpu/allocator/trace.h"
 #include "vgpu/runtime/platform.h"
 
 namespace vgpu::bench {
@@ -36,8 +37,8 @@ struct BenchTuning {
   void ApplyTo(DeviceAllocatorOptions& options) const;
 };
 struct BenchArgs {
-  std::string command;     // replay | alloc | allreduce
-  std::string trace_path;  // replay
+  std::string command;     // replay | convert | plan | alloc | allreduce
+  std::string trace_path;  // replay, convert (IN)
   std::string allocator = "bfc";
   bool allow_growth = false;
   std::optional<uint64_t> limit;
@@ -45,6 +46,16 @@ struct BenchArgs {
   bool baseline = true;  // replay: time malloc/free of the same sizes (in a child process)
   std::string platform;  // "" = fake addresses (replay) / host (alloc)
   std::string memory_history_path;
+  // replay: compare these allocators (--allocators bfc,vmm); empty = the one --allocator.
+  std::vector<std::string> allocators;
+  std::optional<int> device;  // --device: a PyTorch snapshot's device
+  int device_value = 0;       // (the flag's storage)
+  std::string output_path;    // convert (OUT)
+  // plan
+  std::vector<std::string> trace_paths;
+  std::optional<uint64_t> card;
+  double headroom_percent = 5;
+  uint64_t reserve = 0;
   std::vector<std::string> passthrough;  // other --flags (Google Benchmark's)
   // allreduce
   int devices = 4;
@@ -158,7 +169,26 @@ absl::StatusOr<BenchAllocator> MakeBenchAllocator(const BenchAllocatorSpec& spec
 // has no device.
 absl::StatusOr<Executor*> BenchExecutor(const std::string& platform);
 
+// The limit scan of `replay --min-limit` (and `plan`): limits (1 + k/200) x peak live for
+// k = 0, 1, ... up to 11x, each replayed once on a fresh allocator; the min limit is the first
+// of 20 consecutive limits that fit (fitting is not monotone in the limit, so no bisection).
+struct MinLimitScan {
+  std::optional<uint64_t> min_limit_bytes;  // unset: never 20 fits in a row up to 11x
+  std::optional<double> min_limit_ratio;    // min_limit_bytes / peak live (on the scan's grid)
+  std::optional<double> first_fit_ratio;    // the first limit that fit at all
+};
+absl::StatusOr<MinLimitScan> ScanMinLimit(const Trace& trace, const BenchAllocatorSpec& spec);
+// Replays `trace` once at `limit` on a fresh allocator of `spec`: whether every allocation
+// succeeded (one step of the scan).
+absl::StatusOr<bool> ReplayFits(const Trace& trace, BenchAllocatorSpec spec, uint64_t limit);
+// Reads a trace in any format (allocator/trace_import.h) for a vgpu-bench command, printing
+// what the importer chose to stderr; the error is printed as "vgpu-bench COMMAND: ...".
+std::optional<Trace> ReadBenchTrace(const std::string& command, const std::string& path,
+                                    std::optional<int> device);
+
 int RunReplay(const BenchArgs& args);
+int RunConvert(const BenchArgs& args);
+int RunPlan(const BenchArgs& args);
 int RunAlloc(const BenchArgs& args, int argc, char** argv);
 int RunAllReduce(const BenchArgs& args);
 

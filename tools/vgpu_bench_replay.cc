@@ -1,4 +1,5 @@
-// vgpu-bench replay: replays an allocation trace (tools/traces/README.md format) on an allocator
+// vgpu-bench replay: replays an allocation trace (tools/traces/README.md format, a PyTorch
+// snapshot or an RMM log: allocator/trace_import.h) on an allocator, or several (--allocators),
 // and reports speed against malloc/free and the smallest limit the trace reliably fits in.
 #include <sys/wait.h>
 #include <unistd.h>
@@ -13,8 +14,10 @@
 #include "absl/strings/str_format.h"
 #include "vgpu/allocator/memory_history.h"
 #include "vgpu/allocator/trace.h"
+#include "vgpu/allocator/trace_import.h"
 #include "vgpu/runtime/bytes.h"
 #include "vgpu/runtime/json.h"
+#include "vgpu/runtime/status.h"
 #include "vgpu/tools/vgpu_bench.h"
 
 namespace vgpu::bench {
@@ -100,14 +103,189 @@ int64_t MallocBaselineNs(const Trace& trace) {
   return ns;
 }
 
+// The timed replays at one limit: best of several fresh runs, run 0 also recorded.
+struct TimedReplay {
+  int64_t best_ns = -1;
+  uint64_t peak_reserved = 0;
+  // vmm only: backend Map calls (cuMemMap + cuMemSetAccess on cuda) per GiB mapped, run 0.
+  std::optional<double> map_calls_per_gib;
+  ReplayResult first;
+  double setup_ms = 0;
+};
+
+absl::StatusOr<TimedReplay> RunTimed(const Trace& trace, const BenchAllocatorSpec& spec,
+                                     MemoryHistory* history) {
+  TimedReplay out;
+  int64_t total_ns = 0;
+  for (int run = 0; run < kMaxTimedRuns; ++run) {
+    auto setup_start = std::chrono::steady_clock::now();
+    absl::StatusOr<BenchAllocator> a = MakeBenchAllocator(spec);
+    if (run == 0) {
+      out.setup_ms =
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - setup_start)
+              .count();
+    }
+    if (!a.ok()) return a.status();
+    bool record = run == 0 && history != nullptr;
+    Allocator& allocator = *a->allocator;
+    if (record) AttachMemoryHistory(allocator, history);
+    absl::StatusOr<ReplayResult> r = ReplayTrace(trace, allocator, /*stop_at_failure=*/false);
+    if (record) DetachMemoryHistory(allocator, history);
+    if (!r.ok()) return r.status();
+    if (run == 0) {
+      out.first = *r;
+      const AllocatorStats stats = allocator.Stats();
+      out.peak_reserved = stats.peak_bytes_reserved;
+      if (stats.mapping_granularity > 0) {  // vmm: regions are granules
+        const double gib = static_cast<double>(stats.regions_mapped) *
+                           static_cast<double>(stats.mapping_granularity) /
+                           double(uint64_t{1} << 30);
+        if (gib > 0) out.map_calls_per_gib = static_cast<double>(stats.map_calls) / gib;
+      }
+    }
+    out.best_ns = out.best_ns < 0 ? r->elapsed_ns : std::min(out.best_ns, r->elapsed_ns);
+    total_ns += r->elapsed_ns;
+    if (run + 1 >= kMinTimedRuns && total_ns >= kTimedBudgetNs) break;
+  }
+  return out;
+}
+
+void NullOr(JsonWriter& w, const char* key, std::optional<double> v) {
+  w.Key(key);
+  if (v)
+    w.Double(*v);
+  else
+    w.Null();
+}
+
+// Compare mode (--allocators): each allocator's min limit (with --min-limit) and speed at the
+// limit (--limit, default 2x peak live), one JSON line with an array.
+int RunCompare(const BenchArgs& args, const Trace& trace, const BenchAllocatorSpec& base) {
+  const uint64_t peak = trace.peak_live_bytes;
+  JsonWriter w;
+  w.BeginObject();
+  w.Field("trace", trace.name);
+  w.Field("format", trace.format);
+  w.Field("allow_growth", args.allow_growth);
+  w.Field("events", static_cast<uint64_t>(trace.events.size()));
+  w.Field("streams", static_cast<uint64_t>(trace.num_streams));
+  w.Field("peak_live_bytes", peak);
+  w.Key("original_peak_reserved_bytes");
+  if (trace.original_peak_reserved_bytes > 0)
+    w.Uint(trace.original_peak_reserved_bytes);
+  else
+    w.Null();
+  w.Key("allocators");
+  w.BeginArray();
+  int status = 0;
+  const double events = static_cast<double>(trace.events.size());
+  for (const std::string& kind : args.allocators) {
+    BenchAllocatorSpec spec = base;
+    spec.kind = kind;
+    std::optional<MinLimitScan> scan;
+    if (args.min_limit) {
+      absl::StatusOr<MinLimitScan> s = ScanMinLimit(trace, spec);
+      if (!s.ok()) {
+        std::fprintf(stderr, "vgpu-bench replay: %s: %s\n", kind.c_str(),
+                     s.status().ToString().c_str());
+        return 1;
+      }
+      scan = *s;
+    }
+    spec.limit = args.limit ? *args.limit : LimitFor(peak, kScanSteps);
+    absl::StatusOr<TimedReplay> t = RunTimed(trace, spec, nullptr);
+    if (!t.ok()) {
+      std::fprintf(stderr, "vgpu-bench replay: %s: %s\n", kind.c_str(),
+                   t.status().ToString().c_str());
+      return 1;
+    }
+    if (t->first.failures > 0) status = 3;
+    std::fprintf(stderr, "%-5s at limit %s: %.1f ns/op, peak reserved %s, min limit %s\n",
+                 kind.c_str(), FormatBytes(spec.limit).c_str(), t->best_ns / events,
+                 FormatBytes(t->peak_reserved).c_str(),
+                 scan && scan->min_limit_bytes ? FormatBytes(*scan->min_limit_bytes).c_str()
+                                               : (scan ? "over 11x" : "not scanned"));
+    w.BeginObject();
+    w.Field("allocator", kind);
+    w.Field("limit_bytes", spec.limit);
+    w.Field("failures", t->first.failures);
+    w.Field("ns_per_op", t->best_ns / events);
+    w.Field("peak_reserved_bytes", t->peak_reserved);
+    w.Key("min_limit_bytes");
+    if (scan && scan->min_limit_bytes)
+      w.Uint(*scan->min_limit_bytes);
+    else
+      w.Null();
+    NullOr(w, "min_limit_ratio", scan ? scan->min_limit_ratio : std::nullopt);
+    NullOr(w, "first_fit_ratio", scan ? scan->first_fit_ratio : std::nullopt);
+    w.EndObject();
+  }
+  w.EndArray();
+  w.EndObject();
+  if (trace.original_peak_reserved_bytes > 0) {
+    std::fprintf(stderr, "the original allocator reserved at most %s (%.3fx peak live)\n",
+                 FormatBytes(trace.original_peak_reserved_bytes).c_str(),
+                 static_cast<double>(trace.original_peak_reserved_bytes) / peak);
+  }
+  std::printf("%s\n", w.str().c_str());
+  std::fflush(stdout);
+  return status;
+}
+
 }  // namespace
 
-int RunReplay(const BenchArgs& args) {
-  absl::StatusOr<Trace> trace = ReadTraceFile(args.trace_path);
-  if (!trace.ok()) {
-    std::fprintf(stderr, "vgpu-bench replay: %s\n", trace.status().ToString().c_str());
-    return 1;
+absl::StatusOr<bool> ReplayFits(const Trace& trace, BenchAllocatorSpec spec, uint64_t limit) {
+  return Fits(trace, std::move(spec), limit);
+}
+
+absl::StatusOr<MinLimitScan> ScanMinLimit(const Trace& trace, const BenchAllocatorSpec& spec) {
+  const uint64_t peak = trace.peak_live_bytes;
+  if (peak == 0 || peak > kMaxTraceLiveBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("trace ", trace.name, ": peak live of ", peak,
+                                                   " bytes has no limit scan (needs 1 B to ",
+                                                   FormatBytes(kMaxTraceLiveBytes), ")"));
   }
+  std::optional<int> first_fit_k, min_limit_k;
+  int run = 0;
+  for (int k = 0; k <= kMaxK; ++k) {
+    VGPU_ASSIGN_OR_RETURN(bool fits, Fits(trace, spec, LimitFor(peak, k)));
+    if (!fits) {
+      run = 0;
+      continue;
+    }
+    if (!first_fit_k) first_fit_k = k;
+    if (++run == kConsecutive) {
+      min_limit_k = k - kConsecutive + 1;
+      break;
+    }
+  }
+  MinLimitScan out;
+  if (min_limit_k) {
+    out.min_limit_bytes = LimitFor(peak, *min_limit_k);
+    out.min_limit_ratio = 1.0 + *min_limit_k / double{kScanSteps};
+  }
+  if (first_fit_k) out.first_fit_ratio = 1.0 + *first_fit_k / double{kScanSteps};
+  return out;
+}
+
+std::optional<Trace> ReadBenchTrace(const std::string& command, const std::string& path,
+                                    std::optional<int> device) {
+  ImportOptions options;
+  options.device = device;
+  absl::StatusOr<Trace> trace = ReadAnyTraceFile(path, options);
+  if (!trace.ok()) {
+    std::fprintf(stderr, "vgpu-bench %s: %s\n", command.c_str(), trace.status().ToString().c_str());
+    return std::nullopt;
+  }
+  if (!trace->import_note.empty()) {
+    std::fprintf(stderr, "%s: %s\n", path.c_str(), trace->import_note.c_str());
+  }
+  return *std::move(trace);
+}
+
+int RunReplay(const BenchArgs& args) {
+  std::optional<Trace> trace = ReadBenchTrace("replay", args.trace_path, args.device);
+  if (!trace) return 1;
   BenchAllocatorSpec spec;
   spec.kind = args.allocator;
   spec.allow_growth = args.allow_growth;
@@ -140,78 +318,39 @@ int RunReplay(const BenchArgs& args) {
                  FormatBytes(kMaxTraceLiveBytes).c_str());
     return 1;
   }
-  std::fprintf(stderr, "trace %s: %zu events, %llu allocations, peak live %s\n",
-               trace->name.c_str(), trace->events.size(),
-               static_cast<unsigned long long>(trace->allocations), FormatBytes(peak).c_str());
+  std::fprintf(
+      stderr, "trace %s: %zu events, %llu allocations, peak live %s%s\n", trace->name.c_str(),
+      trace->events.size(), static_cast<unsigned long long>(trace->allocations),
+      FormatBytes(peak).c_str(),
+      trace->num_streams > 1 ? absl::StrCat(", ", trace->num_streams, " streams").c_str() : "");
+
+  if (!args.allocators.empty()) return RunCompare(args, *trace, spec);
 
   // Limit scan: not a bisection, fitting is not monotone in the limit.
-  std::optional<int> first_fit_k, min_limit_k;
+  MinLimitScan scan;
   if (args.min_limit) {
-    int run = 0;
-    for (int k = 0; k <= kMaxK; ++k) {
-      absl::StatusOr<bool> fits = Fits(*trace, spec, LimitFor(peak, k));
-      if (!fits.ok()) {
-        std::fprintf(stderr, "vgpu-bench replay: %s\n", fits.status().ToString().c_str());
-        return 1;
-      }
-      if (!*fits) {
-        run = 0;
-        continue;
-      }
-      if (!first_fit_k) first_fit_k = k;
-      if (++run == kConsecutive) {
-        min_limit_k = k - kConsecutive + 1;
-        break;
-      }
+    absl::StatusOr<MinLimitScan> s = ScanMinLimit(*trace, spec);
+    if (!s.ok()) {
+      std::fprintf(stderr, "vgpu-bench replay: %s\n", s.status().ToString().c_str());
+      return 1;
     }
+    scan = *s;
   }
 
   // Timed replays at --limit (default 2x peak live), best of several fresh runs.
   spec.limit = args.limit ? *args.limit : LimitFor(peak, kScanSteps);
   MemoryHistory history(1 << 20);
-  int64_t best_ns = -1;
-  int64_t total_ns = 0;
-  uint64_t peak_reserved = 0;
-  // vmm only: backend Map calls (cuMemMap + cuMemSetAccess on cuda) per GiB mapped, run 0.
-  std::optional<double> map_calls_per_gib;
-  ReplayResult first;
-  double setup_ms = 0;
-  for (int run = 0; run < kMaxTimedRuns; ++run) {
-    auto setup_start = std::chrono::steady_clock::now();
-    absl::StatusOr<BenchAllocator> a = MakeBenchAllocator(spec);
-    if (run == 0) {
-      setup_ms =
-          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - setup_start)
-              .count();
-    }
-    if (!a.ok()) {
-      std::fprintf(stderr, "vgpu-bench replay: %s\n", a.status().ToString().c_str());
-      return 1;
-    }
-    bool record = run == 0 && !args.memory_history_path.empty();
-    Allocator& allocator = *a->allocator;
-    if (record) AttachMemoryHistory(allocator, &history);
-    absl::StatusOr<ReplayResult> r = ReplayTrace(*trace, allocator, /*stop_at_failure=*/false);
-    if (record) DetachMemoryHistory(allocator, &history);
-    if (!r.ok()) {
-      std::fprintf(stderr, "vgpu-bench replay: %s\n", r.status().ToString().c_str());
-      return 1;
-    }
-    if (run == 0) {
-      first = *r;
-      const AllocatorStats stats = allocator.Stats();
-      peak_reserved = stats.peak_bytes_reserved;
-      if (stats.mapping_granularity > 0) {  // vmm: regions are granules
-        const double gib = static_cast<double>(stats.regions_mapped) *
-                           static_cast<double>(stats.mapping_granularity) /
-                           double(uint64_t{1} << 30);
-        if (gib > 0) map_calls_per_gib = static_cast<double>(stats.map_calls) / gib;
-      }
-    }
-    best_ns = best_ns < 0 ? r->elapsed_ns : std::min(best_ns, r->elapsed_ns);
-    total_ns += r->elapsed_ns;
-    if (run + 1 >= kMinTimedRuns && total_ns >= kTimedBudgetNs) break;
+  absl::StatusOr<TimedReplay> timed =
+      RunTimed(*trace, spec, args.memory_history_path.empty() ? nullptr : &history);
+  if (!timed.ok()) {
+    std::fprintf(stderr, "vgpu-bench replay: %s\n", timed.status().ToString().c_str());
+    return 1;
   }
+  const int64_t best_ns = timed->best_ns;
+  const uint64_t peak_reserved = timed->peak_reserved;
+  const std::optional<double> map_calls_per_gib = timed->map_calls_per_gib;
+  const ReplayResult& first = timed->first;
+  const double setup_ms = timed->setup_ms;
   const int64_t best_malloc_ns = args.baseline ? MallocBaselineNs(*trace) : -1;
   if (!args.memory_history_path.empty()) {
     absl::Status s = history.WriteJson(args.memory_history_path);
@@ -235,12 +374,21 @@ int RunReplay(const BenchArgs& args) {
       setup_ms, best_ns / events,
       best_malloc_ns >= 0 ? absl::StrFormat("%.1f", best_malloc_ns / events).c_str() : "not run",
       FormatBytes(peak_reserved).c_str());
-  if (min_limit_k) {
+  if (scan.min_limit_bytes) {
     std::fprintf(stderr, ", min limit %s (%.3fx), first fit %.3fx",
-                 FormatBytes(LimitFor(peak, *min_limit_k)).c_str(),
-                 1.0 + *min_limit_k / double{kScanSteps}, 1.0 + *first_fit_k / double{kScanSteps});
+                 FormatBytes(*scan.min_limit_bytes).c_str(), *scan.min_limit_ratio,
+                 *scan.first_fit_ratio);
   }
   std::fprintf(stderr, "\n");
+  if (trace->original_peak_reserved_bytes > 0) {
+    std::fprintf(stderr, "the original allocator reserved at most %s (%.3fx peak live)%s\n",
+                 FormatBytes(trace->original_peak_reserved_bytes).c_str(),
+                 static_cast<double>(trace->original_peak_reserved_bytes) / peak,
+                 scan.min_limit_bytes ? absl::StrFormat("; %s needs %s", args.allocator,
+                                                        FormatBytes(*scan.min_limit_bytes))
+                                            .c_str()
+                                      : "");
+  }
   // This process's high-water mark: trace, replays, scan; the malloc baseline ran in a child.
   const uint64_t peak_rss = PeakRssBytes();
   std::fprintf(stderr, "peak RSS of this process %s (%llu bytes)\n", FormatBytes(peak_rss).c_str(),
@@ -261,24 +409,27 @@ int RunReplay(const BenchArgs& args) {
   w.Field("peak_live_bytes", peak);
   w.Field("peak_reserved_bytes", peak_reserved);
   w.Key("min_limit_bytes");
-  if (min_limit_k)
-    w.Uint(LimitFor(peak, *min_limit_k));
+  if (scan.min_limit_bytes)
+    w.Uint(*scan.min_limit_bytes);
   else
     w.Null();
-  w.Key("min_limit_ratio");
-  if (min_limit_k)
-    w.Double(1.0 + *min_limit_k / double{kScanSteps});
-  else
-    w.Null();
-  w.Key("first_fit_ratio");
-  if (first_fit_k)
-    w.Double(1.0 + *first_fit_k / double{kScanSteps});
-  else
-    w.Null();
+  NullOr(w, "min_limit_ratio", scan.min_limit_ratio);
+  NullOr(w, "first_fit_ratio", scan.first_fit_ratio);
   w.Field("peak_rss_bytes", peak_rss);
   // Issue 13 (vmm only): contiguous granules map in one call; 512 per GiB would be one per
   // 2 MiB granule.
   if (map_calls_per_gib) w.Field("vmm_map_calls_per_gib", *map_calls_per_gib);
+  // Imported workloads (allocator/trace_import.h) say where they came from; a vgpu trace's
+  // line keeps its keys.
+  if (trace->format != "vgpu" || trace->num_streams > 1) {
+    w.Field("format", trace->format);
+    w.Field("streams", static_cast<uint64_t>(trace->num_streams));
+    w.Key("original_peak_reserved_bytes");
+    if (trace->original_peak_reserved_bytes > 0)
+      w.Uint(trace->original_peak_reserved_bytes);
+    else
+      w.Null();
+  }
   w.EndObject();
   std::printf("%s\n", w.str().c_str());
   std::fflush(stdout);

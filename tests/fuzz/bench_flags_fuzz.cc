@@ -13,6 +13,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   vgpu_fuzz::CheckError(a.status());
   if (a.ok() && !a->help) {
     if (a->command == "replay" && a->trace_path.empty()) std::abort();
+    if (a->command == "convert" && (a->trace_path.empty() || a->output_path.empty())) std::abort();
+    if (a->command == "plan" && (!a->card || a->trace_paths.empty() || a->trace_paths.size() > 64 ||
+                                 a->headroom_percent < 0 || a->headroom_percent > 1000)) {
+      std::abort();
+    }
     if (a->limit.has_value() && *a->limit == 0) std::abort();
     if (a->devices < 1 || a->devices > 16 || a->iterations < 1 || a->size < 4) std::abort();
   }

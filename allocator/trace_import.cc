@@ -1,0 +1,534 @@
+#include "vgpu/allocator/trace_import.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "vgpu/runtime/bytes.h"
+#include "vgpu/runtime/file_io.h"
+#include "vgpu/runtime/numbers.h"
+#include "vgpu/runtime/pickle_reader.h"
+#include "vgpu/runtime/status.h"
+#include "vgpu/runtime/user_text.h"
+
+namespace vgpu {
+namespace {
+
+// Dense stream indices in the order the sources' stream handles first appear.
+class StreamMap {
+ public:
+  absl::StatusOr<uint32_t> Index(uint64_t handle) {
+    auto [it, inserted] = map_.try_emplace(handle, static_cast<uint32_t>(map_.size()));
+    if (inserted && map_.size() > kMaxTraceStreams) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("more than ", kMaxTraceStreams, " streams (stream ", handle, ")"));
+    }
+    return it->second;
+  }
+  size_t size() const { return map_.size(); }
+
+ private:
+  absl::flat_hash_map<uint64_t, uint32_t> map_;
+};
+
+// Hexadecimal with an optional 0x (fmt::ptr writes "0x7f..", RMM's printf format "%llx" writes
+// "7f.."); at most 16 digits.
+absl::StatusOr<uint64_t> ParseHex(absl::string_view text) {
+  absl::string_view digits = text;
+  if (!absl::ConsumePrefix(&digits, "0x")) absl::ConsumePrefix(&digits, "0X");
+  if (digits.empty() || digits.size() > 16) {
+    return absl::InvalidArgumentError("not a hexadecimal number");
+  }
+  uint64_t v = 0;
+  for (char c : digits) {
+    int d;
+    if (c >= '0' && c <= '9') {
+      d = c - '0';
+    } else if (c >= 'a' && c <= 'f') {
+      d = c - 'a' + 10;
+    } else if (c >= 'A' && c <= 'F') {
+      d = c - 'A' + 10;
+    } else {
+      return absl::InvalidArgumentError("not a hexadecimal number");
+    }
+    v = (v << 4) | static_cast<uint64_t>(d);
+  }
+  return v;
+}
+
+std::string Hex(uint64_t v) { return absl::StrCat("0x", absl::Hex(v)); }
+
+absl::string_view BaseName(absl::string_view path) {
+  if (size_t slash = path.rfind('/'); slash != absl::string_view::npos) {
+    return path.substr(slash + 1);
+  }
+  return path;
+}
+
+}  // namespace
+
+const char* TraceFormatName(TraceFormat format) {
+  switch (format) {
+    case TraceFormat::kVgpu:
+      return "vgpu";
+    case TraceFormat::kTorchSnapshot:
+      return "pytorch-snapshot";
+    case TraceFormat::kRmmLog:
+      return "rmm-log";
+  }
+  return "vgpu";
+}
+
+TraceFormat DetectTraceFormat(absl::string_view data) {
+  if (!data.empty() && static_cast<uint8_t>(data[0]) == 0x80) return TraceFormat::kTorchSnapshot;
+  absl::ConsumePrefix(&data, "\xEF\xBB\xBF");
+  data = absl::StripLeadingAsciiWhitespace(data);
+  if (absl::StartsWith(data, "Thread,Time,Action")) return TraceFormat::kRmmLog;
+  return TraceFormat::kVgpu;
+}
+
+// ---- RMM's logging_resource_adaptor ------------------------------------------------------
+
+absl::StatusOr<Trace> ParseRmmLog(absl::string_view text, absl::string_view source) {
+  TraceBuilder b("line");
+  b.trace().format = TraceFormatName(TraceFormat::kRmmLog);
+  uint64_t line_no = 0;
+  auto err = [&](auto&&... args) {
+    return absl::InvalidArgumentError(absl::StrCat(source, ":", line_no, ": ", args...));
+  };
+  absl::ConsumePrefix(&text, "\xEF\xBB\xBF");
+  int action_col = -1, pointer_col = -1, size_col = -1, stream_col = -1;
+  size_t columns = 0;
+  bool have_header = false;
+  struct Live {
+    uint64_t id;
+    uint64_t bytes;
+    uint64_t line;
+  };
+  absl::flat_hash_map<uint64_t, Live> live;  // pointer -> block
+  uint64_t next_id = 0, failures = 0;
+  StreamMap streams;
+  for (absl::string_view line : absl::StrSplit(text, '\n')) {
+    ++line_no;
+    line = absl::StripAsciiWhitespace(line);  // also a CR of a CRLF file
+    if (line.empty()) continue;
+    std::vector<absl::string_view> f = absl::StrSplit(line, ',');
+    for (absl::string_view& x : f) x = absl::StripAsciiWhitespace(x);
+    if (!have_header) {
+      for (size_t i = 0; i < f.size(); ++i) {
+        if (f[i] == "Action") action_col = static_cast<int>(i);
+        if (f[i] == "Pointer") pointer_col = static_cast<int>(i);
+        if (f[i] == "Size") size_col = static_cast<int>(i);
+        if (f[i] == "Stream") stream_col = static_cast<int>(i);
+      }
+      if (action_col < 0 || pointer_col < 0 || size_col < 0) {
+        return err("expected RMM's header \"", kRmmLogHeader, "\", got ", QuoteUserText(line));
+      }
+      columns = f.size();
+      have_header = true;
+      continue;
+    }
+    if (f.size() != columns) {
+      return err("expected ", columns, " comma-separated fields as in the header, got ", f.size(),
+                 " in ", QuoteUserText(line));
+    }
+    absl::string_view action = f[action_col];
+    if (action == "allocate failure") {  // the original allocator refused it: nothing to replay
+      ++failures;
+      continue;
+    }
+    absl::StatusOr<uint64_t> ptr = ParseHex(f[pointer_col]);
+    if (!ptr.ok()) return err("bad pointer ", QuoteUserText(f[pointer_col]), " (hexadecimal)");
+    absl::StatusOr<uint64_t> bytes = ParseUint64(f[size_col]);
+    if (!bytes.ok()) return err("bad size ", QuoteUserText(f[size_col]), " (decimal bytes)");
+    uint32_t stream = 0;
+    if (stream_col >= 0) {
+      absl::StatusOr<uint64_t> handle = ParseHex(f[stream_col]);
+      if (!handle.ok()) return err("bad stream ", QuoteUserText(f[stream_col]), " (hexadecimal)");
+      absl::StatusOr<uint32_t> index = streams.Index(*handle);
+      if (!index.ok()) return err(index.status().message());
+      stream = *index;
+    }
+    if (action == "allocate") {
+      if (auto it = live.find(*ptr); it != live.end()) {
+        return err("allocate of ", Hex(*ptr), ", which is live since line ", it->second.line);
+      }
+      const uint64_t id = next_id++;
+      if (absl::Status s = b.Alloc(id, *bytes, stream, line_no); !s.ok()) return err(s.message());
+      live.emplace(*ptr, Live{id, *bytes, line_no});
+    } else if (action == "free") {
+      auto it = live.find(*ptr);
+      if (it == live.end()) {
+        return err("free of ", Hex(*ptr), ", which is not live (no allocate of it before)");
+      }
+      if (it->second.bytes != *bytes) {
+        return err("free of ", Hex(*ptr), " with size ", *bytes, ", but it was allocated with ",
+                   it->second.bytes, " on line ", it->second.line);
+      }
+      if (absl::Status s = b.Free(it->second.id, stream); !s.ok()) return err(s.message());
+      live.erase(it);
+    } else {
+      return err("unknown action ", QuoteUserText(action),
+                 " (expected allocate, free or allocate failure)");
+    }
+  }
+  if (!have_header) return absl::InvalidArgumentError(absl::StrCat(source, ": empty RMM log"));
+  b.trace().import_note =
+      absl::StrCat("RMM log: ", streams.size(), " stream(s)",
+                   failures > 0 ? absl::StrCat(", ", failures, " failed allocations skipped") : "");
+  return std::move(b).Finish(source);
+}
+
+// ---- PyTorch memory snapshots ------------------------------------------------------------
+
+namespace {
+
+using Kind = PickleValue::Kind;
+
+// Reads typed fields of the snapshot's dicts; errors name the path ("device_traces[0][3]").
+class SnapshotReader {
+ public:
+  explicit SnapshotReader(absl::string_view source) : source_(source) {}
+
+  absl::Status Err(absl::string_view path, absl::string_view what) const {
+    return absl::InvalidArgumentError(absl::StrCat(source_, ": ", path, ": ", what));
+  }
+  absl::StatusOr<const PickleValue*> Field(const PickleValue& d, absl::string_view path,
+                                           absl::string_view key, Kind kind,
+                                           bool required = true) const {
+    const PickleValue* v = d.Get(key);
+    if (v == nullptr) {
+      if (!required) return nullptr;
+      return Err(path, absl::StrCat("no \"", key, "\""));
+    }
+    const bool ok = kind == Kind::kList ? v->is_list() : v->kind == kind;
+    if (!ok) {
+      return Err(
+          absl::StrCat(path, "[\"", key, "\"]"),
+          absl::StrCat("is a ", PickleKindName(v->kind), ", expected a ", PickleKindName(kind)));
+    }
+    return v;
+  }
+  // A non-negative int field; `fallback` when absent and not required.
+  absl::StatusOr<uint64_t> Uint(const PickleValue& d, absl::string_view path, absl::string_view key,
+                                std::optional<uint64_t> fallback = std::nullopt) const {
+    VGPU_ASSIGN_OR_RETURN(const PickleValue* v,
+                          Field(d, path, key, Kind::kInt, !fallback.has_value()));
+    if (v == nullptr) return *fallback;
+    if (v->i < 0) {
+      return Err(absl::StrCat(path, "[\"", key, "\"]"), absl::StrCat("is negative (", v->i, ")"));
+    }
+    return static_cast<uint64_t>(v->i);
+  }
+
+ private:
+  absl::string_view source_;
+};
+
+enum class Action { kAlloc, kFree, kFreeRequested, kSegmentGrow, kSegmentShrink, kOther };
+
+absl::StatusOr<Action> ParseAction(absl::string_view a) {
+  if (a == "alloc") return Action::kAlloc;
+  // free_completed: the block is back in the allocator's pool and may be reused (after the
+  // events of the streams it was used on, record_stream); "free" is older PyTorch's name.
+  if (a == "free_completed" || a == "free") return Action::kFree;
+  if (a == "free_requested") return Action::kFreeRequested;
+  if (a == "segment_alloc" || a == "segment_map") return Action::kSegmentGrow;
+  if (a == "segment_free" || a == "segment_unmap") return Action::kSegmentShrink;
+  if (a == "snapshot" || a == "oom") return Action::kOther;
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown action ", QuoteUserText(a),
+                   " (expected alloc, free_requested, free_completed, segment_alloc, "
+                   "segment_free, segment_map, segment_unmap, snapshot or oom)"));
+}
+
+struct Entry {
+  Action action;
+  uint64_t addr = 0;
+  uint64_t size = 0;
+  int64_t stream = 0;
+  size_t index = 0;
+};
+
+}  // namespace
+
+absl::StatusOr<Trace> ParseTorchSnapshot(absl::string_view data, absl::string_view source,
+                                         const ImportOptions& options) {
+  // The values of a large snapshot take ~100 bytes each: at most an eighth of the machine's
+  // memory, as for the trace file itself (MaxTraceFileBytes).
+  PickleLimits limits;
+  if (const uint64_t phys = PhysicalMemoryBytes(); phys > 0) {
+    limits.max_values = std::max<uint64_t>(
+        1 << 16, std::min<uint64_t>(limits.max_values, phys / 8 / sizeof(PickleValue)));
+  }
+  VGPU_ASSIGN_OR_RETURN(std::unique_ptr<PickleDocument> doc, ParsePickle(data, source, limits));
+  SnapshotReader r(source);
+  const PickleValue& root = doc->root();
+  if (!root.is_dict()) {
+    return r.Err("snapshot", absl::StrCat("is a ", PickleKindName(root.kind),
+                                          ", expected the dict _dump_snapshot writes"));
+  }
+  VGPU_ASSIGN_OR_RETURN(const PickleValue* traces,
+                        r.Field(root, "snapshot", "device_traces", Kind::kList, false));
+  if (traces == nullptr) {
+    return r.Err("snapshot",
+                 "no \"device_traces\": record the history first "
+                 "(torch.cuda.memory._record_memory_history(), then _dump_snapshot())");
+  }
+  VGPU_ASSIGN_OR_RETURN(const PickleValue* segments,
+                        r.Field(root, "snapshot", "segments", Kind::kList, false));
+
+  // Every device's entries are checked; the chosen one's are kept.
+  std::vector<std::vector<Entry>> devices(traces->items.size());
+  std::vector<uint64_t> counts(traces->items.size(), 0);
+  for (size_t d = 0; d < traces->items.size(); ++d) {
+    const PickleValue& list = *traces->items[d];
+    const std::string dpath = absl::StrCat("device_traces[", d, "]");
+    if (!list.is_list()) {
+      return r.Err(dpath, absl::StrCat("is a ", PickleKindName(list.kind), ", expected a list"));
+    }
+    for (size_t k = 0; k < list.items.size(); ++k) {
+      const PickleValue& e = *list.items[k];
+      const std::string path = absl::StrCat(dpath, "[", k, "]");
+      if (!e.is_dict()) {
+        return r.Err(path, absl::StrCat("is a ", PickleKindName(e.kind), ", expected a dict"));
+      }
+      VGPU_ASSIGN_OR_RETURN(const PickleValue* a, r.Field(e, path, "action", Kind::kString));
+      absl::StatusOr<Action> action = ParseAction(a->s);
+      if (!action.ok()) return r.Err(path, action.status().message());
+      Entry entry{.action = *action, .index = k};
+      if (*action != Action::kOther) {
+        VGPU_ASSIGN_OR_RETURN(entry.addr, r.Uint(e, path, "addr"));
+        VGPU_ASSIGN_OR_RETURN(entry.size, r.Uint(e, path, "size"));
+        VGPU_ASSIGN_OR_RETURN(const PickleValue* s,
+                              r.Field(e, path, "stream", Kind::kInt, /*required=*/false));
+        entry.stream = s == nullptr ? 0 : s->i;
+      }
+      if (*action == Action::kAlloc || *action == Action::kFree) ++counts[d];
+      devices[d].push_back(entry);
+    }
+  }
+  size_t device = 0;
+  if (options.device) {
+    if (*options.device < 0 || static_cast<size_t>(*options.device) >= devices.size()) {
+      return r.Err("device_traces", absl::StrCat("has devices 0..", devices.size() - 1,
+                                                 "; there is no device ", *options.device));
+    }
+    device = static_cast<size_t>(*options.device);
+  } else {
+    for (size_t d = 1; d < devices.size(); ++d) {
+      if (counts[d] > counts[device]) device = d;
+    }
+  }
+  if (devices.empty() || counts[device] == 0) {
+    return r.Err(absl::StrCat("device_traces[", device, "]"),
+                 "has no alloc or free_completed entries: nothing to replay (was "
+                 "_record_memory_history() on while the workload ran?)");
+  }
+  const std::vector<Entry>& entries = devices[device];
+
+  // The chosen device's segments: their total (reserved at the end) and their live blocks.
+  struct Block {
+    uint64_t addr, size;
+    int64_t stream;
+  };
+  std::vector<Block> live_at_end;
+  uint64_t final_reserved = 0;
+  // The list (even empty) says what the device held at the end.
+  const bool have_segments = segments != nullptr;
+  if (segments != nullptr) {
+    for (size_t s = 0; s < segments->items.size(); ++s) {
+      const PickleValue& seg = *segments->items[s];
+      const std::string path = absl::StrCat("segments[", s, "]");
+      if (!seg.is_dict()) {
+        return r.Err(path, absl::StrCat("is a ", PickleKindName(seg.kind), ", expected a dict"));
+      }
+      VGPU_ASSIGN_OR_RETURN(uint64_t dev, r.Uint(seg, path, "device", 0));
+      if (dev != device) continue;
+      VGPU_ASSIGN_OR_RETURN(uint64_t total, r.Uint(seg, path, "total_size"));
+      VGPU_ASSIGN_OR_RETURN(uint64_t address, r.Uint(seg, path, "address"));
+      if (total > kMaxTraceLiveBytes || final_reserved > kMaxTraceLiveBytes) {
+        return r.Err(path, "segment sizes above 64 PiB");
+      }
+      final_reserved += total;
+      VGPU_ASSIGN_OR_RETURN(const PickleValue* st,
+                            r.Field(seg, path, "stream", Kind::kInt, /*required=*/false));
+      VGPU_ASSIGN_OR_RETURN(const PickleValue* blocks,
+                            r.Field(seg, path, "blocks", Kind::kList, /*required=*/false));
+      if (blocks == nullptr) continue;
+      uint64_t next = address;  // older snapshots give no block addresses: they are contiguous
+      for (size_t k = 0; k < blocks->items.size(); ++k) {
+        const PickleValue& blk = *blocks->items[k];
+        const std::string bpath = absl::StrCat(path, "[\"blocks\"][", k, "]");
+        if (!blk.is_dict()) {
+          return r.Err(bpath, absl::StrCat("is a ", PickleKindName(blk.kind), ", expected a dict"));
+        }
+        VGPU_ASSIGN_OR_RETURN(uint64_t size, r.Uint(blk, bpath, "size"));
+        VGPU_ASSIGN_OR_RETURN(uint64_t requested, r.Uint(blk, bpath, "requested_size", size));
+        VGPU_ASSIGN_OR_RETURN(uint64_t addr, r.Uint(blk, bpath, "address", next));
+        VGPU_ASSIGN_OR_RETURN(const PickleValue* state,
+                              r.Field(blk, bpath, "state", Kind::kString));
+        next = addr + size;
+        // Allocated (or freed by the user but still in use by a stream): live at the end.
+        if (state->s == "active_allocated" || state->s == "active_pending_free") {
+          live_at_end.push_back({addr, requested, st == nullptr ? 0 : st->i});
+        }
+      }
+    }
+  }
+
+  // Blocks live when the history starts: freed in it without an alloc before (the ring buffer
+  // of _record_memory_history(max_entries=...) lost their alloc), or live at the end without
+  // an alloc in it. They are allocated first, in that order.
+  std::vector<Block> initial;
+  uint64_t skipped_requested = 0, skipped_other = 0;
+  int64_t reserved_delta = 0, max_delta = 0;
+  {
+    absl::flat_hash_set<uint64_t> live, seen;
+    for (const Entry& e : entries) {
+      switch (e.action) {
+        case Action::kAlloc:
+          live.insert(e.addr);
+          seen.insert(e.addr);
+          break;
+        case Action::kFree:
+          if (live.erase(e.addr)) break;
+          if (!seen.insert(e.addr).second) {
+            return r.Err(
+                absl::StrCat("device_traces[", device, "][", e.index, "]"),
+                absl::StrCat("free of ", Hex(e.addr), ", which is not live (freed twice)"));
+          }
+          initial.push_back({e.addr, e.size, e.stream});
+          break;
+        case Action::kFreeRequested:
+          ++skipped_requested;
+          break;
+        case Action::kSegmentGrow:
+        case Action::kSegmentShrink: {
+          // Each step is at most 2^56 and the running total stays within 2^62: no overflow.
+          constexpr int64_t kMaxDelta = int64_t{1} << 62;
+          if (e.size > kMaxTraceLiveBytes) {
+            return r.Err(absl::StrCat("device_traces[", device, "][", e.index, "]"),
+                         absl::StrCat("segment of ", e.size, " bytes is above the ",
+                                      FormatBytes(kMaxTraceLiveBytes), " a trace may hold"));
+          }
+          const int64_t step = static_cast<int64_t>(e.size);
+          reserved_delta += e.action == Action::kSegmentGrow ? step : -step;
+          if (reserved_delta > kMaxDelta || reserved_delta < -kMaxDelta) {
+            return r.Err(absl::StrCat("device_traces[", device, "][", e.index, "]"),
+                         "segment sizes add up past 4 EiB");
+          }
+          max_delta = std::max(max_delta, reserved_delta);
+          break;
+        }
+        case Action::kOther:
+          ++skipped_other;
+          break;
+      }
+    }
+    for (const Block& blk : live_at_end) {
+      if (!live.contains(blk.addr)) initial.push_back(blk);
+    }
+  }
+
+  TraceBuilder b("entry");
+  Trace& t = b.trace();
+  t.format = TraceFormatName(TraceFormat::kTorchSnapshot);
+  StreamMap streams;
+  uint64_t next_id = 0;
+  absl::flat_hash_map<uint64_t, uint64_t> live;  // address -> block id
+  const std::string dpath = absl::StrCat("device_traces[", device, "]");
+  for (const Block& blk : initial) {
+    VGPU_ASSIGN_OR_RETURN(uint32_t stream, streams.Index(static_cast<uint64_t>(blk.stream)));
+    const uint64_t id = next_id++;
+    if (absl::Status s = b.Alloc(id, blk.size, stream, 0); !s.ok()) {
+      return r.Err(absl::StrCat("block at ", Hex(blk.addr), " live at the start"), s.message());
+    }
+    // A block freed in the history is matched by address; one live to the end needs no entry.
+    live.emplace(blk.addr, id);
+  }
+  for (const Entry& e : entries) {
+    if (e.action != Action::kAlloc && e.action != Action::kFree) continue;
+    const std::string path = absl::StrCat(dpath, "[", e.index, "]");
+    absl::StatusOr<uint32_t> stream = streams.Index(static_cast<uint64_t>(e.stream));
+    if (!stream.ok()) return r.Err(path, stream.status().message());
+    if (e.action == Action::kAlloc) {
+      if (live.contains(e.addr)) {
+        return r.Err(path, absl::StrCat("alloc at ", Hex(e.addr), ", which is live"));
+      }
+      const uint64_t id = next_id++;
+      if (absl::Status s = b.Alloc(id, e.size, *stream, e.index); !s.ok()) {
+        return r.Err(path, s.message());
+      }
+      live.emplace(e.addr, id);
+    } else {
+      auto it = live.find(e.addr);
+      if (it == live.end()) {  // cannot happen: the first pass made it an initial block
+        return r.Err(path, absl::StrCat("free of ", Hex(e.addr), ", which is not live"));
+      }
+      if (absl::Status s = b.Free(it->second, *stream); !s.ok()) return r.Err(path, s.message());
+      live.erase(it);
+    }
+  }
+  // The original allocator's reserved memory over the history: the segments at the end, less
+  // the net growth in the history, is what it held at the start.
+  if (have_segments) {
+    const int64_t start =
+        std::max<int64_t>(0, static_cast<int64_t>(final_reserved) - reserved_delta);
+    t.original_peak_reserved_bytes = static_cast<uint64_t>(start + max_delta);
+  }
+  std::vector<std::string> notes;
+  notes.push_back(absl::StrCat("PyTorch snapshot: device ", device, " of ", devices.size(),
+                               options.device ? " (--device)" : " (the most events)", ", ",
+                               streams.size(), " stream(s)"));
+  if (!initial.empty()) {
+    notes.push_back(absl::StrCat(initial.size(), " block(s) live at the start"));
+  }
+  notes.push_back(absl::StrCat("free_completed taken as the free (", skipped_requested,
+                               " free_requested skipped)"));
+  if (skipped_other > 0) notes.push_back(absl::StrCat(skipped_other, " snapshot/oom skipped"));
+  t.import_note = absl::StrJoin(notes, ", ");
+  return std::move(b).Finish(source);
+}
+
+// ---- Any of them -------------------------------------------------------------------------
+
+absl::StatusOr<Trace> ParseAnyTrace(absl::string_view data, absl::string_view source,
+                                    const ImportOptions& options) {
+  switch (DetectTraceFormat(data)) {
+    case TraceFormat::kTorchSnapshot:
+      return ParseTorchSnapshot(data, source, options);
+    case TraceFormat::kRmmLog:
+      return ParseRmmLog(data, source);
+    case TraceFormat::kVgpu:
+      break;
+  }
+  return ParseTrace(data, source);
+}
+
+absl::StatusOr<Trace> ReadAnyTraceFile(const std::string& path, const ImportOptions& options) {
+  VGPU_ASSIGN_OR_RETURN(std::string data, ReadInputFile(path, MaxTraceFileBytes(), "trace file"));
+  absl::string_view base = BaseName(path);
+  VGPU_ASSIGN_OR_RETURN(Trace t, ParseAnyTrace(data, base, options));
+  if (t.name.empty()) {
+    absl::string_view stem = base;
+    for (absl::string_view ext : {".trace", ".pickle", ".pkl", ".csv"}) {
+      if (absl::ConsumeSuffix(&stem, ext)) break;
+    }
+    t.name = std::string(stem);
+  }
+  return t;
+}
+
+}  // namespace vgpu

@@ -1,0 +1,58 @@
+// Users' allocator logs as vgpu traces (allocator/trace.h), so `vgpu-bench replay`, `convert`
+// and `plan` take what users actually ran:
+//   - a PyTorch memory snapshot: the pickle `torch.cuda.memory._dump_snapshot()` writes after
+//     `torch.cuda.memory._record_memory_history()` (read with runtime/pickle_reader.h);
+//   - an RMM `logging_resource_adaptor` CSV log (header "Thread,Time,Action,Pointer,Size,Stream");
+//   - vgpu's own text format.
+// The format is told apart by content, never by the file name: a pickle starts with the PROTO
+// byte 0x80, an RMM log with its header line, anything else is read as vgpu's format.
+//
+// Addresses become block ids (an address freed and allocated again is a new block); streams
+// become dense indices in the order they first appear. docs/allocator.md ("Importing
+// workloads") says which PyTorch action is taken as the allocation and which as the free.
+// Errors are InvalidArgument naming the line (RMM), the entry (snapshot: "device_traces[0][17]")
+// or the byte offset (a broken pickle).
+//
+// Thread safety: every function here is reentrant.
+#ifndef VGPU_ALLOCATOR_TRACE_IMPORT_H_
+#define VGPU_ALLOCATOR_TRACE_IMPORT_H_
+
+#include <optional>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "vgpu/allocator/trace.h"
+
+namespace vgpu {
+
+enum class TraceFormat { kVgpu, kTorchSnapshot, kRmmLog };
+// "vgpu", "pytorch-snapshot", "rmm-log" (Trace::format).
+const char* TraceFormatName(TraceFormat format);
+// By content: 0x80 first -> kTorchSnapshot; a first line (after a UTF-8 BOM) starting with
+// "Thread,Time,Action" -> kRmmLog; otherwise kVgpu.
+TraceFormat DetectTraceFormat(absl::string_view data);
+
+struct ImportOptions {
+  // PyTorch snapshots hold one trace per device: this one, or (unset) the device with the most
+  // allocations and frees (the note says which).
+  std::optional<int> device;
+};
+
+// The header line RMM's logging_resource_adaptor writes.
+inline constexpr char kRmmLogHeader[] = "Thread,Time,Action,Pointer,Size,Stream";
+
+absl::StatusOr<Trace> ParseRmmLog(absl::string_view text, absl::string_view source = "log");
+absl::StatusOr<Trace> ParseTorchSnapshot(absl::string_view data,
+                                         absl::string_view source = "snapshot",
+                                         const ImportOptions& options = {});
+// Detects the format and parses; `source` names the input in errors.
+absl::StatusOr<Trace> ParseAnyTrace(absl::string_view data, absl::string_view source,
+                                    const ImportOptions& options = {});
+// ReadTraceFile's checks and size cap (MaxTraceFileBytes), then ParseAnyTrace; the trace is
+// named after the file when the source names none.
+absl::StatusOr<Trace> ReadAnyTraceFile(const std::string& path, const ImportOptions& options = {});
+
+}  // namespace vgpu
+
+#endif  // VGPU_ALLOCATOR_TRACE_IMPORT_H_

@@ -1,0 +1,78 @@
+# Issue 16 parts 2 and 3: vgpu-bench reads users' allocator logs (PyTorch snapshots, RMM logs;
+# tests/data, written by scripts/make-import-samples), converts them, compares allocators on
+# them and plans a card's split. Small traces: label unit.
+if(TARGET vgpu-bench)
+  set(VGPU_IMPORT_DATA ${PROJECT_SOURCE_DIR}/tests/data)
+  # Each import replays with the source trace's peak live bytes (6186144) and says its format.
+  foreach(case "mlp_mirrored.snapshot.pickle|pytorch-snapshot|1|6188032"
+               "mlp_two_streams.snapshot.pickle|pytorch-snapshot|2|6188032"
+               "mlp_truncated.snapshot.pickle|pytorch-snapshot|1|6188032"
+               "mlp_two_streams.rmm.csv|rmm-log|2|null"
+               "mlp_two_streams.trace|vgpu|2|null")
+    string(REPLACE "|" ";" parts "${case}")
+    list(GET parts 0 file)
+    list(GET parts 1 format)
+    list(GET parts 2 streams)
+    list(GET parts 3 reserved)
+    string(REGEX REPLACE "[^a-z0-9]" "_" tname "${file}")
+    add_test(NAME vgpu_bench_import_replay_${tname}
+      COMMAND sh -c "$<TARGET_FILE:vgpu-bench> replay ${VGPU_IMPORT_DATA}/${file} --min-limit --no-baseline 2>/dev/null | tail -n 1")
+    set_tests_properties(vgpu_bench_import_replay_${tname} PROPERTIES LABELS unit
+      PASS_REGULAR_EXPRESSION "^{\"trace\":\"[^\"]*\",\"allocator\":\"bfc\",\"allow_growth\":false,\"events\":[0-9]+,.*\"peak_live_bytes\":6186144,.*\"min_limit_bytes\":[0-9]+,.*\"format\":\"${format}\",\"streams\":${streams},\"original_peak_reserved_bytes\":${reserved}}")
+  endforeach()
+
+  # The original allocator's peak is reported next to the min limit.
+  add_test(NAME vgpu_bench_import_original_peak
+    COMMAND sh -c "$<TARGET_FILE:vgpu-bench> replay ${VGPU_IMPORT_DATA}/mlp_two_streams.snapshot.pickle --min-limit --no-baseline 2>&1 >/dev/null")
+  set_tests_properties(vgpu_bench_import_original_peak PROPERTIES LABELS unit
+    PASS_REGULAR_EXPRESSION "PyTorch snapshot: device 1 of 2 \\(the most events\\), 2 stream\\(s\\).*the original allocator reserved at most 5.9[0-9]* MiB \\(1.000x peak live\\); bfc needs [0-9.]+ MiB")
+
+  # --allocators: one JSON line with each allocator's min limit and ns/op.
+  add_test(NAME vgpu_bench_replay_compare
+    COMMAND sh -c "$<TARGET_FILE:vgpu-bench> replay ${VGPU_IMPORT_DATA}/mlp_two_streams.rmm.csv --allocators bfc,vmm --min-limit --no-baseline 2>/dev/null | tail -n 1")
+  set_tests_properties(vgpu_bench_replay_compare PROPERTIES LABELS unit
+    PASS_REGULAR_EXPRESSION "^{\"trace\":\"mlp_two_streams.rmm\",\"format\":\"rmm-log\",\"allow_growth\":false,\"events\":56,\"streams\":2,\"peak_live_bytes\":6186144,\"original_peak_reserved_bytes\":null,\"allocators\":\\[{\"allocator\":\"bfc\",\"limit_bytes\":[0-9]+,\"failures\":0,\"ns_per_op\":[0-9.e+]+,\"peak_reserved_bytes\":[0-9]+,\"min_limit_bytes\":[0-9]+,\"min_limit_ratio\":[0-9.]+,\"first_fit_ratio\":[0-9.]+},{\"allocator\":\"vmm\",[^}]*\"min_limit_bytes\":[0-9]+,[^}]*}\\]}")
+
+  # convert writes our format (stream column, peak header); replaying it gives the same workload.
+  add_test(NAME vgpu_bench_convert_roundtrip
+    COMMAND sh -c "out=${CMAKE_CURRENT_BINARY_DIR}/converted_two_streams.trace; rm -f \"$out\"; \
+$<TARGET_FILE:vgpu-bench> convert ${VGPU_IMPORT_DATA}/mlp_two_streams.snapshot.pickle \"$out\" >/dev/null 2>&1 && \
+sed -n 2,3p \"$out\" && $<TARGET_FILE:vgpu-bench> replay \"$out\" --no-baseline 2>/dev/null | tail -n 1")
+  set_tests_properties(vgpu_bench_convert_roundtrip PROPERTIES LABELS unit
+    PASS_REGULAR_EXPRESSION "^# peak_live_bytes 6186144\na 0 1077288 0\n{.*\"events\":56,.*\"peak_live_bytes\":6186144,.*\"format\":\"vgpu\",\"streams\":2,")
+
+  # A broken pickle is an error naming the offset, exit 1.
+  add_test(NAME vgpu_bench_import_truncated_pickle
+    COMMAND sh -c "$<TARGET_FILE:vgpu-bench> replay ${VGPU_IMPORT_DATA}/snapshots/truncated.pickle 2>&1; echo \"exit=$?\"")
+  set_tests_properties(vgpu_bench_import_truncated_pickle PROPERTIES LABELS unit
+    PASS_REGULAR_EXPRESSION "^vgpu-bench replay: INVALID_ARGUMENT: truncated.pickle: pickle at offset [0-9]+: [^\n]*truncated pickle\\)\nexit=1\n?$")
+
+  # plan: the configuration fits, vgpu-info --selftest accepts it, every trace replays at its
+  # planned limit (tests/plan_check.sh).
+  if(TARGET vgpu-info)
+    add_test(NAME vgpu_bench_plan_selftest_and_replay
+      COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/plan_check.sh $<TARGET_FILE:vgpu-bench>
+              $<TARGET_FILE:vgpu-info> 1GiB ${PROJECT_SOURCE_DIR}/tools/traces/mlp_mirrored.trace
+              ${VGPU_IMPORT_DATA}/mlp_two_streams.snapshot.pickle
+              ${VGPU_IMPORT_DATA}/mlp_two_streams.rmm.csv
+              ${VGPU_IMPORT_DATA}/mlp_truncated.snapshot.pickle)
+    set_tests_properties(vgpu_bench_plan_selftest_and_replay PROPERTIES LABELS unit TIMEOUT 300
+      PASS_REGULAR_EXPRESSION "plan check passed: 4 traces")
+  endif()
+  # A card too small: "fits":false and exit 3.
+  add_test(NAME vgpu_bench_plan_does_not_fit
+    COMMAND sh -c "out=$($<TARGET_FILE:vgpu-bench> plan --card 12MiB ${PROJECT_SOURCE_DIR}/tools/traces/mlp_mirrored.trace ${VGPU_IMPORT_DATA}/mlp_two_streams.rmm.csv 2>&1); rc=$?; printf '%s\\n' \"$out\" | tail -n 2; echo \"exit=$rc\"")
+  set_tests_properties(vgpu_bench_plan_does_not_fit PROPERTIES LABELS unit
+    PASS_REGULAR_EXPRESSION "\"logical_devices\":\"0:8MiB,8MiB\",\"fits\":false}\nvgpu-bench plan: the planned limits \\(16 MiB\\) and the reserve \\(0 B\\) exceed the 12 MiB card\nexit=3")
+  # The reserve counts: 16 MiB of limits and 4 MiB reserved fit 20 MiB, not 18 MiB.
+  add_test(NAME vgpu_bench_plan_reserve
+    COMMAND sh -c "for card in 18MiB 20MiB; do \
+out=$($<TARGET_FILE:vgpu-bench> plan --card $card --reserve 4MiB ${PROJECT_SOURCE_DIR}/tools/traces/mlp_mirrored.trace ${VGPU_IMPORT_DATA}/mlp_two_streams.rmm.csv 2>/dev/null); rc=$?; \
+printf '%s\\n' \"$out\" | tail -n 2; echo \"exit=$rc\"; done")
+  set_tests_properties(vgpu_bench_plan_reserve PROPERTIES LABELS unit
+    PASS_REGULAR_EXPRESSION "\"fits\":false}\nexit=3\nVGPU_ALLOCATOR=bfc VGPU_ALLOW_GROWTH=false VGPU_RESERVED_MEMORY=4194304 VGPU_LOGICAL_DEVICES=\"0:8MiB,8MiB\"\n{.*\"fits\":true}\nexit=0")
+  add_test(NAME vgpu_bench_plan_needs_card
+    COMMAND sh -c "$<TARGET_FILE:vgpu-bench> plan x.trace 2>&1; echo \"exit=$?\"")
+  set_tests_properties(vgpu_bench_plan_needs_card PROPERTIES LABELS unit
+    PASS_REGULAR_EXPRESSION "vgpu-bench plan needs --card SIZE.*exit=2")
+endif()

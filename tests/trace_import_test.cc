@@ -1,0 +1,242 @@
+// Importing users' allocator logs (allocator/trace_import.h): PyTorch snapshots and RMM logs
+// generated from vgpu traces by scripts/make-import-samples (tests/data/) replay with the same
+// peak live bytes, events and streams as their source; reused addresses are new blocks; bad
+// input is InvalidArgument naming the line, the entry or the byte offset.
+#include "vgpu/allocator/trace_import.h"
+
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_split.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "vgpu/allocator/trace.h"
+#include "vgpu/runtime/pickle_reader.h"
+#include "vgpu/runtime/status_matchers.h"
+
+namespace vgpu {
+namespace {
+
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+using ::vgpu::testing::IsOk;
+using ::vgpu::testing::StatusIs;
+
+std::string Src(const std::string& rel) {
+  const char* src = std::getenv("VGPU_TEST_SRCDIR");
+  return std::string(src == nullptr ? "." : src) + "/" + rel;
+}
+
+std::string Slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// The same workload: sizes, order, streams (ids may differ).
+void ExpectSameWorkload(const Trace& got, const Trace& want) {
+  EXPECT_EQ(got.peak_live_bytes, want.peak_live_bytes);
+  EXPECT_EQ(got.allocations, want.allocations);
+  EXPECT_EQ(got.num_streams, want.num_streams);
+  ASSERT_EQ(got.events.size(), want.events.size());
+  for (size_t i = 0; i < got.events.size(); ++i) {
+    SCOPED_TRACE(i);
+    EXPECT_EQ(got.events[i].alloc, want.events[i].alloc);
+    EXPECT_EQ(got.events[i].bytes, want.events[i].bytes);
+    EXPECT_EQ(got.events[i].stream, want.events[i].stream);
+  }
+}
+
+class TraceImportTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (std::getenv("VGPU_TEST_SRCDIR") == nullptr) GTEST_SKIP() << "VGPU_TEST_SRCDIR is not set";
+  }
+};
+
+TEST_F(TraceImportTest, DetectsFormatByContent) {
+  EXPECT_EQ(DetectTraceFormat(std::string("\x80\x04N.", 4)), TraceFormat::kTorchSnapshot);
+  EXPECT_EQ(DetectTraceFormat("Thread,Time,Action,Pointer,Size,Stream\n"), TraceFormat::kRmmLog);
+  EXPECT_EQ(DetectTraceFormat("\xEF\xBB\xBFThread,Time,Action,Pointer,Size,Stream\r\n"),
+            TraceFormat::kRmmLog);
+  EXPECT_EQ(DetectTraceFormat("# x\na 1 2\n"), TraceFormat::kVgpu);
+  // The extension does not matter: a snapshot named .trace is still a snapshot.
+  auto t = ParseAnyTrace(Slurp(Src("tests/data/mlp_mirrored.snapshot.pickle")), "x.trace");
+  ASSERT_THAT(t, IsOk());
+  EXPECT_EQ(t->format, "pytorch-snapshot");
+}
+
+TEST_F(TraceImportTest, TorchSnapshotReplaysLikeItsSource) {
+  auto source = ReadTraceFile(Src("tools/traces/mlp_mirrored.trace"));
+  ASSERT_THAT(source, IsOk());
+  for (const char* file :
+       {"tests/data/mlp_mirrored.snapshot.pickle", "tests/data/mlp_mirrored.p2.snapshot.pickle"}) {
+    SCOPED_TRACE(file);
+    auto t = ReadAnyTraceFile(Src(file));
+    ASSERT_THAT(t, IsOk());
+    EXPECT_EQ(t->format, "pytorch-snapshot");
+    EXPECT_THAT(t->name, HasSubstr("snapshot")) << "named after the file";
+    ExpectSameWorkload(*t, *source);
+    // The model allocator of make-import-samples reserved whole 512-byte-rounded blocks, each
+    // reused only by its own size: a little above peak live.
+    EXPECT_EQ(t->original_peak_reserved_bytes, 6188032u);
+    EXPECT_GE(t->original_peak_reserved_bytes, t->peak_live_bytes);
+    EXPECT_THAT(t->import_note, HasSubstr("device 0 of 1 (the most events), 1 stream(s)"));
+  }
+}
+
+TEST_F(TraceImportTest, TorchSnapshotTwoStreamsOnTheBusierDevice) {
+  auto source = ReadTraceFile(Src("tests/data/mlp_two_streams.trace"));
+  ASSERT_THAT(source, IsOk());
+  EXPECT_EQ(source->num_streams, 2u);
+  auto t = ReadAnyTraceFile(Src("tests/data/mlp_two_streams.snapshot.pickle"));
+  ASSERT_THAT(t, IsOk());
+  ExpectSameWorkload(*t, *source);
+  EXPECT_THAT(t->import_note, HasSubstr("device 1 of 2 (the most events), 2 stream(s)"));
+  EXPECT_THAT(t->import_note, HasSubstr("28 free_requested skipped"));
+  // --device 0: the other device's one allocation.
+  auto d0 = ReadAnyTraceFile(Src("tests/data/mlp_two_streams.snapshot.pickle"), {.device = 0});
+  ASSERT_THAT(d0, IsOk());
+  EXPECT_EQ(d0->events.size(), 1u);
+  EXPECT_EQ(d0->peak_live_bytes, 4096u);
+  EXPECT_THAT(d0->import_note, HasSubstr("device 0 of 2 (--device)"));
+  EXPECT_THAT(
+      ReadAnyTraceFile(Src("tests/data/mlp_two_streams.snapshot.pickle"), {.device = 5}).status(),
+      StatusIs(absl::StatusCode::kInvalidArgument,
+               HasSubstr("device_traces: has devices 0..1; there is no device 5")));
+}
+
+// A history whose start was lost (the ring buffer of max_entries): blocks freed in it without
+// an alloc, and blocks live in "segments" without one, are allocated first.
+TEST_F(TraceImportTest, TorchSnapshotBlocksLiveAtTheStart) {
+  auto source = ReadTraceFile(Src("tests/data/mlp_truncated.trace"));
+  ASSERT_THAT(source, IsOk());
+  auto t = ReadAnyTraceFile(Src("tests/data/mlp_truncated.snapshot.pickle"));
+  ASSERT_THAT(t, IsOk());
+  EXPECT_EQ(t->peak_live_bytes, source->peak_live_bytes);
+  EXPECT_EQ(t->allocations, source->allocations);
+  EXPECT_EQ(t->events.size(), source->events.size());
+  EXPECT_EQ(t->unfreed_blocks, 2u);
+  EXPECT_THAT(t->import_note, HasSubstr("3 block(s) live at the start"));
+  for (int i = 0; i < 3; ++i) EXPECT_TRUE(t->events[i].alloc) << i;
+}
+
+TEST_F(TraceImportTest, TorchSnapshotReusedAddressIsANewBlock) {
+  auto t = ReadAnyTraceFile(Src("tests/data/snapshots/reuse.pickle"));
+  ASSERT_THAT(t, IsOk());
+  // alloc 16 (100 B), free 16, alloc 16 (50 B, another stream), alloc 999, free 16.
+  ASSERT_EQ(t->events.size(), 5u);
+  EXPECT_EQ(t->allocations, 3u);
+  EXPECT_NE(t->events[0].id, t->events[2].id);
+  EXPECT_EQ(t->events[2].bytes, 50u);
+  EXPECT_EQ(t->events[2].stream, 1u);  // stream 7 is the second stream seen
+  EXPECT_EQ(t->events[4].id, t->events[2].id);
+  EXPECT_EQ(t->num_streams, 2u);
+  EXPECT_EQ(t->peak_live_bytes, 100u);
+  EXPECT_EQ(t->unfreed_blocks, 1u);
+  // The shipped sample reuses addresses too.
+  auto doc = ParsePickle(Slurp(Src("tests/data/mlp_two_streams.snapshot.pickle")));
+  ASSERT_THAT(doc, IsOk());
+  absl::flat_hash_set<int64_t> seen;
+  int reused = 0;
+  for (const PickleValue* e : (*doc)->root().Get("device_traces")->items[1]->items) {
+    if (e->Get("action")->s == "alloc" && !seen.insert(e->Get("addr")->i).second) ++reused;
+  }
+  EXPECT_GT(reused, 0);
+}
+
+TEST_F(TraceImportTest, TorchSnapshotBadInput) {
+  struct Case {
+    const char* file;
+    const char* message;
+  };
+  const Case cases[] = {
+      {"truncated.pickle", "truncated.pickle: pickle at offset"},
+      {"wrong_type.pickle",
+       "wrong_type.pickle: device_traces[0][0][\"addr\"]: is a str, expected a int"},
+      {"unknown_action.pickle", "device_traces[0][1]: unknown action \"realloc\""},
+      {"negative_size.pickle", "device_traces[0][0][\"size\"]: is negative (-4)"},
+      {"alloc_twice.pickle", "device_traces[0][1]: alloc at 0x10, which is live"},
+      {"free_twice.pickle", "device_traces[0][2]: free of 0x10, which is not live (freed twice)"},
+      {"no_device_traces.pickle", "snapshot: no \"device_traces\": record the history first"},
+      {"list_root.pickle", "snapshot: is a list, expected the dict _dump_snapshot writes"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.file);
+    EXPECT_THAT(ReadAnyTraceFile(Src(std::string("tests/data/snapshots/") + c.file)).status(),
+                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr(c.message)));
+  }
+}
+
+TEST_F(TraceImportTest, RmmLogReplaysLikeItsSource) {
+  auto source = ReadTraceFile(Src("tests/data/mlp_two_streams.trace"));
+  ASSERT_THAT(source, IsOk());
+  const std::string csv = Slurp(Src("tests/data/mlp_two_streams.rmm.csv"));
+  auto t = ParseAnyTrace(csv, "mlp.csv");
+  ASSERT_THAT(t, IsOk());
+  EXPECT_EQ(t->format, "rmm-log");
+  ExpectSameWorkload(*t, *source);
+  EXPECT_EQ(t->original_peak_reserved_bytes, 0u);  // RMM logs do not say
+  // The log reuses pointers: a pointer allocated twice is two blocks.
+  absl::flat_hash_set<std::string> seen;
+  int reused = 0;
+  for (absl::string_view line : absl::StrSplit(csv, '\n')) {
+    std::vector<absl::string_view> f = absl::StrSplit(line, ',');
+    if (f.size() == 6 && f[2] == "allocate" && !seen.insert(std::string(f[3])).second) ++reused;
+  }
+  EXPECT_GT(reused, 0);
+}
+
+TEST_F(TraceImportTest, RmmLogFormats) {
+  // RMM's printf format (no 0x), a failed allocation skipped, CRLF line ends.
+  auto t = ParseRmmLog(
+      "Thread,Time,Action,Pointer,Size,Stream\r\n"
+      "1,01:02:03.000004,allocate,7f0000000000,256,0\r\n"
+      "1,01:02:03.000005,allocate failure,0,1099511627776,0\r\n"
+      "1,01:02:03.000006,allocate,7f0000000100,512,5f00\r\n"
+      "1,01:02:03.000007,free,7f0000000000,256,0\r\n"
+      "1,01:02:03.000008,allocate,7f0000000000,128,5f00\r\n",
+      "x.csv");
+  ASSERT_THAT(t, IsOk());
+  EXPECT_EQ(t->events.size(), 4u);
+  EXPECT_EQ(t->num_streams, 2u);
+  EXPECT_EQ(t->peak_live_bytes, 768u);
+  EXPECT_EQ(t->unfreed_blocks, 2u);
+  EXPECT_THAT(t->import_note, HasSubstr("1 failed allocations skipped"));
+}
+
+TEST_F(TraceImportTest, RmmLogBadInput) {
+  const std::string h = "Thread,Time,Action,Pointer,Size,Stream\n";
+  struct Case {
+    std::string text;
+    std::string message;
+  };
+  const Case cases[] = {
+      {h + "1,t,allocate,0x10,lots,0x0\n", "x.csv:2: bad size \"lots\" (decimal bytes)"},
+      {h + "1,t,allocate,0xZZ,16,0x0\n", "x.csv:2: bad pointer \"0xZZ\" (hexadecimal)"},
+      {h + "1,t,allocate,0x10,16,s1\n", "x.csv:2: bad stream \"s1\""},
+      {h + "1,t,reallocate,0x10,16,0x0\n", "x.csv:2: unknown action \"reallocate\""},
+      {h + "1,t,allocate,0x10,16,0x0\n1,t,free,0x20,16,0x0\n",
+       "x.csv:3: free of 0x20, which is not live (no allocate of it before)"},
+      {h + "1,t,allocate,0x10,16,0x0\n1,t,allocate,0x10,16,0x0\n",
+       "x.csv:3: allocate of 0x10, which is live since line 2"},
+      {h + "1,t,allocate,0x10,16,0x0\n1,t,free,0x10,32,0x0\n",
+       "x.csv:3: free of 0x10 with size 32, but it was allocated with 16 on line 2"},
+      {h + "1,t,allocate,0x10\n", "x.csv:2: expected 6 comma-separated fields"},
+      {"Thread,Time,Action,Size\n", "x.csv:1: expected RMM's header"},
+      {h, "x.csv: the trace has no events"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.message);
+    EXPECT_THAT(ParseRmmLog(c.text, "x.csv").status(),
+                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr(c.message)));
+  }
+}
+
+}  // namespace
+}  // namespace vgpu
