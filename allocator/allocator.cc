@@ -93,7 +93,16 @@ void* DeviceBuffer::Release() {
 
 Allocator::Allocator() { slots_[0].used.store(true, std::memory_order_relaxed); }
 
-Allocator::~Allocator() = default;
+// Streams may still be waiting on the slots' events: let them pass before the events go.
+Allocator::~Allocator() { DetachStreams(); }
+
+void Allocator::DetachStreams() {
+  for (StreamSlotState& slot : slots_) {
+    StdMutexLock l(&slot.event_mu);
+    Stream* s = slot.stream.exchange(nullptr, std::memory_order_acq_rel);
+    if (s != nullptr) s->Synchronize().IgnoreError();
+  }
+}
 
 absl::StatusOr<void*> Allocator::AllocateRaw(uint64_t bytes, uint64_t alignment) {
   return AllocateRaw(bytes, nullptr, alignment);
@@ -225,10 +234,11 @@ absl::Status Allocator::ReleaseStream(Stream* stream) {
   // that takes the slot only adds waits that are not needed.
   absl::Status s = stream->Synchronize();
   StdMutexLock l(&slots_mu_);
-  slots_[slot].stream.store(nullptr, std::memory_order_release);
   {
+    // The slot's event stays: other streams may still have waits on it queued (it serves the
+    // slot's next stream, on the same device).
     StdMutexLock e(&slots_[slot].event_mu);
-    slots_[slot].event.reset();
+    slots_[slot].stream.store(nullptr, std::memory_order_release);
   }
   slots_[slot].used.store(false, std::memory_order_relaxed);
   OnReleaseStream(stream);

@@ -222,6 +222,8 @@ class Allocator {
   Stream* default_stream() const { return slots_[0].stream.load(std::memory_order_acquire); }
   // Forgets `stream` before it is destroyed: waits (on the host) for its work, so blocks it
   // used are safe for everyone, and frees its slot. NotFound for a stream never used here.
+  // Every stream used with an allocator must be released, or outlive it: the allocator's
+  // destructor waits for the streams it still knows (their work may wait on its events).
   absl::Status ReleaseStream(Stream* stream);
   static constexpr int kMaxStreams = 64;
   // Testing only: hand blocks across streams without waiting (what the stream-order tests
@@ -263,6 +265,9 @@ class Allocator {
   // The same for the slots in `mask`: before memory goes back to the device (an unmap), which
   // no stream may still be using.
   absl::Status SynchronizeSlots(uint64_t mask);
+  // Waits for every stream this allocator has seen and forgets them all (the base destructor
+  // does this; an allocator that owns a stream calls it before destroying the stream).
+  void DetachStreams();
 
   // What an allocation asks of DoAllocate, and what it answers besides the pointer.
   struct AllocationRequest {

@@ -81,7 +81,7 @@ AsyncAllocator::~AsyncAllocator() {
   }
   // The pool's frees are tasks on the streams: let them land before the pool goes.
   stream_->Synchronize().IgnoreError();
-  SynchronizeStreams().IgnoreError();
+  DetachStreams();  // before the stream it may own goes
   pool_.reset();
   owned_stream_.reset();
 }

@@ -246,15 +246,18 @@ absl::Status TraceRecorder::WriteFile(const std::string& path) const {
 
 namespace {
 
-// The one place a replayed event meets its stream. The allocator API takes no stream yet; once
-// it gains AllocateRaw(bytes, Stream*, alignment) (issue 16 part 1), pass `stream` here (and to
-// the free), nothing else in the replay changes. `stream` is nullptr when the caller gave none.
+// The one place a replayed event meets its stream (nullptr: the allocator's default stream).
+// A free on another stream than the block's allocation is a use on that stream, declared as
+// such (RecordStream) before the stream-ordered free.
 inline absl::StatusOr<void*> ReplayAllocate(Allocator& allocator, uint64_t bytes, Stream* stream) {
-  (void)stream;
-  return allocator.AllocateRaw(bytes);
+  return allocator.AllocateRaw(bytes, stream);
 }
-inline absl::Status ReplayFree(Allocator& allocator, void* ptr, Stream* stream) {
-  (void)stream;
+inline absl::Status ReplayFree(Allocator& allocator, void* ptr, Stream* alloc_stream,
+                               Stream* free_stream) {
+  if (ptr != nullptr && free_stream != alloc_stream) {
+    absl::Status s = allocator.RecordStream(ptr, free_stream);
+    if (!s.ok()) return s;
+  }
   return allocator.Deallocate(ptr);
 }
 
@@ -272,6 +275,8 @@ absl::StatusOr<ReplayResult> ReplayTrace(const Trace& trace, Allocator& allocato
   };
   ReplayResult r;
   std::vector<void*> slots(trace.max_live_blocks, nullptr);
+  // Each live block's allocation stream, when there are several.
+  std::vector<Stream*> slot_streams(streams.empty() ? 0 : trace.max_live_blocks, nullptr);
   absl::Status free_error;
   const int64_t start = ThreadCpuNs();
   for (const TraceEvent& e : trace.events) {
@@ -280,6 +285,7 @@ absl::StatusOr<ReplayResult> ReplayTrace(const Trace& trace, Allocator& allocato
       absl::StatusOr<void*> p = ReplayAllocate(allocator, e.bytes, stream_of(e));
       if (p.ok()) {
         slots[e.slot] = *p;
+        if (!slot_streams.empty()) slot_streams[e.slot] = stream_of(e);
         continue;
       }
       slots[e.slot] = nullptr;
@@ -289,7 +295,8 @@ absl::StatusOr<ReplayResult> ReplayTrace(const Trace& trace, Allocator& allocato
       }
       if (stop_at_failure) break;
     } else {
-      absl::Status s = ReplayFree(allocator, slots[e.slot], stream_of(e));
+      Stream* const from = slot_streams.empty() ? nullptr : slot_streams[e.slot];
+      absl::Status s = ReplayFree(allocator, slots[e.slot], from, stream_of(e));
       slots[e.slot] = nullptr;
       if (!s.ok()) {
         free_error = s;

@@ -171,9 +171,10 @@ struct ReplayResult {
 // limit scan only needs to know whether it fits); otherwise failed blocks are skipped. Every
 // block still live at the end is freed (not timed). A failing free is an error.
 // `streams`: empty, or one Stream per trace stream (index = TraceEvent::stream; at least
-// trace.num_streams of them, InvalidArgument otherwise). The allocator API takes no stream yet,
-// so today they are only checked; ReplayAllocate/ReplayFree in trace.cc are the one place that
-// will hand each event's stream to the allocator once it does.
+// trace.num_streams of them, InvalidArgument otherwise). Each allocation is made on its
+// event's stream (Allocator::AllocateRaw(bytes, stream)); a free on another stream than the
+// block's allocation is declared with RecordStream first. Empty: every event on the
+// allocator's default stream.
 absl::StatusOr<ReplayResult> ReplayTrace(const Trace& trace, Allocator& allocator,
                                          bool stop_at_failure,
                                          absl::Span<Stream* const> streams = {});

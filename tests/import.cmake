@@ -15,10 +15,29 @@ if(TARGET vgpu-bench)
     list(GET parts 2 streams)
     list(GET parts 3 reserved)
     string(REGEX REPLACE "[^a-z0-9]" "_" tname "${file}")
+    # Several streams: each on a stream of its own, blocks moving between them behind waits.
+    set(stream_keys "")
+    if(streams GREATER 1)
+      set(stream_keys ",\"cross_stream_reuses\":[1-9][0-9]*,\"stream_waits\":[1-9][0-9]*")
+    endif()
     add_test(NAME vgpu_bench_import_replay_${tname}
       COMMAND sh -c "$<TARGET_FILE:vgpu-bench> replay ${VGPU_IMPORT_DATA}/${file} --min-limit --no-baseline 2>/dev/null | tail -n 1")
     set_tests_properties(vgpu_bench_import_replay_${tname} PROPERTIES LABELS unit
-      PASS_REGULAR_EXPRESSION "^{\"trace\":\"[^\"]*\",\"allocator\":\"bfc\",\"allow_growth\":false,\"events\":[0-9]+,.*\"peak_live_bytes\":6186144,.*\"min_limit_bytes\":[0-9]+,.*\"format\":\"${format}\",\"streams\":${streams},\"original_peak_reserved_bytes\":${reserved}}")
+      PASS_REGULAR_EXPRESSION "^{\"trace\":\"[^\"]*\",\"allocator\":\"bfc\",\"allow_growth\":false,\"events\":[0-9]+,.*\"peak_live_bytes\":6186144,.*\"min_limit_bytes\":[0-9]+,.*\"format\":\"${format}\",\"streams\":${streams},\"original_peak_reserved_bytes\":${reserved}${stream_keys}}")
+  endforeach()
+
+  # A trace with two streams replayed on the host platform's real streams by every allocator:
+  # blocks move between the streams behind event waits (bfc, vmm) or the pool's own order
+  # (async), and every allocation fits at 2x peak live (exit 0).
+  foreach(alloc bfc vmm async)
+    add_test(NAME vgpu_bench_replay_two_streams_host_${alloc}
+      COMMAND sh -c "out=$($<TARGET_FILE:vgpu-bench> replay ${VGPU_IMPORT_DATA}/mlp_two_streams.trace --platform host --allocator ${alloc} --no-baseline 2>/dev/null); rc=$?; echo \"$out\" | tail -n 1; echo \"exit=$rc\"")
+    set(waits "[1-9][0-9]*")
+    if(alloc STREQUAL "async")
+      set(waits "[0-9]+")
+    endif()
+    set_tests_properties(vgpu_bench_replay_two_streams_host_${alloc} PROPERTIES LABELS unit
+      PASS_REGULAR_EXPRESSION "\"allocator\":\"${alloc}\".*\"streams\":2,.*\"stream_waits\":${waits}}\nexit=0")
   endforeach()
 
   # The original allocator's peak is reported next to the min limit.

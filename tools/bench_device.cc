@@ -1,5 +1,7 @@
 // vgpu-bench's address-only device (in vgpu_tools_lib, so the tests' checked fake can build on
 // it): see FakeAddressExecutor in tools/vgpu_bench.h.
+#include <functional>
+#include <memory>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -24,6 +26,41 @@ class FakePlatform final : public Platform {
   std::string Summary() const override { return "fake addresses, no memory"; }
   absl::StatusOr<PhysicalDeviceInfo> Describe(int) override { return NoSuchCall("Describe"); }
   absl::StatusOr<Executor*> GetExecutor(int) override { return NoSuchCall("GetExecutor"); }
+};
+
+// A stream with no work to run (there is no memory to touch): events recorded on it are
+// complete at once and waits cost nothing but the call, which is what replaying a trace with
+// several streams needs to drive the allocators' stream order (slots, masks, waits).
+class OrderOnlyEvent final : public Event {
+ public:
+  absl::StatusOr<bool> Query() override { return true; }
+  absl::Status Synchronize() override { return absl::OkStatus(); }
+};
+
+class OrderOnlyStream final : public Stream {
+ public:
+  explicit OrderOnlyStream(Executor* executor) : executor_(executor) {}
+  Executor* executor() const override { return executor_; }
+  int priority() const override { return 0; }
+  absl::Status MemcpyH2D(void*, const void*, uint64_t) override { return NoWork("MemcpyH2D"); }
+  absl::Status MemcpyD2H(void*, const void*, uint64_t) override { return NoWork("MemcpyD2H"); }
+  absl::Status MemcpyD2D(void*, const void*, uint64_t) override { return NoWork("MemcpyD2D"); }
+  absl::Status Memset8(void*, uint8_t, uint64_t) override { return NoWork("Memset8"); }
+  absl::Status Memset32(void*, uint32_t, uint64_t) override { return NoWork("Memset32"); }
+  absl::Status RecordEvent(Event*) override { return absl::OkStatus(); }
+  absl::Status WaitEvent(Event*) override { return absl::OkStatus(); }
+  absl::Status LaunchHostFunc(std::function<void()> fn) override {
+    fn();
+    return absl::OkStatus();
+  }
+  absl::Status Synchronize() override { return absl::OkStatus(); }
+
+ private:
+  static absl::Status NoWork(const char* call) {
+    return absl::UnimplementedError(
+        absl::StrCat("the fake-address device has no memory to ", call, " (address-only)"));
+  }
+  Executor* const executor_;
 };
 
 }  // namespace
@@ -136,10 +173,10 @@ absl::StatusOr<std::vector<int>> FakeAddressExecutor::PartitionSms(absl::Span<co
   return NoSuchCall("PartitionSms");
 }
 absl::StatusOr<std::unique_ptr<Stream>> FakeAddressExecutor::CreateStream(const StreamOptions&) {
-  return NoSuchCall("CreateStream");
+  return std::unique_ptr<Stream>(std::make_unique<OrderOnlyStream>(this));
 }
 absl::StatusOr<std::unique_ptr<Event>> FakeAddressExecutor::CreateEvent() {
-  return NoSuchCall("CreateEvent");
+  return std::unique_ptr<Event>(std::make_unique<OrderOnlyEvent>());
 }
 absl::StatusOr<Blas*> FakeAddressExecutor::GetBlas() { return NoSuchCall("GetBlas"); }
 absl::StatusOr<Kernels*> FakeAddressExecutor::GetKernels() { return NoSuchCall("GetKernels"); }

@@ -90,7 +90,9 @@ absl::StatusOr<BenchTuning> ReadBenchTuning(const std::function<const char*(cons
 // free counters only (no validation), so a 100 GiB trace replays on any machine and the replay
 // measures the allocator, not this. `physical_capacity` (0 = unlimited) makes
 // CreatePhysicalMemory fail with ResourceExhausted past that many bytes, like a full card.
-// Streams, events, BLAS and kernels are Unimplemented. The tests' checked fake
+// Streams order nothing (no work runs: copies and memsets are Unimplemented) and events are
+// complete at once, enough to replay traces with several streams; BLAS and kernels are
+// Unimplemented. The tests' checked fake
 // (tests/fake_vmm_executor.h) builds on it.
 class FakeAddressExecutor : public Executor {
  public:
