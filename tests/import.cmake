@@ -80,16 +80,22 @@ sed -n 2,3p \"$out\" && $<TARGET_FILE:vgpu-bench> replay \"$out\" --no-baseline 
   endif()
   # A card too small: "fits":false and exit 3.
   add_test(NAME vgpu_bench_plan_does_not_fit
-    COMMAND sh -c "out=$($<TARGET_FILE:vgpu-bench> plan --card 12MiB ${PROJECT_SOURCE_DIR}/tools/traces/mlp_mirrored.trace ${VGPU_IMPORT_DATA}/mlp_two_streams.rmm.csv 2>&1); rc=$?; printf '%s\\n' \"$out\" | tail -n 2; echo \"exit=$rc\"")
+    COMMAND sh -c "out=$($<TARGET_FILE:vgpu-bench> plan --card 12MiB --workspace 0 ${PROJECT_SOURCE_DIR}/tools/traces/mlp_mirrored.trace ${VGPU_IMPORT_DATA}/mlp_two_streams.rmm.csv 2>&1); rc=$?; printf '%s\\n' \"$out\" | tail -n 2; echo \"exit=$rc\"")
   set_tests_properties(vgpu_bench_plan_does_not_fit PROPERTIES LABELS unit
     PASS_REGULAR_EXPRESSION "\"logical_devices\":\"0:8MiB,8MiB\",\"fits\":false}\nvgpu-bench plan: the planned limits \\(16 MiB\\) and the reserve \\(0 B\\) exceed the 12 MiB card\nexit=3")
   # The reserve counts: 16 MiB of limits and 4 MiB reserved fit 20 MiB, not 18 MiB.
   add_test(NAME vgpu_bench_plan_reserve
     COMMAND sh -c "for card in 18MiB 20MiB; do \
-out=$($<TARGET_FILE:vgpu-bench> plan --card $card --reserve 4MiB ${PROJECT_SOURCE_DIR}/tools/traces/mlp_mirrored.trace ${VGPU_IMPORT_DATA}/mlp_two_streams.rmm.csv 2>/dev/null); rc=$?; \
+out=$($<TARGET_FILE:vgpu-bench> plan --card $card --reserve 4MiB --workspace 0 ${PROJECT_SOURCE_DIR}/tools/traces/mlp_mirrored.trace ${VGPU_IMPORT_DATA}/mlp_two_streams.rmm.csv 2>/dev/null); rc=$?; \
 printf '%s\\n' \"$out\" | tail -n 2; echo \"exit=$rc\"; done")
   set_tests_properties(vgpu_bench_plan_reserve PROPERTIES LABELS unit
     PASS_REGULAR_EXPRESSION "\"fits\":false}\nexit=3\nVGPU_ALLOCATOR=bfc VGPU_ALLOW_GROWTH=false VGPU_RESERVED_MEMORY=4194304 VGPU_LOGICAL_DEVICES=\"0:8MiB,8MiB\"\n{.*\"fits\":true}\nexit=0")
+  # Each device's limit holds the runtime's BLAS workspace on top of the workload's (32 MiB
+  # by default, cuBLAS on Hopper): 8 MiB planned + 32 MiB = 40 MiB a device.
+  add_test(NAME vgpu_bench_plan_workspace
+    COMMAND sh -c "$<TARGET_FILE:vgpu-bench> plan --card 1GiB ${PROJECT_SOURCE_DIR}/tools/traces/mlp_mirrored.trace ${VGPU_IMPORT_DATA}/mlp_two_streams.rmm.csv 2>/dev/null | tail -n 1")
+  set_tests_properties(vgpu_bench_plan_workspace PROPERTIES LABELS unit
+    PASS_REGULAR_EXPRESSION "\"workspace_bytes\":33554432,.*\"planned_limit_bytes\":8388608,\"device_limit_bytes\":41943040}.*\"logical_devices\":\"0:40MiB,40MiB\",\"fits\":true}")
   add_test(NAME vgpu_bench_plan_needs_card
     COMMAND sh -c "$<TARGET_FILE:vgpu-bench> plan x.trace 2>&1; echo \"exit=$?\"")
   set_tests_properties(vgpu_bench_plan_needs_card PROPERTIES LABELS unit

@@ -25,7 +25,8 @@ constexpr char kSynopsis[] =
     "                         [--memory-history FILE] [--no-baseline[=BOOL]] [--device N]\n"
     "                         [--allocators bfc,vmm[,async]] [tuning knobs]\n"
     "       vgpu-bench convert IN OUT [--device N]\n"
-    "       vgpu-bench plan --card SIZE [--headroom PERCENT] [--reserve SIZE] [--device N]\n"
+    "       vgpu-bench plan --card SIZE [--headroom PERCENT] [--reserve SIZE] [--workspace SIZE]\n"
+    "                       [--device N]\n"
     "                       TRACE...\n"
     "       vgpu-bench alloc [--allocator bfc|vmm|async] [--platform host|cuda] [--limit SIZE]\n"
     "                        [tuning knobs] [--benchmark_* flags]\n"
@@ -220,6 +221,9 @@ absl::StatusOr<BenchArgs> ParseBenchArgs(const std::vector<std::string>& argv) {
                  "percent added to each min limit (default 5)")
         .Bytes("--reserve", &a.reserve, 0, uint64_t{64} << 40,
                "memory left free on the card, VGPU_RESERVED_MEMORY (default 0)")
+        .Bytes("--workspace", &a.workspace, 0, uint64_t{1} << 30,
+               "added to each device for the BLAS workspace the runtime allocates in it "
+               "(default 32MiB, cuBLAS on Hopper; 0 on the host platform)")
         .Rest("TRACE...", &a.trace_paths, "traces, PyTorch snapshots or RMM logs (1 to 64)");
     device_flag(fs);
   } else if (a.command == "alloc") {

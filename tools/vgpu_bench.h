@@ -56,6 +56,9 @@ struct BenchArgs {
   std::optional<uint64_t> card;
   double headroom_percent = 5;
   uint64_t reserve = 0;
+  // Device memory the runtime takes inside each logical device's limit before the workload
+  // (the BLAS library's workspace: cuBLAS's 32 MiB on compute capability 9.0 and later).
+  uint64_t workspace = uint64_t{32} << 20;
   std::vector<std::string> passthrough;  // other --flags (Google Benchmark's)
   // allreduce
   int devices = 4;

@@ -142,7 +142,7 @@ int RunPlan(const BenchArgs& args) {
     return 1;
   }
   const Policy& policy = kPolicies[chosen];
-  std::vector<uint64_t> planned;
+  std::vector<uint64_t> planned, device_limits;
   std::vector<std::string> sizes;
   chosen_total = 0;
   for (const PlannedTrace& p : traces) {
@@ -169,8 +169,12 @@ int RunPlan(const BenchArgs& args) {
       limit += kPlanGranule;
     }
     planned.push_back(limit);
-    chosen_total += limit;
-    sizes.push_back(SpecBytes(limit));
+    // The device's limit also holds the BLAS workspace the runtime allocates in it.
+    const uint64_t device_limit =
+        (limit + args.workspace + kPlanGranule - 1) / kPlanGranule * kPlanGranule;
+    device_limits.push_back(device_limit);
+    chosen_total += device_limit;
+    sizes.push_back(SpecBytes(device_limit));
   }
   const std::string logical_devices = absl::StrCat("0:", absl::StrJoin(sizes, ","));
   const bool fits = args.reserve <= card && chosen_total <= card - args.reserve;
@@ -183,26 +187,29 @@ int RunPlan(const BenchArgs& args) {
   auto cell = [](const std::optional<uint64_t>& v) {
     return v ? FormatBytes(*v) : std::string("over 11x");
   };
-  std::printf("%-6s %-28s %-16s %-12s %-12s %-12s %-12s %-12s %-12s\n", "device", "trace", "format",
-              "peak live", "bfc", "bfc+growth", "vmm", "vmm+growth", "planned");
+  std::printf("%-6s %-28s %-16s %-12s %-12s %-12s %-12s %-12s %-12s %-12s\n", "device", "trace",
+              "format", "peak live", "bfc", "bfc+growth", "vmm", "vmm+growth", "planned", "device");
   for (size_t t = 0; t < traces.size(); ++t) {
     const PlannedTrace& p = traces[t];
     std::string cells[kNumPolicies];
     for (int i = 0; i < kNumPolicies; ++i) {
       cells[i] = absl::StrCat(cell(p.min_limit[i]), i == p.best ? "*" : "");
     }
-    std::printf("GPU:%-2zu %-28s %-16s %-12s %-12s %-12s %-12s %-12s %-12s\n", t,
+    std::printf("GPU:%-2zu %-28s %-16s %-12s %-12s %-12s %-12s %-12s %-12s %-12s\n", t,
                 p.trace.name.substr(0, 28).c_str(), p.trace.format.c_str(),
                 FormatBytes(p.trace.peak_live_bytes).c_str(), cells[0].c_str(), cells[1].c_str(),
-                cells[2].c_str(), cells[3].c_str(), FormatBytes(planned[t]).c_str());
+                cells[2].c_str(), cells[3].c_str(), FormatBytes(planned[t]).c_str(),
+                FormatBytes(device_limits[t]).c_str());
   }
   std::printf(
       "min limits: the scan of `replay --min-limit` (* = that trace's smallest); planned = the "
       "min limit of %s, growth %s (the smallest total of the four: one allocator and growth "
       "policy serve every logical device) + %s%% headroom, rounded up to %s, replayed once "
-      "at that limit to check\n",
+      "at that limit to check; each device's limit adds %s for the BLAS workspace the runtime "
+      "allocates in it (--workspace)\n",
       policy.allocator, policy.growth ? "on" : "off",
-      absl::StrFormat("%g", args.headroom_percent).c_str(), FormatBytes(kPlanGranule).c_str());
+      absl::StrFormat("%g", args.headroom_percent).c_str(), FormatBytes(kPlanGranule).c_str(),
+      FormatBytes(args.workspace).c_str());
   std::printf("card %s, reserve %s: the logical devices take %s, %s\n", FormatBytes(card).c_str(),
               FormatBytes(args.reserve).c_str(), FormatBytes(chosen_total).c_str(),
               fits ? "fits" : "DOES NOT FIT");
@@ -214,6 +221,7 @@ int RunPlan(const BenchArgs& args) {
   w.Field("reserve_bytes", args.reserve);
   w.Field("headroom_percent", args.headroom_percent);
   w.Field("granule_bytes", kPlanGranule);
+  w.Field("workspace_bytes", args.workspace);
   w.Field("allocator", std::string(policy.allocator));
   w.Field("allow_growth", policy.growth);
   w.Field("total_bytes", chosen_total);
@@ -247,6 +255,7 @@ int RunPlan(const BenchArgs& args) {
     w.EndObject();
     w.Field("best", std::string(p.best >= 0 ? kPolicies[p.best].key : ""));
     w.Field("planned_limit_bytes", planned[t]);
+    w.Field("device_limit_bytes", device_limits[t]);
     w.EndObject();
   }
   w.EndArray();
