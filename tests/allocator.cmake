@@ -15,7 +15,7 @@ if [ ! -f \"$t\" ]; then echo \"SKIPPED: $t is absent\"; exit 0; fi; \
 $<TARGET_FILE:vgpu-bench> replay \"$t\" --min-limit ${flag} 2>/dev/null | tail -n 1")
   set_tests_properties(vgpu_bench_replay_json_growth_${growth} PROPERTIES LABELS bench TIMEOUT 300
     SKIP_REGULAR_EXPRESSION "SKIPPED:"
-    PASS_REGULAR_EXPRESSION "^{\"trace\":\"transformer_train\",\"allocator\":\"bfc\",\"allow_growth\":(true|false),\"events\":6888,\"ns_per_op\":[0-9.e+]+,\"baseline_ns_per_op\":[0-9.e+]+,\"peak_live_bytes\":10762125316,\"peak_reserved_bytes\":[0-9]+,\"min_limit_bytes\":[0-9]+,\"min_limit_ratio\":1\\.0[0-9]*,\"first_fit_ratio\":1\\.0[0-9]*,\"peak_rss_bytes\":[0-9]+}")
+    PASS_REGULAR_EXPRESSION "^{\"trace\":\"transformer_train\",\"allocator\":\"bfc\",\"allow_growth\":(true|false),\"events\":6888,\"ns_per_op\":[0-9.e+]+,\"baseline_ns_per_op\":[0-9.e+]+,\"peak_live_bytes\":10762125316,\"peak_reserved_bytes\":[0-9]+,\"min_limit_bytes\":[0-9]+,\"min_limit_ratio\":1\\.0[0-9]*,\"first_fit_ratio\":1\\.0[0-9]*,\"peak_rss_bytes\":[0-9]+,\"map_calls_per_kop\":[0-9.e+]+,\"unmap_calls_per_kop\":[0-9.e+]+}")
 endforeach()
 
 # Memory bars of docs/allocator.md ("Measured") on the limit scan (--min-limit is deterministic: fake

@@ -13,6 +13,7 @@
 #include "absl/strings/str_format.h"
 #include "vgpu/allocator/memory_history.h"
 #include "vgpu/allocator/trace.h"
+#include "vgpu/allocator/vmm_allocator.h"
 #include "vgpu/runtime/bytes.h"
 #include "vgpu/runtime/json.h"
 #include "vgpu/tools/vgpu_bench.h"
@@ -174,6 +175,9 @@ int RunReplay(const BenchArgs& args) {
   uint64_t peak_reserved = 0;
   // vmm only: backend Map calls (cuMemMap + cuMemSetAccess on cuda) per GiB mapped, run 0.
   std::optional<double> map_calls_per_gib;
+  // Device map / unmap calls (vmm: Map/Unmap, one cuMemMap/cuMemUnmap each; bfc: regions taken
+  // from and given back to the sub-allocator) per 1000 trace events, run 0.
+  double map_calls_per_kop = 0, unmap_calls_per_kop = 0;
   ReplayResult first;
   double setup_ms = 0;
   for (int run = 0; run < kMaxTimedRuns; ++run) {
@@ -206,6 +210,15 @@ int RunReplay(const BenchArgs& args) {
                            static_cast<double>(stats.mapping_granularity) /
                            double(uint64_t{1} << 30);
         if (gib > 0) map_calls_per_gib = static_cast<double>(stats.map_calls) / gib;
+      }
+      const double kops = static_cast<double>(trace->events.size()) / 1000.0;
+      if (const auto* vmm = dynamic_cast<const VmmAllocator*>(&allocator); vmm != nullptr) {
+        const VmmAllocator::GranuleCounts g = vmm->Granules();
+        map_calls_per_kop = static_cast<double>(g.map_calls) / kops;
+        unmap_calls_per_kop = static_cast<double>(g.unmap_calls) / kops;
+      } else {
+        map_calls_per_kop = static_cast<double>(stats.regions_mapped) / kops;
+        unmap_calls_per_kop = static_cast<double>(stats.regions_unmapped) / kops;
       }
     }
     best_ns = best_ns < 0 ? r->elapsed_ns : std::min(best_ns, r->elapsed_ns);
@@ -279,6 +292,8 @@ int RunReplay(const BenchArgs& args) {
   // Issue 13 (vmm only): contiguous granules map in one call; 512 per GiB would be one per
   // 2 MiB granule.
   if (map_calls_per_gib) w.Field("vmm_map_calls_per_gib", *map_calls_per_gib);
+  w.Field("map_calls_per_kop", map_calls_per_kop);
+  w.Field("unmap_calls_per_kop", unmap_calls_per_kop);
   w.EndObject();
   std::printf("%s\n", w.str().c_str());
   std::fflush(stdout);
