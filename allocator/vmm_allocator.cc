@@ -181,7 +181,8 @@ absl::Status VmmAllocator::Init() {
     bulk_ = *h;
     granules_.resize(limit_granules_);
     free_granules_.reserve(limit_granules_);
-    for (uint64_t i = 0; i < limit_granules_; ++i) granules_[i] = Granule{bulk_, i * g};
+    for (uint64_t i = 0; i < limit_granules_; ++i) granules_[i] = Granule{bulk_, i * g, 0};
+    runs_.push_back(Run{bulk_, limit_granules_, limit_granules_});
     // Reversed so pops hand out ascending, physically contiguous granules.
     for (uint64_t i = limit_granules_; i-- > 0;) free_granules_.push_back(static_cast<uint32_t>(i));
     created_granules_ = limit_granules_;
@@ -267,6 +268,7 @@ absl::StatusOr<void*> VmmAllocator::AllocateLarge(uint64_t bytes, uint64_t align
   range->requested = bytes;
   void* p = range->ptr;
   block_granules_ += count;
+  peak_block_granules_ = std::max(peak_block_granules_, block_granules_);
   blocks_.emplace(p, std::move(range));
   uint64_t large = large_in_use_.fetch_add(count * granularity_) + count * granularity_;
   ++num_allocs_;
@@ -344,11 +346,12 @@ absl::Status VmmAllocator::DoDeallocate(void* ptr) {
       large_in_use_ -= count * granularity_;
       ++num_frees_;
       NotifyEvent(AllocatorEventKind::kFree, ptr, count * granularity_);
-      const bool cached = count <= cache_limit_granules_;
+      const uint64_t cap = CacheCapLocked();
+      const bool cached = count <= cap;
       if (cached) {
         cached_granules_ += count;
         cache_[count].push_back(std::move(range));
-        while (cached_granules_ > cache_limit_granules_) VGPU_RETURN_IF_ERROR(EvictOneLocked());
+        while (cached_granules_ > cap) VGPU_RETURN_IF_ERROR(EvictOneLocked());
       } else {
         VGPU_RETURN_IF_ERROR(UnmapRangeLocked(std::move(range)));
       }
@@ -399,7 +402,24 @@ absl::Status VmmAllocator::GiveBackIfIdle(const void* last_range, uint64_t last_
   return absl::OkStatus();
 }
 
+uint64_t VmmAllocator::CacheCapLocked() const {
+  if (!options_.allow_growth || options_.cache_peak_headroom_divisor == 0) {
+    return cache_limit_granules_;
+  }
+  // Growth on: cached granules plus those in blocks stay within 1 + 1/divisor of the most ever
+  // in blocks, so the cache is large between peaks and gives way near one.
+  const uint64_t target =
+      peak_block_granules_ + peak_block_granules_ / options_.cache_peak_headroom_divisor;
+  const uint64_t room = target > block_granules_ ? target - block_granules_ : 0;
+  return std::min(cache_limit_granules_, std::max(keep_granules_, room));
+}
+
 absl::Status VmmAllocator::EnsureFreeGranulesLocked(uint64_t count) {
+  // Growth: a cache over its cap gives its granules to this request before new ones are made.
+  while (options_.allow_growth && free_granules_.size() < count && cached_granules_ > 0 &&
+         cached_granules_ > CacheCapLocked()) {
+    VGPU_RETURN_IF_ERROR(EvictOneLocked());
+  }
   while (mapped_granules_ + count > limit_granules_ && cached_granules_ > 0) {
     VGPU_RETURN_IF_ERROR(EvictOneLocked());
   }
@@ -413,7 +433,15 @@ absl::Status VmmAllocator::EnsureFreeGranulesLocked(uint64_t count) {
                                               " free granules below the limit; expected ",
                                               limit_granules_ - mapped_granules_));
     }
-    absl::StatusOr<PhysicalMemoryHandle> h = executor_->CreatePhysicalMemory(granularity_);
+    // All missing granules in one physical allocation (one driver call, and they map as one
+    // contiguous run); when the device refuses that, one granule at a time.
+    const uint64_t missing = count - free_granules_.size();
+    uint64_t n = missing;
+    absl::StatusOr<PhysicalMemoryHandle> h = executor_->CreatePhysicalMemory(n * granularity_);
+    if (!h.ok() && n > 1) {
+      n = 1;
+      h = executor_->CreatePhysicalMemory(granularity_);
+    }
     if (!h.ok()) {
       if (cached_granules_ > 0) {
         VGPU_RETURN_IF_ERROR(EvictOneLocked());
@@ -422,17 +450,30 @@ absl::Status VmmAllocator::EnsureFreeGranulesLocked(uint64_t count) {
       return absl::ResourceExhaustedError(
           absl::StrCat("the device refused a new granule: ", h.status().message()));
     }
-    uint32_t slot;
-    if (!free_slots_.empty()) {
-      slot = free_slots_.back();
-      free_slots_.pop_back();
-      granules_[slot] = Granule{*h, 0};
+    uint32_t run;
+    if (!free_run_slots_.empty()) {
+      run = free_run_slots_.back();
+      free_run_slots_.pop_back();
+      runs_[run] = Run{*h, n, n};
     } else {
-      slot = static_cast<uint32_t>(granules_.size());
-      granules_.push_back(Granule{*h, 0});
+      run = static_cast<uint32_t>(runs_.size());
+      runs_.push_back(Run{*h, n, n});
     }
-    free_granules_.push_back(slot);
-    ++created_granules_;
+    // Highest offset first: the pool is LIFO, so the granules come out ascending.
+    for (uint64_t k = n; k-- > 0;) {
+      const Granule granule{*h, k * granularity_, run};
+      uint32_t slot;
+      if (!free_slots_.empty()) {
+        slot = free_slots_.back();
+        free_slots_.pop_back();
+        granules_[slot] = granule;
+      } else {
+        slot = static_cast<uint32_t>(granules_.size());
+        granules_.push_back(granule);
+      }
+      free_granules_.push_back(slot);
+    }
+    created_granules_ += n;
   }
   return absl::OkStatus();
 }
@@ -496,6 +537,7 @@ absl::Status VmmAllocator::GrowRangeLocked(Range* range, uint64_t count) {
     range->run_starts.push_back(i);
     for (uint64_t k = 0; k < n; ++k) {
       range->granules.push_back(free_granules_.back());
+      --runs_[granules_[free_granules_.back()].run].free;
       free_granules_.pop_back();
     }
     mapped_granules_ += n;
@@ -541,6 +583,7 @@ absl::Status VmmAllocator::ShrinkRangeLocked(Range* range, uint64_t count) {
     // From the end, so the pool (LIFO) hands them out again in their old order.
     while (range->granules.size() > keep) {
       free_granules_.push_back(range->granules.back());
+      ++runs_[granules_[range->granules.back()].run].free;
       range->granules.pop_back();
       --mapped_granules_;
       ++regions_unmapped_;
@@ -596,14 +639,36 @@ absl::Status VmmAllocator::EpochGiveBackLocked() {
 }
 
 absl::Status VmmAllocator::GiveBackLocked(uint64_t keep) {
-  while (free_granules_.size() > keep) {
-    uint32_t slot = free_granules_.back();
-    VGPU_RETURN_IF_ERROR(executor_->ReleasePhysicalMemory(granules_[slot].handle));
-    free_granules_.pop_back();
-    granules_[slot] = Granule{};
-    free_slots_.push_back(slot);
-    --created_granules_;
+  // Granules are created in runs (one physical allocation each, EnsureFreeGranulesLocked) and a
+  // run goes back to the device only whole: wholly free runs are released, the ones handed out
+  // last first, until at most `keep` granules are free.
+  uint64_t left = free_granules_.size();
+  bool released = false;
+  for (size_t i = free_granules_.size(); i-- > 0 && left > keep;) {
+    Run& run = runs_[granules_[free_granules_[i]].run];
+    if (run.free != run.total || run.total == 0) continue;
+    VGPU_RETURN_IF_ERROR(executor_->ReleasePhysicalMemory(run.handle));
+    left -= run.total;
+    run.total = 0;  // released; its slot is recycled below
+    released = true;
   }
+  if (!released) return absl::OkStatus();
+  size_t out = 0;
+  for (uint32_t slot : free_granules_) {
+    const uint32_t r = granules_[slot].run;
+    if (runs_[r].total == 0) {
+      if (runs_[r].free != 0) {  // first granule of a released run: recycle the run's slot
+        runs_[r] = Run{};
+        free_run_slots_.push_back(r);
+      }
+      granules_[slot] = Granule{};
+      free_slots_.push_back(slot);
+      --created_granules_;
+    } else {
+      free_granules_[out++] = slot;
+    }
+  }
+  free_granules_.resize(out);
   free_low_water_ = std::min<uint64_t>(free_low_water_, free_granules_.size());
   return absl::OkStatus();
 }
@@ -840,6 +905,8 @@ absl::Status VmmAllocator::CheckInvariants() const {
     return fail("slab BFC holds ", slab.bytes_reserved, " bytes, slabs map ",
                 n_slabs * granularity_);
   }
+  // (The growth cap, CacheCapLocked, shrinks as blocks are allocated: a soft target, enforced
+  // when blocks are freed or need granules.)
   if (cached_granules_ > cache_limit_granules_) {
     return fail("cache holds ", cached_granules_, " granules over its limit ",
                 cache_limit_granules_);

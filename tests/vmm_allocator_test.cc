@@ -278,8 +278,11 @@ TEST(VmmAllocatorTest, GrowthGivesGranulesBackToTheDevice) {
       ASSERT_THAT(CheckFakeVmm(f), IsOk());
     }
   }
-  EXPECT_EQ(f.alloc->Granules().free, 5u);  // 3 in use each step + the reserve of 2
-  EXPECT_EQ(f.backend->physical_bytes(), 6 * kG);
+  // 3 in use each step + the reserve of 2, or fewer: granules are created in runs (the 10 of
+  // `big` in one physical allocation) and a run goes back whole once all of it is free.
+  EXPECT_LE(f.alloc->Granules().free, 5u);
+  EXPECT_LE(f.backend->physical_bytes(), 6 * kG);
+  EXPECT_LT(f.backend->physical_bytes(), 11 * kG);
   // Idle: everything goes back.
   ASSERT_THAT(f.alloc->Deallocate(*keep), IsOk());
   EXPECT_EQ(f.backend->physical_bytes(), 0u);
