@@ -238,18 +238,25 @@ absl::StatusOr<void*> VmmAllocator::AllocateSmall(uint64_t bytes, uint64_t align
 
 absl::StatusOr<void*> VmmAllocator::AllocateLarge(uint64_t bytes, uint64_t alignment) {
   const uint64_t count = CeilDiv(bytes, granularity_);
+  // Tail sharing for sizes that are not whole granules (and default alignment).
+  const uint64_t rounded = AlignUp(bytes, kDefaultAlignment);
+  const bool share = options_.share_tail_granules && alignment <= kDefaultAlignment &&
+                     rounded % granularity_ != 0;
+  auto map = [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS {  // under mu_, taken below
+    return share ? MapSharedRangeLocked(rounded) : MapRangeLocked(count, alignment);
+  };
   // Locked by hand: the retry below drops the lock in the middle.
   mu_.Lock();
-  std::unique_ptr<Range> range = TakeCachedLocked(count, alignment);
+  std::unique_ptr<Range> range = share ? nullptr : TakeCachedLocked(count, alignment);
   if (range == nullptr) {
-    absl::StatusOr<std::unique_ptr<Range>> r = MapRangeLocked(count, alignment);
+    absl::StatusOr<std::unique_ptr<Range>> r = map();
     if (!r.ok() && absl::IsResourceExhausted(r.status()) && slabs_ != nullptr) {
       // Empty slabs hold granules too: let the slab BFC give them back, then retry. Its lock
       // comes before ours, so ours is dropped meanwhile.
       mu_.Unlock();
       slabs_->ReleaseEmptyRegions().IgnoreError();
       mu_.Lock();
-      r = MapRangeLocked(count, alignment);
+      r = map();
     }
     if (!r.ok()) {
       if (!absl::IsResourceExhausted(r.status())) {
@@ -266,11 +273,18 @@ absl::StatusOr<void*> VmmAllocator::AllocateLarge(uint64_t bytes, uint64_t align
     range = *std::move(r);
   }
   range->requested = bytes;
-  void* p = range->ptr;
-  block_granules_ += count;
+  if (range->head == kNoGranule && range->tail == kNoGranule) {
+    range->user_ptr = range->ptr;
+    range->footprint = range->granules.size() * granularity_;
+  } else {
+    ++shared_blocks_;
+  }
+  void* p = range->user_ptr;
+  const uint64_t footprint = range->footprint;
+  block_granules_ += range->granules.size();
   peak_block_granules_ = std::max(peak_block_granules_, block_granules_);
   blocks_.emplace(p, std::move(range));
-  uint64_t large = large_in_use_.fetch_add(count * granularity_) + count * granularity_;
+  uint64_t large = large_in_use_.fetch_add(footprint) + footprint;
   ++num_allocs_;
   AtomicMax(largest_alloc_, bytes);
   NotePeak(large + small_in_use_.load(std::memory_order_relaxed));
@@ -333,37 +347,54 @@ std::unique_ptr<VmmAllocator::Range> VmmAllocator::TakeCachedLocked(uint64_t cou
   return nullptr;
 }
 
+absl::Status VmmAllocator::FreeLarge(void* ptr, bool* found) {
+  StdMutexLock l(&mu_);
+  auto b = blocks_.find(ptr);
+  *found = b != blocks_.end();
+  if (!*found) return absl::OkStatus();
+  std::unique_ptr<Range> range = std::move(b->second);
+  blocks_.erase(b);
+  const uint64_t count = range->granules.size();
+  block_granules_ -= count;
+  large_in_use_ -= range->footprint;
+  ++num_frees_;
+  NotifyEvent(AllocatorEventKind::kFree, ptr, range->footprint);
+  const bool shared = range->head != kNoGranule || range->tail != kNoGranule;
+  const uint64_t cap = CacheCapLocked();
+  const bool cached = !shared && count <= cap;
+  if (shared) {
+    --shared_blocks_;
+    VGPU_RETURN_IF_ERROR(UnmapSharedRangeLocked(std::move(range)));
+  } else if (cached) {
+    cached_granules_ += count;
+    cache_[count].push_back(std::move(range));
+    while (cached_granules_ > cap) VGPU_RETURN_IF_ERROR(EvictOneLocked());
+  } else {
+    VGPU_RETURN_IF_ERROR(UnmapRangeLocked(std::move(range)));
+  }
+  if (!options_.allow_growth) return absl::OkStatus();
+  VGPU_RETURN_IF_ERROR(EpochGiveBackLocked());
+  if (!IdleLocked()) return absl::OkStatus();
+  l.Release();
+  return GiveBackIfIdle(cached ? ptr : nullptr, cached ? count : 0);
+}
+
 absl::Status VmmAllocator::DoDeallocate(void* ptr) {
-  // Large blocks start on a granule; anything else can only be a small block, and the slab
-  // BFC checks it without our lock.
-  if (reinterpret_cast<uintptr_t>(ptr) % granularity_ == 0) {
-    StdMutexLock l(&mu_);
-    if (auto b = blocks_.find(ptr); b != blocks_.end()) {
-      std::unique_ptr<Range> range = std::move(b->second);
-      blocks_.erase(b);
-      const uint64_t count = range->granules.size();
-      block_granules_ -= count;
-      large_in_use_ -= count * granularity_;
-      ++num_frees_;
-      NotifyEvent(AllocatorEventKind::kFree, ptr, count * granularity_);
-      const uint64_t cap = CacheCapLocked();
-      const bool cached = count <= cap;
-      if (cached) {
-        cached_granules_ += count;
-        cache_[count].push_back(std::move(range));
-        while (cached_granules_ > cap) VGPU_RETURN_IF_ERROR(EvictOneLocked());
-      } else {
-        VGPU_RETURN_IF_ERROR(UnmapRangeLocked(std::move(range)));
-      }
-      if (!options_.allow_growth) return absl::OkStatus();
-      VGPU_RETURN_IF_ERROR(EpochGiveBackLocked());
-      if (!IdleLocked()) return absl::OkStatus();
-      l.Release();
-      return GiveBackIfIdle(cached ? ptr : nullptr, cached ? count : 0);
-    }
+  // Large blocks start on a granule, except those whose head is a shared granule; anything
+  // else is a small block, and the slab BFC checks it without our lock.
+  const bool aligned = reinterpret_cast<uintptr_t>(ptr) % granularity_ == 0;
+  if (aligned) {
+    bool found = false;
+    absl::Status s = FreeLarge(ptr, &found);
+    if (found) return s;
   }
   absl::Status s = slabs_->Deallocate(ptr);
   if (absl::IsInvalidArgument(s)) {
+    if (!aligned && shared_blocks_.load(std::memory_order_relaxed) > 0) {
+      bool found = false;
+      absl::Status f = FreeLarge(ptr, &found);
+      if (found) return f;
+    }
     return absl::InvalidArgumentError(absl::StrCat(
         name(), ": Deallocate(", P(ptr),
         ") is not a live allocation of this allocator (double free or foreign pointer)"));
@@ -476,6 +507,149 @@ absl::Status VmmAllocator::EnsureFreeGranulesLocked(uint64_t count) {
     created_granules_ += n;
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<VmmAllocator::Range>> VmmAllocator::MapSharedRangeLocked(
+    uint64_t bytes) {
+  const uint64_t g = granularity_;
+  // Head: the largest open upper part that the block covers whole.
+  auto head_it = open_upper_.end();
+  uint64_t h = 0;
+  if (!open_upper_.empty()) {
+    auto it = open_upper_.upper_bound(bytes);
+    if (it != open_upper_.begin()) {
+      head_it = std::prev(it);
+      h = head_it->first;
+    }
+  }
+  const uint64_t k = (bytes - h) / g, t = (bytes - h) % g;
+  // Tail: the smallest open lower part that holds it, else a fresh granule.
+  auto tail_it = open_lower_.end();
+  if (t > 0) tail_it = open_lower_.lower_bound(t);
+  const bool fresh_tail = t > 0 && tail_it == open_lower_.end();
+  VGPU_RETURN_IF_ERROR(EnsureFreeGranulesLocked(k + (fresh_tail ? 1 : 0)));
+  auto range = std::make_unique<Range>();
+  const uint64_t views = (h > 0 ? 1 : 0) + k + (t > 0 ? 1 : 0);
+  range->reserved_bytes = views * g;
+  VGPU_ASSIGN_OR_RETURN(range->reserved, executor_->ReserveAddressRange(range->reserved_bytes));
+  if (reinterpret_cast<uint64_t>(range->reserved) % g != 0) {
+    executor_->FreeAddressRange(range->reserved, range->reserved_bytes).IgnoreError();
+    range->reserved_bytes += g;
+    VGPU_ASSIGN_OR_RETURN(range->reserved, executor_->ReserveAddressRange(range->reserved_bytes));
+  }
+  char* base = reinterpret_cast<char*>(AlignUp(reinterpret_cast<uint64_t>(range->reserved), g));
+  range->ptr = base + (h > 0 ? g : 0);
+  auto give_up = [&](absl::Status s) {
+    executor_->FreeAddressRange(range->reserved, range->reserved_bytes).IgnoreError();
+    return s;
+  };
+  if (h > 0) {
+    const Granule& head = granules_[head_it->second];
+    absl::Status s = executor_->Map(base, g, head.handle, head.offset);
+    if (!s.ok()) return give_up(s);
+    ++map_calls_;
+  }
+  char* tail_va = static_cast<char*>(range->ptr) + k * g;
+  absl::Status s = GrowRangeLocked(range.get(), k);
+  if (s.ok() && t > 0) {
+    const uint32_t slot = fresh_tail ? free_granules_.back() : tail_it->second;
+    s = executor_->Map(tail_va, g, granules_[slot].handle, granules_[slot].offset);
+    if (s.ok()) ++map_calls_;
+  }
+  if (!s.ok()) {
+    ShrinkRangeLocked(range.get(), 0).IgnoreError();
+    if (h > 0) executor_->Unmap(base, g).IgnoreError();
+    return give_up(s);
+  }
+  // Everything is mapped: take the head and tail.
+  if (h > 0) {
+    range->head = head_it->second;
+    range->head_bytes = h;
+    shared_[range->head].upper_live = true;
+    ++double_mapped_;
+    open_upper_.erase(head_it);
+  }
+  if (fresh_tail) {
+    const uint32_t slot = free_granules_.back();
+    free_granules_.pop_back();
+    --runs_[granules_[slot].run].free;
+    const uint64_t split = t;  // a multiple of 256: the next block's head starts there
+    shared_[slot] = SharedGranule{split, true, false};
+    open_upper_.emplace(g - split, slot);
+    range->tail = slot;
+    ++mapped_granules_;
+    ++regions_mapped_;
+    free_low_water_ = std::min<uint64_t>(free_low_water_, free_granules_.size());
+    peak_mapped_ = std::max(peak_mapped_, mapped_granules_);
+    mapped_bytes_.store(mapped_granules_ * g);
+    NotifyEvent(AllocatorEventKind::kMap, tail_va, g);
+  } else if (t > 0) {
+    range->tail = tail_it->second;
+    shared_[range->tail].lower_live = true;
+    ++double_mapped_;
+    open_lower_.erase(tail_it);
+  }
+  range->user_ptr = static_cast<char*>(range->ptr) - h;
+  range->footprint = bytes;
+  return range;
+}
+
+void VmmAllocator::ReleaseSharedLocked(uint32_t granule) {
+  auto it = shared_.find(granule);
+  const uint64_t g = granularity_;
+  // Wherever it is still offered.
+  for (auto* open : {&open_upper_, &open_lower_}) {
+    const uint64_t key = open == &open_upper_ ? g - it->second.split : it->second.split;
+    auto [lo, hi] = open->equal_range(key);
+    for (auto o = lo; o != hi; ++o) {
+      if (o->second == granule) {
+        open->erase(o);
+        break;
+      }
+    }
+  }
+  shared_.erase(it);
+  free_granules_.push_back(granule);
+  ++runs_[granules_[granule].run].free;
+  --mapped_granules_;
+  ++regions_unmapped_;
+  mapped_bytes_.store(mapped_granules_ * g);
+}
+
+absl::Status VmmAllocator::UnmapSharedRangeLocked(std::unique_ptr<Range> range) {
+  const uint64_t g = granularity_;
+  char* ptr = static_cast<char*>(range->ptr);
+  absl::Status status;
+  if (range->head != kNoGranule) {
+    status.Update(executor_->Unmap(ptr - g, g));
+    ++unmap_calls_;
+    SharedGranule& sg = shared_[range->head];
+    sg.upper_live = false;
+    if (sg.lower_live) {
+      --double_mapped_;
+      open_upper_.emplace(g - sg.split, range->head);
+    } else {
+      ReleaseSharedLocked(range->head);
+      NotifyEvent(AllocatorEventKind::kUnmap, ptr - g, g);
+    }
+  }
+  if (range->tail != kNoGranule) {
+    char* tail_va = ptr + range->granules.size() * g;
+    status.Update(executor_->Unmap(tail_va, g));
+    ++unmap_calls_;
+    SharedGranule& sg = shared_[range->tail];
+    sg.lower_live = false;
+    if (sg.upper_live) {
+      --double_mapped_;
+      open_lower_.emplace(sg.split, range->tail);
+    } else {
+      ReleaseSharedLocked(range->tail);
+      NotifyEvent(AllocatorEventKind::kUnmap, tail_va, g);
+    }
+  }
+  status.Update(ShrinkRangeLocked(range.get(), 0));
+  status.Update(executor_->FreeAddressRange(range->reserved, range->reserved_bytes));
+  return status;
 }
 
 absl::StatusOr<std::unique_ptr<VmmAllocator::Range>> VmmAllocator::MapRangeLocked(
@@ -752,6 +926,8 @@ VmmAllocator::GranuleCounts VmmAllocator::Granules() const {
   c.cache_evictions = cache_evictions_;
   c.map_calls = map_calls_;
   c.unmap_calls = unmap_calls_;
+  c.shared = shared_.size();
+  c.views = mapped_granules_ + double_mapped_;
   return c;
 }
 
@@ -776,6 +952,7 @@ std::string VmmAllocator::DumpMemoryLog() const {
     for (uint32_t i : free_granules_) map[i] = '.';
     for (const auto& [p, r] : blocks_)
       for (uint32_t i : r->granules) map[i] = 'B';
+    for (const auto& [i, sg] : shared_) map[i] = 'B';
     for (const auto& [p, r] : slab_ranges_)
       for (uint32_t i : r->granules) map[i] = 'S';
     for (const auto& [n, rs] : cache_)
@@ -838,7 +1015,9 @@ absl::Status VmmAllocator::CheckInvariants() const {
   uint64_t n_blocks = 0, n_cache = 0, n_slabs = 0, large = 0;
   // Runs under mu_ (held above); the analysis does not follow lambdas.
   auto visit = [&](const Range& r, uint64_t* total) ABSL_NO_THREAD_SAFETY_ANALYSIS -> absl::Status {
-    if (r.granules.empty()) return fail("empty range at ", P(r.ptr));
+    if (r.granules.empty() && r.head == kNoGranule && r.tail == kNoGranule) {
+      return fail("empty range at ", P(r.ptr));
+    }
     uint64_t off = reinterpret_cast<uint64_t>(r.ptr) - reinterpret_cast<uint64_t>(r.reserved);
     if (off + r.granules.size() * granularity_ > r.reserved_bytes) {
       return fail("range at ", P(r.ptr), " overruns its reservation");
@@ -852,10 +1031,34 @@ absl::Status VmmAllocator::CheckInvariants() const {
     *total += r.granules.size();
     return absl::OkStatus();
   };
+  absl::flat_hash_map<uint32_t, int> lower_refs, upper_refs;
   for (const auto& [p, r] : blocks_) {
-    if (p != r->ptr) return fail("block key ", P(p), " != ptr ", P(r->ptr));
+    if (p != r->user_ptr) return fail("block key ", P(p), " != ptr ", P(r->user_ptr));
     VGPU_RETURN_IF_ERROR(visit(*r, &n_blocks));
-    large += r->granules.size() * granularity_;
+    large += r->footprint;
+    if (r->head != kNoGranule) ++upper_refs[r->head];
+    if (r->tail != kNoGranule) ++lower_refs[r->tail];
+  }
+  uint64_t both = 0, open_upper = 0, open_lower = 0;
+  for (const auto& [i, sg] : shared_) {
+    if (i >= granules_.size() || granules_[i].handle.bytes == 0) {
+      return fail("shared granule ", i, " does not exist");
+    }
+    if (seen[i]++) return fail("shared granule ", i, " is also elsewhere");
+    if (lower_refs[i] != (sg.lower_live ? 1 : 0) || upper_refs[i] != (sg.upper_live ? 1 : 0)) {
+      return fail("shared granule ", i, " is used by ", lower_refs[i], "/", upper_refs[i],
+                  " blocks, marked ", sg.lower_live, "/", sg.upper_live);
+    }
+    if (!sg.lower_live && !sg.upper_live) return fail("shared granule ", i, " is unused");
+    both += sg.lower_live && sg.upper_live;
+    open_upper += sg.lower_live && !sg.upper_live;
+    open_lower += !sg.lower_live && sg.upper_live;
+  }
+  if (lower_refs.size() + upper_refs.size() > 2 * shared_.size() || both != double_mapped_ ||
+      open_upper != open_upper_.size() || open_lower != open_lower_.size()) {
+    return fail("shared granules: ", both, " used twice (counted ", double_mapped_, "), open ",
+                open_upper, "/", open_lower, " but offered ", open_upper_.size(), "/",
+                open_lower_.size());
   }
   for (const auto& [p, r] : slab_ranges_) VGPU_RETURN_IF_ERROR(visit(*r, &n_slabs));
   for (const auto& [n, rs] : cache_) {
@@ -881,9 +1084,9 @@ absl::Status VmmAllocator::CheckInvariants() const {
     return fail("granule counters blocks/cache/slabs ", block_granules_, "/", cached_granules_, "/",
                 slab_granules_, " but ranges hold ", n_blocks, "/", n_cache, "/", n_slabs);
   }
-  if (mapped_granules_ != n_blocks + n_cache + n_slabs) {
-    return fail("mapped ", mapped_granules_, " != blocks+cache+slabs ",
-                n_blocks + n_cache + n_slabs);
+  if (mapped_granules_ != n_blocks + n_cache + n_slabs + shared_.size()) {
+    return fail("mapped ", mapped_granules_, " != blocks+cache+slabs+shared ",
+                n_blocks + n_cache + n_slabs + shared_.size());
   }
   if (mapped_granules_ > limit_granules_) {
     return fail("mapped ", mapped_granules_, " granules over the limit of ", limit_granules_);

@@ -65,6 +65,12 @@ struct VmmOptions {
   // peak live: 32 measured 1.03-1.09x on the traces at 2x their peak (docs/vmm.md). 0: only
   // cache_bytes.
   uint64_t cache_peak_headroom_divisor = 32;
+  // Tail sharing: a large block whose size is not a whole number of granules ends in a granule
+  // it shares with the next block's start (the same physical granule mapped in both ranges,
+  // the second block starting at the first one's end inside it), so a block wastes no partial
+  // granule. Such blocks are unmapped when freed, not cached. false: every large block is whole
+  // granules (docs/vmm.md measures both).
+  bool share_tail_granules = true;
   // With allow_growth, granules that stayed free in the pool through a whole epoch of
   // `give_back_epoch` frees (of large blocks and of slabs) go back to the device, except
   // `pool_keep_bytes` of them (0 = limit / 64, at least one granule). When nothing is
@@ -114,6 +120,9 @@ class VmmAllocator final : public Allocator {
     // cuMemMap + one cuMemSetAccess on cuda), not one per granule.
     uint64_t map_calls = 0;
     uint64_t unmap_calls = 0;
+    uint64_t shared = 0;  // granules split between two blocks (tail sharing), in `mapped`
+    // Granule mappings in virtual space: mapped + shared granules mapped in two ranges.
+    uint64_t views = 0;
   };
   GranuleCounts Granules() const ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -139,6 +148,23 @@ class VmmAllocator final : public Allocator {
     // unmap whole mappings only (cuMemUnmap), so shrinking works run by run.
     std::vector<uint64_t> run_starts;
     uint64_t requested = 0;
+    // Tail sharing (VmmOptions::share_tail_granules): a granule mapped just before `ptr` whose
+    // upper part begins the block (`head`, the block starts `head_bytes` before ptr), and one
+    // mapped just after the granules whose lower part ends it (`tail`); both are shared_
+    // granules, outside `granules`. user_ptr is what the caller got.
+    uint32_t head = kNoGranule;
+    uint32_t tail = kNoGranule;
+    uint64_t head_bytes = 0;
+    uint64_t footprint = 0;  // bytes counted in use
+    void* user_ptr = nullptr;
+  };
+  static constexpr uint32_t kNoGranule = 0xffffffffu;
+  // A granule split at `split` between the tail of one block (lower part) and the head of the
+  // next (upper part); either part may be free. Open parts are offered to new blocks.
+  struct SharedGranule {
+    uint64_t split = 0;
+    bool lower_live = false;
+    bool upper_live = false;
   };
   class SlabSubAllocator;
   class SlabObserver;
@@ -155,6 +181,18 @@ class VmmAllocator final : public Allocator {
 
   absl::StatusOr<void*> AllocateSmall(uint64_t bytes, uint64_t alignment) ABSL_LOCKS_EXCLUDED(mu_);
   absl::StatusOr<void*> AllocateLarge(uint64_t bytes, uint64_t alignment) ABSL_LOCKS_EXCLUDED(mu_);
+  // A block of `bytes` (a multiple of 256, not of the granule) laid out with tail sharing:
+  // an open upper part as its head, whole granules, and a tail granule (an open lower part or a
+  // fresh granule whose rest is offered). ResourceExhausted like MapRangeLocked.
+  absl::StatusOr<std::unique_ptr<Range>> MapSharedRangeLocked(uint64_t bytes)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Unmaps a shared-layout block and updates its head and tail granules.
+  absl::Status UnmapSharedRangeLocked(std::unique_ptr<Range> range)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A shared granule with both parts free goes back to the pool.
+  void ReleaseSharedLocked(uint32_t granule) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Frees the large block at ptr; false in *found when there is none.
+  absl::Status FreeLarge(void* ptr, bool* found) ABSL_LOCKS_EXCLUDED(mu_);
   // Maps `count` granules at a fresh range aligned to `alignment`; evicts the cache when the
   // limit needs it. ResourceExhausted when even that is not enough.
   absl::StatusOr<std::unique_ptr<Range>> MapRangeLocked(uint64_t count, uint64_t alignment)
@@ -232,6 +270,13 @@ class VmmAllocator final : public Allocator {
   std::string slab_refusal_ ABSL_GUARDED_BY(mu_);
   uint64_t block_granules_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t peak_block_granules_ ABSL_GUARDED_BY(mu_) = 0;  // highest block_granules_ so far
+  // Tail sharing: shared granules (mapped, counted once in mapped_granules_), the open parts
+  // by their free bytes, and how many shared granules are mapped in two ranges at once.
+  absl::flat_hash_map<uint32_t, SharedGranule> shared_ ABSL_GUARDED_BY(mu_);
+  std::multimap<uint64_t, uint32_t> open_upper_ ABSL_GUARDED_BY(mu_);
+  std::multimap<uint64_t, uint32_t> open_lower_ ABSL_GUARDED_BY(mu_);
+  uint64_t double_mapped_ ABSL_GUARDED_BY(mu_) = 0;
+  std::atomic<uint64_t> shared_blocks_{0};  // live blocks with a head or tail
   uint64_t slab_granules_ ABSL_GUARDED_BY(mu_) = 0;
   // Stats of the large path (the slab BFC keeps its own). Not AllocatorCounters: in-use bytes
   // span both paths and the small one never takes mu_, so they are the atomics below.
