@@ -294,7 +294,9 @@ absl::StatusOr<void*> VmmAllocator::AllocateLarge(uint64_t bytes, uint64_t align
 }
 
 std::unique_ptr<VmmAllocator::Range> VmmAllocator::TakeCachedLocked(uint64_t count,
-                                                                    uint64_t alignment) {
+                                                                    uint64_t alignment,
+                                                                    bool head_room,
+                                                                    bool tail_room) {
   if (cache_.empty()) return nullptr;
   auto take =
       [&](std::map<uint64_t, std::vector<std::unique_ptr<Range>>>::iterator it, bool need_room)
@@ -303,7 +305,11 @@ std::unique_ptr<VmmAllocator::Range> VmmAllocator::TakeCachedLocked(uint64_t cou
     auto& v = it->second;
     for (size_t i = v.size(); i-- > 0;) {
       if (reinterpret_cast<uintptr_t>(v[i]->ptr) % alignment != 0) continue;
-      if (need_room && CapacityOf(*v[i]) < count) continue;
+      if ((need_room || tail_room) && CapacityOf(*v[i]) < count + (tail_room ? 1 : 0)) continue;
+      if (head_room && static_cast<char*>(v[i]->ptr) - static_cast<char*>(v[i]->reserved) <
+                           static_cast<ptrdiff_t>(granularity_)) {
+        continue;
+      }
       std::unique_ptr<Range> r = std::move(v[i]);
       v.erase(v.begin() + static_cast<ptrdiff_t>(i));
       if (v.empty()) cache_.erase(it);
@@ -359,13 +365,16 @@ absl::Status VmmAllocator::FreeLarge(void* ptr, bool* found) {
   large_in_use_ -= range->footprint;
   ++num_frees_;
   NotifyEvent(AllocatorEventKind::kFree, ptr, range->footprint);
-  const bool shared = range->head != kNoGranule || range->tail != kNoGranule;
-  const uint64_t cap = CacheCapLocked();
-  const bool cached = !shared && count <= cap;
-  if (shared) {
+  if (range->head != kNoGranule || range->tail != kNoGranule) {
+    // Its head and tail go back to their neighbours or the pool; its own granules, still
+    // mapped, are cached like any range (with room around them for a head and a tail).
     --shared_blocks_;
-    VGPU_RETURN_IF_ERROR(UnmapSharedRangeLocked(std::move(range)));
-  } else if (cached) {
+    VGPU_RETURN_IF_ERROR(UnmapSharedViewsLocked(range.get()));
+  }
+  const uint64_t cap = CacheCapLocked();
+  const bool cached = count > 0 && count <= cap;
+  void* const range_ptr = range->ptr;
+  if (cached) {
     cached_granules_ += count;
     cache_[count].push_back(std::move(range));
     while (cached_granules_ > cap) VGPU_RETURN_IF_ERROR(EvictOneLocked());
@@ -376,7 +385,7 @@ absl::Status VmmAllocator::FreeLarge(void* ptr, bool* found) {
   VGPU_RETURN_IF_ERROR(EpochGiveBackLocked());
   if (!IdleLocked()) return absl::OkStatus();
   l.Release();
-  return GiveBackIfIdle(cached ? ptr : nullptr, cached ? count : 0);
+  return GiveBackIfIdle(cached ? range_ptr : nullptr, cached ? count : 0);
 }
 
 absl::Status VmmAllocator::DoDeallocate(void* ptr) {
@@ -527,20 +536,36 @@ absl::StatusOr<std::unique_ptr<VmmAllocator::Range>> VmmAllocator::MapSharedRang
   auto tail_it = open_lower_.end();
   if (t > 0) tail_it = open_lower_.lower_bound(t);
   const bool fresh_tail = t > 0 && tail_it == open_lower_.end();
-  VGPU_RETURN_IF_ERROR(EnsureFreeGranulesLocked(k + (fresh_tail ? 1 : 0)));
-  auto range = std::make_unique<Range>();
-  const uint64_t views = (h > 0 ? 1 : 0) + k + (t > 0 ? 1 : 0);
-  range->reserved_bytes = views * g;
-  VGPU_ASSIGN_OR_RETURN(range->reserved, executor_->ReserveAddressRange(range->reserved_bytes));
-  if (reinterpret_cast<uint64_t>(range->reserved) % g != 0) {
-    executor_->FreeAddressRange(range->reserved, range->reserved_bytes).IgnoreError();
-    range->reserved_bytes += g;
-    VGPU_ASSIGN_OR_RETURN(range->reserved, executor_->ReserveAddressRange(range->reserved_bytes));
+  // The whole granules: a cached range of k with room for the head and tail, or fresh ones.
+  std::unique_ptr<Range> range = k > 0 ? TakeCachedLocked(k, g, h > 0, t > 0) : nullptr;
+  const bool from_cache = range != nullptr;
+  if (from_cache) ++cache_hits_;
+  absl::Status ensured = EnsureFreeGranulesLocked((from_cache ? 0 : k) + (fresh_tail ? 1 : 0));
+  if (!ensured.ok()) {
+    if (from_cache) UnmapRangeLocked(std::move(range)).IgnoreError();
+    return ensured;
   }
-  char* base = reinterpret_cast<char*>(AlignUp(reinterpret_cast<uint64_t>(range->reserved), g));
-  range->ptr = base + (h > 0 ? g : 0);
-  auto give_up = [&](absl::Status s) {
-    executor_->FreeAddressRange(range->reserved, range->reserved_bytes).IgnoreError();
+  char* base;
+  if (from_cache) {
+    base = static_cast<char*>(range->ptr) - (h > 0 ? g : 0);
+  } else {
+    range = std::make_unique<Range>();
+    // Room for a head before and a tail after, so the range can be cached and reused by
+    // another shared-layout block.
+    range->reserved_bytes = (k + 2) * g;
+    VGPU_ASSIGN_OR_RETURN(range->reserved, executor_->ReserveAddressRange(range->reserved_bytes));
+    if (reinterpret_cast<uint64_t>(range->reserved) % g != 0) {
+      executor_->FreeAddressRange(range->reserved, range->reserved_bytes).IgnoreError();
+      range->reserved_bytes += g;
+      VGPU_ASSIGN_OR_RETURN(range->reserved,
+                            executor_->ReserveAddressRange(range->reserved_bytes));
+    }
+    range->ptr =
+        reinterpret_cast<char*>(AlignUp(reinterpret_cast<uint64_t>(range->reserved), g)) + g;
+    base = static_cast<char*>(range->ptr) - (h > 0 ? g : 0);
+  }
+  auto give_up = [&](absl::Status s) ABSL_NO_THREAD_SAFETY_ANALYSIS {  // under mu_
+    UnmapRangeLocked(std::move(range)).IgnoreError();
     return s;
   };
   if (h > 0) {
@@ -550,14 +575,13 @@ absl::StatusOr<std::unique_ptr<VmmAllocator::Range>> VmmAllocator::MapSharedRang
     ++map_calls_;
   }
   char* tail_va = static_cast<char*>(range->ptr) + k * g;
-  absl::Status s = GrowRangeLocked(range.get(), k);
+  absl::Status s = from_cache ? absl::OkStatus() : GrowRangeLocked(range.get(), k);
   if (s.ok() && t > 0) {
     const uint32_t slot = fresh_tail ? free_granules_.back() : tail_it->second;
     s = executor_->Map(tail_va, g, granules_[slot].handle, granules_[slot].offset);
     if (s.ok()) ++map_calls_;
   }
   if (!s.ok()) {
-    ShrinkRangeLocked(range.get(), 0).IgnoreError();
     if (h > 0) executor_->Unmap(base, g).IgnoreError();
     return give_up(s);
   }
@@ -616,7 +640,7 @@ void VmmAllocator::ReleaseSharedLocked(uint32_t granule) {
   mapped_bytes_.store(mapped_granules_ * g);
 }
 
-absl::Status VmmAllocator::UnmapSharedRangeLocked(std::unique_ptr<Range> range) {
+absl::Status VmmAllocator::UnmapSharedViewsLocked(Range* range) {
   const uint64_t g = granularity_;
   char* ptr = static_cast<char*>(range->ptr);
   absl::Status status;
@@ -647,8 +671,9 @@ absl::Status VmmAllocator::UnmapSharedRangeLocked(std::unique_ptr<Range> range) 
       NotifyEvent(AllocatorEventKind::kUnmap, tail_va, g);
     }
   }
-  status.Update(ShrinkRangeLocked(range.get(), 0));
-  status.Update(executor_->FreeAddressRange(range->reserved, range->reserved_bytes));
+  range->head = range->tail = kNoGranule;
+  range->head_bytes = 0;
+  range->user_ptr = range->ptr;
   return status;
 }
 

@@ -186,9 +186,9 @@ class VmmAllocator final : public Allocator {
   // fresh granule whose rest is offered). ResourceExhausted like MapRangeLocked.
   absl::StatusOr<std::unique_ptr<Range>> MapSharedRangeLocked(uint64_t bytes)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Unmaps a shared-layout block and updates its head and tail granules.
-  absl::Status UnmapSharedRangeLocked(std::unique_ptr<Range> range)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Unmaps a shared-layout block's head and tail granules and updates them; its own granules
+  // stay mapped (the caller caches or unmaps the rest).
+  absl::Status UnmapSharedViewsLocked(Range* range) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A shared granule with both parts free goes back to the pool.
   void ReleaseSharedLocked(uint32_t granule) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Frees the large block at ptr; false in *found when there is none.
@@ -204,7 +204,10 @@ class VmmAllocator final : public Allocator {
   absl::Status ShrinkRangeLocked(Range* range, uint64_t count) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   uint64_t CapacityOf(const Range& range) const;  // granules the reservation can hold
   // A cached range resized to `count` granules (exact, shrunk or grown), or null.
-  std::unique_ptr<Range> TakeCachedLocked(uint64_t count, uint64_t alignment)
+  // head_room / tail_room: only a range with an unmapped granule of virtual space before it /
+  // after its `count` granules (for a shared head or tail).
+  std::unique_ptr<Range> TakeCachedLocked(uint64_t count, uint64_t alignment,
+                                          bool head_room = false, bool tail_room = false)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Makes `count` granules free (unmapped) in the pool, creating them (growth) or evicting
   // the cache as needed, within the limit.
