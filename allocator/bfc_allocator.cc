@@ -413,6 +413,14 @@ absl::Status BFCAllocator::DoDeallocate(void* ptr) {
   return absl::OkStatus();
 }
 
+absl::Status BFCAllocator::DeallocateIfLive(void* ptr, bool* live) {
+  {
+    SpinLockGuard l(mu_);
+    *live = live_.Find(reinterpret_cast<uint64_t>(ptr)) != PtrMap::kNotFound;
+  }
+  return *live ? Deallocate(ptr) : absl::OkStatus();
+}
+
 absl::StatusOr<uint64_t> BFCAllocator::AllocatedSize(const void* ptr) const {
   SpinLockGuard l(mu_);
   const uint32_t c = live_.Find(reinterpret_cast<uint64_t>(ptr));

@@ -87,6 +87,10 @@ class BFCAllocator final : public Allocator {
   // address) whose sizes add up to at most `keep_bytes`; returns the bytes released. (The vmm
   // allocator calls this to return slab granules to its pool.)
   absl::StatusOr<uint64_t> ReleaseEmptyRegions(uint64_t keep_bytes = 0);
+  // Deallocate(ptr) when ptr is a live allocation of this allocator; otherwise *live = false
+  // and nothing happens (no error is built: the vmm allocator asks this of pointers that may
+  // be its own large blocks).
+  absl::Status DeallocateIfLive(void* ptr, bool* live);
   // Rounded size of a live allocation (the chunk it occupies); NotFound for other pointers.
   absl::StatusOr<uint64_t> AllocatedSize(const void* ptr) const;
 

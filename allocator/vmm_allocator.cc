@@ -149,6 +149,11 @@ absl::Status VmmAllocator::Init() {
   // (1.085x and 1.095x with doubling slabs); G/2 keeps 1-2 MiB blocks out of the slabs.
   // (docs/vmm.md)
   small_block_max_ = options_.small_block_max ? options_.small_block_max : g / 2;
+  {
+    StdMutexLock l(&mu_);  // not shared yet; for the analysis
+    open_upper_.Init(g);
+    open_lower_.Init(g);
+  }
   slab_bytes_ = options_.slab_bytes ? AlignUp(options_.slab_bytes, g) : g;
   if (small_block_max_ > slab_bytes_) {
     return absl::InvalidArgumentError(
@@ -397,13 +402,22 @@ absl::Status VmmAllocator::DoDeallocate(void* ptr) {
     absl::Status s = FreeLarge(ptr, &found);
     if (found) return s;
   }
-  absl::Status s = slabs_->Deallocate(ptr);
-  if (absl::IsInvalidArgument(s)) {
-    if (!aligned && shared_blocks_.load(std::memory_order_relaxed) > 0) {
+  absl::Status s;
+  if (!aligned && shared_blocks_.load(std::memory_order_relaxed) > 0) {
+    // A small block or a large one with a shared head: ask the slab BFC without building its
+    // error message, then our blocks.
+    bool live = false;
+    s = slabs_->DeallocateIfLive(ptr, &live);
+    if (!live) {
       bool found = false;
-      absl::Status f = FreeLarge(ptr, &found);
-      if (found) return f;
+      s = FreeLarge(ptr, &found);
+      if (found) return s;
+      s = absl::InvalidArgumentError("");
     }
+  } else {
+    s = slabs_->Deallocate(ptr);
+  }
+  if (absl::IsInvalidArgument(s)) {
     return absl::InvalidArgumentError(absl::StrCat(
         name(), ": Deallocate(", P(ptr),
         ") is not a live allocation of this allocator (double free or foreign pointer)"));
@@ -518,24 +532,100 @@ absl::Status VmmAllocator::EnsureFreeGranulesLocked(uint64_t count) {
   return absl::OkStatus();
 }
 
+void VmmAllocator::OpenParts::Init(uint64_t granularity) {
+  // At most 8192 buckets: 256 bytes each for a 2 MiB granule.
+  shift_ = 8;
+  while ((granularity >> shift_) > 8192) ++shift_;
+  const size_t n = std::max<size_t>(1, granularity >> shift_);
+  buckets_.assign(n, {});
+  bits_.assign((n + 63) / 64, 0);
+}
+
+void VmmAllocator::OpenParts::Insert(uint64_t bytes, uint32_t granule) {
+  const size_t b = std::min(buckets_.size() - 1, static_cast<size_t>(bytes >> shift_));
+  buckets_[b].emplace_back(bytes, granule);
+  bits_[b >> 6] |= uint64_t{1} << (b & 63);
+  ++size_;
+}
+
+void VmmAllocator::OpenParts::Erase(uint64_t bytes, uint32_t granule) {
+  const size_t b = std::min(buckets_.size() - 1, static_cast<size_t>(bytes >> shift_));
+  auto& v = buckets_[b];
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (v[i].second == granule) {
+      v[i] = v.back();
+      v.pop_back();
+      --size_;
+      break;
+    }
+  }
+  if (v.empty()) bits_[b >> 6] &= ~(uint64_t{1} << (b & 63));
+}
+
+int VmmAllocator::OpenParts::Prev(int b) const {
+  for (int w = b >> 6; w >= 0 && b > 0; --w) {
+    uint64_t m = bits_[w];
+    if (w == (b >> 6)) m &= (uint64_t{1} << (b & 63)) - 1;
+    if (m != 0) return w * 64 + 63 - std::countl_zero(m);
+  }
+  return -1;
+}
+
+int VmmAllocator::OpenParts::Next(int b) const {
+  ++b;
+  for (int w = b >> 6; w < static_cast<int>(bits_.size()); ++w) {
+    uint64_t m = bits_[w];
+    if (w == (b >> 6)) m &= ~uint64_t{0} << (b & 63);
+    if (m != 0) return w * 64 + std::countr_zero(m);
+  }
+  return -1;
+}
+
+bool VmmAllocator::OpenParts::FindAtMost(uint64_t x, uint64_t* bytes, uint32_t* granule) const {
+  if (size_ == 0) return false;
+  int b = static_cast<int>(std::min(buckets_.size() - 1, static_cast<size_t>(x >> shift_)));
+  for (; b >= 0; b = Prev(b)) {
+    bool found = false;
+    for (const auto& [n, g] : buckets_[b]) {
+      if (n <= x && (!found || n > *bytes)) {
+        *bytes = n;
+        *granule = g;
+        found = true;
+      }
+    }
+    if (found) return true;
+  }
+  return false;
+}
+
+bool VmmAllocator::OpenParts::FindAtLeast(uint64_t x, uint64_t* bytes, uint32_t* granule) const {
+  if (size_ == 0 || (x >> shift_) >= buckets_.size()) return false;
+  for (int b = static_cast<int>(x >> shift_); b >= 0; b = Next(b)) {
+    bool found = false;
+    for (const auto& [n, g] : buckets_[b]) {
+      if (n >= x && (!found || n < *bytes)) {
+        *bytes = n;
+        *granule = g;
+        found = true;
+      }
+    }
+    if (found) return true;
+  }
+  return false;
+}
+
 absl::StatusOr<std::unique_ptr<VmmAllocator::Range>> VmmAllocator::MapSharedRangeLocked(
     uint64_t bytes) {
   const uint64_t g = granularity_;
   // Head: the largest open upper part that the block covers whole.
-  auto head_it = open_upper_.end();
   uint64_t h = 0;
-  if (!open_upper_.empty()) {
-    auto it = open_upper_.upper_bound(bytes);
-    if (it != open_upper_.begin()) {
-      head_it = std::prev(it);
-      h = head_it->first;
-    }
-  }
+  uint32_t head_granule = kNoGranule;
+  if (!open_upper_.FindAtMost(bytes, &h, &head_granule)) h = 0;
   const uint64_t k = (bytes - h) / g, t = (bytes - h) % g;
   // Tail: the smallest open lower part that holds it, else a fresh granule.
-  auto tail_it = open_lower_.end();
-  if (t > 0) tail_it = open_lower_.lower_bound(t);
-  const bool fresh_tail = t > 0 && tail_it == open_lower_.end();
+  uint64_t tail_free = 0;
+  uint32_t tail_granule = kNoGranule;
+  const bool fresh_tail = t > 0 && !open_lower_.FindAtLeast(t, &tail_free, &tail_granule);
   // The whole granules: a cached range of k with room for the head and tail, or fresh ones.
   std::unique_ptr<Range> range = k > 0 ? TakeCachedLocked(k, g, h > 0, t > 0) : nullptr;
   const bool from_cache = range != nullptr;
@@ -569,7 +659,7 @@ absl::StatusOr<std::unique_ptr<VmmAllocator::Range>> VmmAllocator::MapSharedRang
     return s;
   };
   if (h > 0) {
-    const Granule& head = granules_[head_it->second];
+    const Granule& head = granules_[head_granule];
     absl::Status s = executor_->Map(base, g, head.handle, head.offset);
     if (!s.ok()) return give_up(s);
     ++map_calls_;
@@ -577,7 +667,7 @@ absl::StatusOr<std::unique_ptr<VmmAllocator::Range>> VmmAllocator::MapSharedRang
   char* tail_va = static_cast<char*>(range->ptr) + k * g;
   absl::Status s = from_cache ? absl::OkStatus() : GrowRangeLocked(range.get(), k);
   if (s.ok() && t > 0) {
-    const uint32_t slot = fresh_tail ? free_granules_.back() : tail_it->second;
+    const uint32_t slot = fresh_tail ? free_granules_.back() : tail_granule;
     s = executor_->Map(tail_va, g, granules_[slot].handle, granules_[slot].offset);
     if (s.ok()) ++map_calls_;
   }
@@ -587,19 +677,21 @@ absl::StatusOr<std::unique_ptr<VmmAllocator::Range>> VmmAllocator::MapSharedRang
   }
   // Everything is mapped: take the head and tail.
   if (h > 0) {
-    range->head = head_it->second;
+    range->head = head_granule;
     range->head_bytes = h;
     shared_[range->head].upper_live = true;
     ++double_mapped_;
-    open_upper_.erase(head_it);
+    open_upper_.Erase(h, head_granule);
   }
   if (fresh_tail) {
     const uint32_t slot = free_granules_.back();
     free_granules_.pop_back();
     --runs_[granules_[slot].run].free;
     const uint64_t split = t;  // a multiple of 256: the next block's head starts there
-    shared_[slot] = SharedGranule{split, true, false};
-    open_upper_.emplace(g - split, slot);
+    if (shared_.size() <= slot) shared_.resize(granules_.size());
+    shared_[slot] = SharedGranule{split, true, true, false};
+    ++shared_count_;
+    open_upper_.Insert(g - split, slot);
     range->tail = slot;
     ++mapped_granules_;
     ++regions_mapped_;
@@ -608,10 +700,10 @@ absl::StatusOr<std::unique_ptr<VmmAllocator::Range>> VmmAllocator::MapSharedRang
     mapped_bytes_.store(mapped_granules_ * g);
     NotifyEvent(AllocatorEventKind::kMap, tail_va, g);
   } else if (t > 0) {
-    range->tail = tail_it->second;
+    range->tail = tail_granule;
     shared_[range->tail].lower_live = true;
     ++double_mapped_;
-    open_lower_.erase(tail_it);
+    open_lower_.Erase(tail_free, tail_granule);
   }
   range->user_ptr = static_cast<char*>(range->ptr) - h;
   range->footprint = bytes;
@@ -619,20 +711,13 @@ absl::StatusOr<std::unique_ptr<VmmAllocator::Range>> VmmAllocator::MapSharedRang
 }
 
 void VmmAllocator::ReleaseSharedLocked(uint32_t granule) {
-  auto it = shared_.find(granule);
+  SharedGranule& sg = shared_[granule];
   const uint64_t g = granularity_;
-  // Wherever it is still offered.
-  for (auto* open : {&open_upper_, &open_lower_}) {
-    const uint64_t key = open == &open_upper_ ? g - it->second.split : it->second.split;
-    auto [lo, hi] = open->equal_range(key);
-    for (auto o = lo; o != hi; ++o) {
-      if (o->second == granule) {
-        open->erase(o);
-        break;
-      }
-    }
-  }
-  shared_.erase(it);
+  // Wherever it is still offered: its free upper part, or its free lower part.
+  if (sg.lower_live) open_upper_.Erase(g - sg.split, granule);
+  if (sg.upper_live) open_lower_.Erase(sg.split, granule);
+  sg = SharedGranule{};
+  --shared_count_;
   free_granules_.push_back(granule);
   ++runs_[granules_[granule].run].free;
   --mapped_granules_;
@@ -648,12 +733,12 @@ absl::Status VmmAllocator::UnmapSharedViewsLocked(Range* range) {
     status.Update(executor_->Unmap(ptr - g, g));
     ++unmap_calls_;
     SharedGranule& sg = shared_[range->head];
-    sg.upper_live = false;
     if (sg.lower_live) {
+      sg.upper_live = false;
       --double_mapped_;
-      open_upper_.emplace(g - sg.split, range->head);
+      open_upper_.Insert(g - sg.split, range->head);
     } else {
-      ReleaseSharedLocked(range->head);
+      ReleaseSharedLocked(range->head);  // its free lower part was offered
       NotifyEvent(AllocatorEventKind::kUnmap, ptr - g, g);
     }
   }
@@ -662,12 +747,12 @@ absl::Status VmmAllocator::UnmapSharedViewsLocked(Range* range) {
     status.Update(executor_->Unmap(tail_va, g));
     ++unmap_calls_;
     SharedGranule& sg = shared_[range->tail];
-    sg.lower_live = false;
     if (sg.upper_live) {
+      sg.lower_live = false;
       --double_mapped_;
-      open_lower_.emplace(sg.split, range->tail);
+      open_lower_.Insert(sg.split, range->tail);
     } else {
-      ReleaseSharedLocked(range->tail);
+      ReleaseSharedLocked(range->tail);  // its free upper part was offered
       NotifyEvent(AllocatorEventKind::kUnmap, tail_va, g);
     }
   }
@@ -951,7 +1036,7 @@ VmmAllocator::GranuleCounts VmmAllocator::Granules() const {
   c.cache_evictions = cache_evictions_;
   c.map_calls = map_calls_;
   c.unmap_calls = unmap_calls_;
-  c.shared = shared_.size();
+  c.shared = shared_count_;
   c.views = mapped_granules_ + double_mapped_;
   return c;
 }
@@ -977,7 +1062,8 @@ std::string VmmAllocator::DumpMemoryLog() const {
     for (uint32_t i : free_granules_) map[i] = '.';
     for (const auto& [p, r] : blocks_)
       for (uint32_t i : r->granules) map[i] = 'B';
-    for (const auto& [i, sg] : shared_) map[i] = 'B';
+    for (size_t i = 0; i < shared_.size(); ++i)
+      if (shared_[i].shared) map[i] = 'B';
     for (const auto& [p, r] : slab_ranges_)
       for (uint32_t i : r->granules) map[i] = 'S';
     for (const auto& [n, rs] : cache_)
@@ -1064,8 +1150,11 @@ absl::Status VmmAllocator::CheckInvariants() const {
     if (r->head != kNoGranule) ++upper_refs[r->head];
     if (r->tail != kNoGranule) ++lower_refs[r->tail];
   }
-  uint64_t both = 0, open_upper = 0, open_lower = 0;
-  for (const auto& [i, sg] : shared_) {
+  uint64_t both = 0, open_upper = 0, open_lower = 0, n_shared = 0;
+  for (uint32_t i = 0; i < shared_.size(); ++i) {
+    const SharedGranule& sg = shared_[i];
+    if (!sg.shared) continue;
+    ++n_shared;
     if (i >= granules_.size() || granules_[i].handle.bytes == 0) {
       return fail("shared granule ", i, " does not exist");
     }
@@ -1079,7 +1168,8 @@ absl::Status VmmAllocator::CheckInvariants() const {
     open_upper += sg.lower_live && !sg.upper_live;
     open_lower += !sg.lower_live && sg.upper_live;
   }
-  if (lower_refs.size() + upper_refs.size() > 2 * shared_.size() || both != double_mapped_ ||
+  if (n_shared != shared_count_ || lower_refs.size() + upper_refs.size() > 2 * n_shared ||
+      both != double_mapped_ ||
       open_upper != open_upper_.size() || open_lower != open_lower_.size()) {
     return fail("shared granules: ", both, " used twice (counted ", double_mapped_, "), open ",
                 open_upper, "/", open_lower, " but offered ", open_upper_.size(), "/",
@@ -1109,9 +1199,9 @@ absl::Status VmmAllocator::CheckInvariants() const {
     return fail("granule counters blocks/cache/slabs ", block_granules_, "/", cached_granules_, "/",
                 slab_granules_, " but ranges hold ", n_blocks, "/", n_cache, "/", n_slabs);
   }
-  if (mapped_granules_ != n_blocks + n_cache + n_slabs + shared_.size()) {
+  if (mapped_granules_ != n_blocks + n_cache + n_slabs + shared_count_) {
     return fail("mapped ", mapped_granules_, " != blocks+cache+slabs+shared ",
-                n_blocks + n_cache + n_slabs + shared_.size());
+                n_blocks + n_cache + n_slabs + shared_count_);
   }
   if (mapped_granules_ > limit_granules_) {
     return fail("mapped ", mapped_granules_, " granules over the limit of ", limit_granules_);

@@ -163,8 +163,30 @@ class VmmAllocator final : public Allocator {
   // next (upper part); either part may be free. Open parts are offered to new blocks.
   struct SharedGranule {
     uint64_t split = 0;
+    bool shared = false;  // this granule is a shared one (the fields below mean something)
     bool lower_live = false;
     bool upper_live = false;
+  };
+  // Open parts by their free bytes (multiples of 256 below one granule): buckets of
+  // (bytes, granule) with a bitmap of the non-empty ones, so finding the largest part <= x or
+  // the smallest >= x costs a few word scans, and nothing is allocated once the buckets grew.
+  class OpenParts {
+   public:
+    void Insert(uint64_t bytes, uint32_t granule);
+    void Erase(uint64_t bytes, uint32_t granule);
+    // The part with the most bytes <= x / the fewest >= x; false when there is none.
+    bool FindAtMost(uint64_t x, uint64_t* bytes, uint32_t* granule) const;
+    bool FindAtLeast(uint64_t x, uint64_t* bytes, uint32_t* granule) const;
+    size_t size() const { return size_; }
+    void Init(uint64_t granularity);
+
+   private:
+    int Prev(int b) const;  // highest non-empty bucket < b, or -1
+    int Next(int b) const;  // lowest non-empty bucket > b, or -1
+    int shift_ = 8;
+    std::vector<std::vector<std::pair<uint64_t, uint32_t>>> buckets_;
+    std::vector<uint64_t> bits_;
+    size_t size_ = 0;
   };
   class SlabSubAllocator;
   class SlabObserver;
@@ -275,9 +297,10 @@ class VmmAllocator final : public Allocator {
   uint64_t peak_block_granules_ ABSL_GUARDED_BY(mu_) = 0;  // highest block_granules_ so far
   // Tail sharing: shared granules (mapped, counted once in mapped_granules_), the open parts
   // by their free bytes, and how many shared granules are mapped in two ranges at once.
-  absl::flat_hash_map<uint32_t, SharedGranule> shared_ ABSL_GUARDED_BY(mu_);
-  std::multimap<uint64_t, uint32_t> open_upper_ ABSL_GUARDED_BY(mu_);
-  std::multimap<uint64_t, uint32_t> open_lower_ ABSL_GUARDED_BY(mu_);
+  std::vector<SharedGranule> shared_ ABSL_GUARDED_BY(mu_);  // by granule slot
+  uint64_t shared_count_ ABSL_GUARDED_BY(mu_) = 0;
+  OpenParts open_upper_ ABSL_GUARDED_BY(mu_);  // lower part live, upper free: block heads
+  OpenParts open_lower_ ABSL_GUARDED_BY(mu_);  // upper part live, lower free: block tails
   uint64_t double_mapped_ ABSL_GUARDED_BY(mu_) = 0;
   std::atomic<uint64_t> shared_blocks_{0};  // live blocks with a head or tail
   uint64_t slab_granules_ ABSL_GUARDED_BY(mu_) = 0;
