@@ -539,12 +539,14 @@ void VmmAllocator::OpenParts::Init(uint64_t granularity) {
   const size_t n = std::max<size_t>(1, granularity >> shift_);
   buckets_.assign(n, {});
   bits_.assign((n + 63) / 64, 0);
+  top_.assign((bits_.size() + 63) / 64, 0);
 }
 
 void VmmAllocator::OpenParts::Insert(uint64_t bytes, uint32_t granule) {
   const size_t b = std::min(buckets_.size() - 1, static_cast<size_t>(bytes >> shift_));
   buckets_[b].emplace_back(bytes, granule);
   bits_[b >> 6] |= uint64_t{1} << (b & 63);
+  top_[b >> 12] |= uint64_t{1} << ((b >> 6) & 63);
   ++size_;
 }
 
@@ -559,24 +561,45 @@ void VmmAllocator::OpenParts::Erase(uint64_t bytes, uint32_t granule) {
       break;
     }
   }
-  if (v.empty()) bits_[b >> 6] &= ~(uint64_t{1} << (b & 63));
+  if (v.empty()) {
+    bits_[b >> 6] &= ~(uint64_t{1} << (b & 63));
+    if (bits_[b >> 6] == 0) top_[b >> 12] &= ~(uint64_t{1} << ((b >> 6) & 63));
+  }
 }
 
 int VmmAllocator::OpenParts::Prev(int b) const {
-  for (int w = b >> 6; w >= 0 && b > 0; --w) {
-    uint64_t m = bits_[w];
-    if (w == (b >> 6)) m &= (uint64_t{1} << (b & 63)) - 1;
-    if (m != 0) return w * 64 + 63 - std::countl_zero(m);
+  if (b <= 0) return -1;
+  int w = b >> 6;
+  if (uint64_t m = bits_[w] & ((uint64_t{1} << (b & 63)) - 1); m != 0) {
+    return w * 64 + 63 - std::countl_zero(m);
+  }
+  // The highest non-empty word below w, through the summary.
+  for (int t = w >> 6; t >= 0; --t) {
+    uint64_t m = top_[t];
+    if (t == (w >> 6)) m &= (uint64_t{1} << (w & 63)) - 1;
+    if (m != 0) {
+      const int pw = t * 64 + 63 - std::countl_zero(m);
+      return pw * 64 + 63 - std::countl_zero(bits_[pw]);
+    }
   }
   return -1;
 }
 
 int VmmAllocator::OpenParts::Next(int b) const {
   ++b;
-  for (int w = b >> 6; w < static_cast<int>(bits_.size()); ++w) {
-    uint64_t m = bits_[w];
-    if (w == (b >> 6)) m &= ~uint64_t{0} << (b & 63);
-    if (m != 0) return w * 64 + std::countr_zero(m);
+  if (b >= static_cast<int>(bits_.size() * 64)) return -1;
+  int w = b >> 6;
+  if (uint64_t m = bits_[w] & (~uint64_t{0} << (b & 63)); m != 0) {
+    return w * 64 + std::countr_zero(m);
+  }
+  ++w;
+  for (int t = w >> 6; t < static_cast<int>(top_.size()); ++t) {
+    uint64_t m = top_[t];
+    if (t == (w >> 6)) m &= (w & 63) == 0 ? ~uint64_t{0} : ~uint64_t{0} << (w & 63);
+    if (m != 0) {
+      const int nw = t * 64 + std::countr_zero(m);
+      return nw * 64 + std::countr_zero(bits_[nw]);
+    }
   }
   return -1;
 }

@@ -186,6 +186,7 @@ class VmmAllocator final : public Allocator {
     int shift_ = 8;
     std::vector<std::vector<std::pair<uint64_t, uint32_t>>> buckets_;
     std::vector<uint64_t> bits_;
+    std::vector<uint64_t> top_;  // bit w: bits_[w] != 0
     size_t size_ = 0;
   };
   class SlabSubAllocator;
