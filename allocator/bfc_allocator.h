@@ -57,6 +57,9 @@ struct BFCOptions {
   // random_mixed in 1.25x peak live instead of 1.38x.
   uint64_t min_split_bytes = 256;
   double min_split_fraction = 0.25;
+  // Called for every event under the allocator's lock before the observer list, without its
+  // mutex (the vmm allocator tracks its slab BFC's usage with it); must outlive the allocator.
+  AllocatorObserver* usage_observer = nullptr;
 };
 
 class BFCAllocator final : public Allocator {
@@ -154,8 +157,10 @@ class BFCAllocator final : public Allocator {
   // An event (allocator.h) with the counts after it.
   void NotifyLocked(AllocatorEventKind kind, uint64_t ptr, uint64_t bytes) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    Notify(options_.name, AllocatorEvent{kind, ptr, bytes, counters_.stats.bytes_in_use,
-                                         counters_.stats.bytes_reserved});
+    const AllocatorEvent e{kind, ptr, bytes, counters_.stats.bytes_in_use,
+                           counters_.stats.bytes_reserved};
+    if (options_.usage_observer != nullptr) options_.usage_observer->OnAllocatorEvent(options_.name, e);
+    Notify(options_.name, e);
   }
 
   uint32_t NewChunk() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

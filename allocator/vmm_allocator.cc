@@ -151,8 +151,8 @@ absl::Status VmmAllocator::Init() {
   small_block_max_ = options_.small_block_max ? options_.small_block_max : g / 2;
   {
     StdMutexLock l(&mu_);  // not shared yet; for the analysis
-    open_upper_.Init(g);
-    open_lower_.Init(g);
+    open_upper_.Init(g, &shared_);
+    open_lower_.Init(g, &shared_);
   }
   slab_bytes_ = options_.slab_bytes ? AlignUp(options_.slab_bytes, g) : g;
   if (small_block_max_ > slab_bytes_) {
@@ -170,9 +170,11 @@ absl::Status VmmAllocator::Init() {
   bo.initial_region_bytes = slab_bytes_;
   bo.max_region_bytes = slab_bytes_;
   bo.garbage_collection = true;
-  VGPU_ASSIGN_OR_RETURN(slabs_, BFCAllocator::Create(std::make_unique<SlabSubAllocator>(this), bo));
+  // The usage observer is called directly under the slab BFC's lock, not through the observer
+  // list (whose mutex cost a lock per small operation).
   slab_observer_ = std::make_unique<SlabObserver>(this);
-  slabs_->AddObserver(slab_observer_.get());
+  bo.usage_observer = slab_observer_.get();
+  VGPU_ASSIGN_OR_RETURN(slabs_, BFCAllocator::Create(std::make_unique<SlabSubAllocator>(this), bo));
   if (!options_.allow_growth) {
     StdMutexLock l(&mu_);  // not shared yet; for the analysis
     // Everything up front, in one physical allocation: one driver call, and granules are
@@ -302,7 +304,7 @@ std::unique_ptr<VmmAllocator::Range> VmmAllocator::TakeCachedLocked(uint64_t cou
                                                                     uint64_t alignment,
                                                                     bool head_room,
                                                                     bool tail_room) {
-  if (cache_.empty()) return nullptr;
+  if (cached_granules_ == 0) return nullptr;
   auto take =
       [&](std::map<uint64_t, std::vector<std::unique_ptr<Range>>>::iterator it, bool need_room)
       // Runs under the caller's mu_; the analysis does not follow lambdas.
@@ -317,7 +319,7 @@ std::unique_ptr<VmmAllocator::Range> VmmAllocator::TakeCachedLocked(uint64_t cou
       }
       std::unique_ptr<Range> r = std::move(v[i]);
       v.erase(v.begin() + static_cast<ptrdiff_t>(i));
-      if (v.empty()) cache_.erase(it);
+      // An emptied bucket stays (no map node freed and made again per block).
       cached_granules_ -= r->granules.size();
       return r;
     }
@@ -331,7 +333,9 @@ std::unique_ptr<VmmAllocator::Range> VmmAllocator::TakeCachedLocked(uint64_t cou
     }
   }
   // 2. A larger one (less than twice): unmap its tail, cheaper than mapping afresh.
-  if (auto it = cache_.upper_bound(count); it != cache_.end() && it->first < 2 * count) {
+  auto above = cache_.upper_bound(count);
+  while (above != cache_.end() && above->second.empty()) ++above;
+  if (auto it = above; it != cache_.end() && it->first < 2 * count) {
     if (auto r = take(it, false)) {
       if (ShrinkRangeLocked(r.get(), count).ok()) {
         ++cache_hits_;
@@ -343,8 +347,10 @@ std::unique_ptr<VmmAllocator::Range> VmmAllocator::TakeCachedLocked(uint64_t cou
   }
   // 3. A smaller one (more than half) with virtual room: map the missing granules at its end.
   if (auto it = cache_.lower_bound(count); it != cache_.begin()) {
-    --it;
-    if (2 * it->first > count) {
+    do {
+      --it;
+    } while (it != cache_.begin() && it->second.empty());
+    if (!it->second.empty() && 2 * it->first > count) {
       if (auto r = take(it, true)) {
         if (GrowRangeLocked(r.get(), count).ok()) {
           ++cache_hits_;
@@ -532,36 +538,42 @@ absl::Status VmmAllocator::EnsureFreeGranulesLocked(uint64_t count) {
   return absl::OkStatus();
 }
 
-void VmmAllocator::OpenParts::Init(uint64_t granularity) {
-  // At most 8192 buckets: 256 bytes each for a 2 MiB granule.
+void VmmAllocator::OpenParts::Init(uint64_t granularity, std::vector<SharedGranule>* granules) {
+  g_ = granules;
+  // At most 8192 buckets: one per 256 bytes for a 2 MiB granule.
   shift_ = 8;
   while ((granularity >> shift_) > 8192) ++shift_;
   const size_t n = std::max<size_t>(1, granularity >> shift_);
-  buckets_.assign(n, {});
+  heads_.assign(n, kNoGranule);
   bits_.assign((n + 63) / 64, 0);
   top_.assign((bits_.size() + 63) / 64, 0);
 }
 
 void VmmAllocator::OpenParts::Insert(uint64_t bytes, uint32_t granule) {
-  const size_t b = std::min(buckets_.size() - 1, static_cast<size_t>(bytes >> shift_));
-  buckets_[b].emplace_back(bytes, granule);
+  const size_t b = BucketOf(bytes);
+  SharedGranule& sg = (*g_)[granule];
+  sg.open_bytes = bytes;
+  sg.prev = kNoGranule;
+  sg.next = heads_[b];
+  if (heads_[b] != kNoGranule) (*g_)[heads_[b]].prev = granule;
+  heads_[b] = granule;
   bits_[b >> 6] |= uint64_t{1} << (b & 63);
   top_[b >> 12] |= uint64_t{1} << ((b >> 6) & 63);
   ++size_;
 }
 
-void VmmAllocator::OpenParts::Erase(uint64_t bytes, uint32_t granule) {
-  const size_t b = std::min(buckets_.size() - 1, static_cast<size_t>(bytes >> shift_));
-  auto& v = buckets_[b];
-  for (size_t i = 0; i < v.size(); ++i) {
-    if (v[i].second == granule) {
-      v[i] = v.back();
-      v.pop_back();
-      --size_;
-      break;
-    }
+void VmmAllocator::OpenParts::Erase(uint32_t granule) {
+  SharedGranule& sg = (*g_)[granule];
+  const size_t b = BucketOf(sg.open_bytes);
+  if (sg.prev != kNoGranule) {
+    (*g_)[sg.prev].next = sg.next;
+  } else {
+    heads_[b] = sg.next;
   }
-  if (v.empty()) {
+  if (sg.next != kNoGranule) (*g_)[sg.next].prev = sg.prev;
+  sg.next = sg.prev = kNoGranule;
+  --size_;
+  if (heads_[b] == kNoGranule) {
     bits_[b >> 6] &= ~(uint64_t{1} << (b & 63));
     if (bits_[b >> 6] == 0) top_[b >> 12] &= ~(uint64_t{1} << ((b >> 6) & 63));
   }
@@ -606,14 +618,15 @@ int VmmAllocator::OpenParts::Next(int b) const {
 
 bool VmmAllocator::OpenParts::FindAtMost(uint64_t x, uint64_t* bytes, uint32_t* granule) const {
   if (size_ == 0) return false;
-  int b = static_cast<int>(std::min(buckets_.size() - 1, static_cast<size_t>(x >> shift_)));
-  for (; b >= 0; b = Prev(b)) {
+  for (int b = static_cast<int>(BucketOf(x)); b >= 0; b = Prev(b)) {
     bool found = false;
-    for (const auto& [n, g] : buckets_[b]) {
+    for (uint32_t i = heads_[b]; i != kNoGranule; i = (*g_)[i].next) {
+      const uint64_t n = (*g_)[i].open_bytes;
       if (n <= x && (!found || n > *bytes)) {
         *bytes = n;
-        *granule = g;
+        *granule = i;
         found = true;
+        if (shift_ == 8) break;  // one size per bucket
       }
     }
     if (found) return true;
@@ -622,14 +635,16 @@ bool VmmAllocator::OpenParts::FindAtMost(uint64_t x, uint64_t* bytes, uint32_t* 
 }
 
 bool VmmAllocator::OpenParts::FindAtLeast(uint64_t x, uint64_t* bytes, uint32_t* granule) const {
-  if (size_ == 0 || (x >> shift_) >= buckets_.size()) return false;
+  if (size_ == 0 || (x >> shift_) >= heads_.size()) return false;
   for (int b = static_cast<int>(x >> shift_); b >= 0; b = Next(b)) {
     bool found = false;
-    for (const auto& [n, g] : buckets_[b]) {
+    for (uint32_t i = heads_[b]; i != kNoGranule; i = (*g_)[i].next) {
+      const uint64_t n = (*g_)[i].open_bytes;
       if (n >= x && (!found || n < *bytes)) {
         *bytes = n;
-        *granule = g;
+        *granule = i;
         found = true;
+        if (shift_ == 8) break;
       }
     }
     if (found) return true;
@@ -704,7 +719,7 @@ absl::StatusOr<std::unique_ptr<VmmAllocator::Range>> VmmAllocator::MapSharedRang
     range->head_bytes = h;
     shared_[range->head].upper_live = true;
     ++double_mapped_;
-    open_upper_.Erase(h, head_granule);
+    open_upper_.Erase(head_granule);
   }
   if (fresh_tail) {
     const uint32_t slot = free_granules_.back();
@@ -712,7 +727,7 @@ absl::StatusOr<std::unique_ptr<VmmAllocator::Range>> VmmAllocator::MapSharedRang
     --runs_[granules_[slot].run].free;
     const uint64_t split = t;  // a multiple of 256: the next block's head starts there
     if (shared_.size() <= slot) shared_.resize(granules_.size());
-    shared_[slot] = SharedGranule{split, true, true, false};
+    shared_[slot] = SharedGranule{split, true, true, false, 0, kNoGranule, kNoGranule};
     ++shared_count_;
     open_upper_.Insert(g - split, slot);
     range->tail = slot;
@@ -726,7 +741,7 @@ absl::StatusOr<std::unique_ptr<VmmAllocator::Range>> VmmAllocator::MapSharedRang
     range->tail = tail_granule;
     shared_[range->tail].lower_live = true;
     ++double_mapped_;
-    open_lower_.Erase(tail_free, tail_granule);
+    open_lower_.Erase(tail_granule);
   }
   range->user_ptr = static_cast<char*>(range->ptr) - h;
   range->footprint = bytes;
@@ -737,8 +752,8 @@ void VmmAllocator::ReleaseSharedLocked(uint32_t granule) {
   SharedGranule& sg = shared_[granule];
   const uint64_t g = granularity_;
   // Wherever it is still offered: its free upper part, or its free lower part.
-  if (sg.lower_live) open_upper_.Erase(g - sg.split, granule);
-  if (sg.upper_live) open_lower_.Erase(sg.split, granule);
+  if (sg.lower_live) open_upper_.Erase(granule);
+  if (sg.upper_live) open_lower_.Erase(granule);
   sg = SharedGranule{};
   --shared_count_;
   free_granules_.push_back(granule);
@@ -923,7 +938,6 @@ absl::Status VmmAllocator::EvictOneLocked(const void* spare) {
       }
       std::unique_ptr<Range> range = std::move(v[i]);
       v.erase(v.begin() + static_cast<ptrdiff_t>(i));
-      if (v.empty()) cache_.erase(std::next(it).base());
       cached_granules_ -= range->granules.size();
       ++cache_evictions_;
       return UnmapRangeLocked(std::move(range));
@@ -1128,7 +1142,8 @@ std::string VmmAllocator::DumpMemoryLog() const {
     }
     if (sorted.size() > 64) absl::StrAppend(&out, "    ... ", sorted.size() - 64, " more\n");
     absl::StrAppend(&out, "  cache:");
-    for (const auto& [n, rs] : cache_) absl::StrAppend(&out, " ", rs.size(), "x", n, "g");
+    for (const auto& [n, rs] : cache_)
+      if (!rs.empty()) absl::StrAppend(&out, " ", rs.size(), "x", n, "g");
     absl::StrAppend(&out, "\n");
   }
   if (slabs_ != nullptr) absl::StrAppend(&out, slabs_->DumpMemoryLog());
@@ -1200,7 +1215,6 @@ absl::Status VmmAllocator::CheckInvariants() const {
   }
   for (const auto& [p, r] : slab_ranges_) VGPU_RETURN_IF_ERROR(visit(*r, &n_slabs));
   for (const auto& [n, rs] : cache_) {
-    if (rs.empty()) return fail("empty cache bucket ", n);
     for (const auto& r : rs) {
       if (r->granules.size() != n)
         return fail("cache bucket ", n, " holds a range of ", r->granules.size());

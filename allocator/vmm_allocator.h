@@ -166,25 +166,34 @@ class VmmAllocator final : public Allocator {
     bool shared = false;  // this granule is a shared one (the fields below mean something)
     bool lower_live = false;
     bool upper_live = false;
+    // While one part is free and offered (OpenParts): its bytes and the bucket's list links.
+    uint64_t open_bytes = 0;
+    uint32_t next = kNoGranule;
+    uint32_t prev = kNoGranule;
   };
-  // Open parts by their free bytes (multiples of 256 below one granule): buckets of
-  // (bytes, granule) with a bitmap of the non-empty ones, so finding the largest part <= x or
-  // the smallest >= x costs a few word scans, and nothing is allocated once the buckets grew.
+  // Open parts by their free bytes (multiples of 256 below one granule): intrusive lists of
+  // shared granules in buckets by bytes, with a two-level bitmap of the non-empty buckets, so
+  // finding the largest part <= x or the smallest >= x costs a few word scans and nothing is
+  // allocated. A granule is in at most one of the two sets.
   class OpenParts {
    public:
+    void Init(uint64_t granularity, std::vector<SharedGranule>* granules);
     void Insert(uint64_t bytes, uint32_t granule);
-    void Erase(uint64_t bytes, uint32_t granule);
+    void Erase(uint32_t granule);
     // The part with the most bytes <= x / the fewest >= x; false when there is none.
     bool FindAtMost(uint64_t x, uint64_t* bytes, uint32_t* granule) const;
     bool FindAtLeast(uint64_t x, uint64_t* bytes, uint32_t* granule) const;
     size_t size() const { return size_; }
-    void Init(uint64_t granularity);
 
    private:
     int Prev(int b) const;  // highest non-empty bucket < b, or -1
     int Next(int b) const;  // lowest non-empty bucket > b, or -1
+    size_t BucketOf(uint64_t bytes) const {
+      return std::min(heads_.size() - 1, static_cast<size_t>(bytes >> shift_));
+    }
+    std::vector<SharedGranule>* g_ = nullptr;
     int shift_ = 8;
-    std::vector<std::vector<std::pair<uint64_t, uint32_t>>> buckets_;
+    std::vector<uint32_t> heads_;
     std::vector<uint64_t> bits_;
     std::vector<uint64_t> top_;  // bit w: bits_[w] != 0
     size_t size_ = 0;
