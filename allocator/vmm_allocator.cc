@@ -807,7 +807,9 @@ absl::StatusOr<std::unique_ptr<VmmAllocator::Range>> VmmAllocator::MapRangeLocke
   auto range = std::make_unique<Range>();
   // Virtual space is cheap: reserve room to grow to the next power of two, so a cached range
   // can later serve a somewhat larger request by mapping a few more granules at its end.
-  range->reserved_bytes = alignment > g ? count * g + alignment : std::bit_ceil(count) * g;
+  // (Plus a granule before and after: room for a shared head and tail when the range is cached
+  // and reused by a block with tail sharing.)
+  range->reserved_bytes = alignment > g ? count * g + alignment : (std::bit_ceil(count) + 2) * g;
   VGPU_ASSIGN_OR_RETURN(range->reserved, executor_->ReserveAddressRange(range->reserved_bytes));
   if (alignment <= g && reinterpret_cast<uint64_t>(range->reserved) % g != 0) {
     // Drivers return granule-aligned ranges, but nothing here may rely on it: rounding the
@@ -817,7 +819,8 @@ absl::StatusOr<std::unique_ptr<VmmAllocator::Range>> VmmAllocator::MapRangeLocke
     VGPU_ASSIGN_OR_RETURN(range->reserved, executor_->ReserveAddressRange(range->reserved_bytes));
   }
   range->ptr = reinterpret_cast<void*>(
-      AlignUp(reinterpret_cast<uint64_t>(range->reserved), std::max(alignment, g)));
+      AlignUp(reinterpret_cast<uint64_t>(range->reserved), std::max(alignment, g)) +
+      (alignment > g ? 0 : g));
   range->granules.reserve(count);
   absl::Status s = GrowRangeLocked(range.get(), count);
   if (!s.ok()) {
