@@ -62,9 +62,9 @@ struct VmmOptions {
   // With allow_growth the cache also stays within the room below (1 + 1/divisor) x the most
   // granules ever in live blocks (at least pool_keep_bytes), and a new block takes granules
   // from a cache over that cap before new ones are created, so peak mapped memory stays near
-  // peak live: 32 measured 1.03-1.09x on the traces at 2x their peak (docs/vmm.md). 0: only
+  // peak live: 64 measured 1.05-1.09x on the traces at 2x their peak (docs/vmm.md). 0: only
   // cache_bytes.
-  uint64_t cache_peak_headroom_divisor = 32;
+  uint64_t cache_peak_headroom_divisor = 64;
   // Tail sharing: a large block whose size is not a whole number of granules ends in a granule
   // it shares with the next block's start (the same physical granule mapped in both ranges,
   // the second block starting at the first one's end inside it), so a block wastes no partial
