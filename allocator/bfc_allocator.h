@@ -157,9 +157,15 @@ class BFCAllocator final : public Allocator {
   // An event (allocator.h) with the counts after it.
   void NotifyLocked(AllocatorEventKind kind, uint64_t ptr, uint64_t bytes) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    const AllocatorEvent e{kind, ptr, bytes, counters_.stats.bytes_in_use,
-                           counters_.stats.bytes_reserved};
-    if (options_.usage_observer != nullptr) options_.usage_observer->OnAllocatorEvent(options_.name, e);
+    if (options_.usage_observer == nullptr && !HasObservers()) return;
+    const AllocatorEvent e{kind,
+                           ptr,
+                           bytes,
+                           counters_.stats.bytes_in_use,
+                           counters_.stats.bytes_reserved,
+                           LargestFreeLocked()};
+    if (options_.usage_observer != nullptr)
+      options_.usage_observer->OnAllocatorEvent(options_.name, e);
     Notify(options_.name, e);
   }
 

@@ -84,6 +84,7 @@ class VmmAllocator::SlabObserver final : public AllocatorObserver {
  public:
   explicit SlabObserver(VmmAllocator* owner) : owner_(owner) {}
   void OnAllocatorEvent(const std::string&, const AllocatorEvent& e) override {
+    owner_->slab_largest_free_.store(e.largest_free, std::memory_order_relaxed);
     if (e.kind == AllocatorEventKind::kAlloc) {
       owner_->small_in_use_.store(e.bytes_in_use, std::memory_order_relaxed);
       AtomicMax(owner_->largest_alloc_, e.bytes);
@@ -103,9 +104,13 @@ class VmmAllocator::SlabObserver final : public AllocatorObserver {
 void VmmAllocator::NotePeak(uint64_t bytes) { AtomicMax(peak_in_use_, bytes); }
 
 void VmmAllocator::NotifyEvent(AllocatorEventKind kind, const void* ptr, uint64_t bytes) const {
+  if (!HasObservers()) return;
+  // Cached granules can be restitched into one block (Stats' largest free block).
   Notify(options_.name,
          AllocatorEvent{kind, reinterpret_cast<uint64_t>(ptr), bytes,
-                        large_in_use_.load() + small_in_use_.load(), mapped_bytes_.load()});
+                        large_in_use_.load() + small_in_use_.load(), mapped_bytes_.load(),
+                        std::max(slab_largest_free_.load(std::memory_order_relaxed),
+                                 cached_bytes_.load(std::memory_order_relaxed))});
 }
 
 absl::StatusOr<std::unique_ptr<VmmAllocator>> VmmAllocator::Create(Executor* executor,
@@ -247,8 +252,8 @@ absl::StatusOr<void*> VmmAllocator::AllocateLarge(uint64_t bytes, uint64_t align
   const uint64_t count = CeilDiv(bytes, granularity_);
   // Tail sharing for sizes that are not whole granules (and default alignment).
   const uint64_t rounded = AlignUp(bytes, kDefaultAlignment);
-  const bool share = options_.share_tail_granules && alignment <= kDefaultAlignment &&
-                     rounded % granularity_ != 0;
+  const bool share =
+      options_.share_tail_granules && alignment <= kDefaultAlignment && rounded % granularity_ != 0;
   auto map = [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS {  // under mu_, taken below
     return share ? MapSharedRangeLocked(rounded) : MapRangeLocked(count, alignment);
   };
@@ -321,6 +326,7 @@ std::unique_ptr<VmmAllocator::Range> VmmAllocator::TakeCachedLocked(uint64_t cou
       v.erase(v.begin() + static_cast<ptrdiff_t>(i));
       // An emptied bucket stays (no map node freed and made again per block).
       cached_granules_ -= r->granules.size();
+      cached_bytes_.store(cached_granules_ * granularity_, std::memory_order_relaxed);
       return r;
     }
     return nullptr;
@@ -387,6 +393,7 @@ absl::Status VmmAllocator::FreeLarge(void* ptr, bool* found) {
   void* const range_ptr = range->ptr;
   if (cached) {
     cached_granules_ += count;
+    cached_bytes_.store(cached_granules_ * granularity_, std::memory_order_relaxed);
     cache_[count].push_back(std::move(range));
     while (cached_granules_ > cap) VGPU_RETURN_IF_ERROR(EvictOneLocked());
   } else {
@@ -685,8 +692,7 @@ absl::StatusOr<std::unique_ptr<VmmAllocator::Range>> VmmAllocator::MapSharedRang
     if (reinterpret_cast<uint64_t>(range->reserved) % g != 0) {
       executor_->FreeAddressRange(range->reserved, range->reserved_bytes).IgnoreError();
       range->reserved_bytes += g;
-      VGPU_ASSIGN_OR_RETURN(range->reserved,
-                            executor_->ReserveAddressRange(range->reserved_bytes));
+      VGPU_ASSIGN_OR_RETURN(range->reserved, executor_->ReserveAddressRange(range->reserved_bytes));
     }
     range->ptr =
         reinterpret_cast<char*>(AlignUp(reinterpret_cast<uint64_t>(range->reserved), g)) + g;
@@ -942,6 +948,7 @@ absl::Status VmmAllocator::EvictOneLocked(const void* spare) {
       std::unique_ptr<Range> range = std::move(v[i]);
       v.erase(v.begin() + static_cast<ptrdiff_t>(i));
       cached_granules_ -= range->granules.size();
+      cached_bytes_.store(cached_granules_ * granularity_, std::memory_order_relaxed);
       ++cache_evictions_;
       return UnmapRangeLocked(std::move(range));
     }
@@ -1210,8 +1217,8 @@ absl::Status VmmAllocator::CheckInvariants() const {
     open_lower += !sg.lower_live && sg.upper_live;
   }
   if (n_shared != shared_count_ || lower_refs.size() + upper_refs.size() > 2 * n_shared ||
-      both != double_mapped_ ||
-      open_upper != open_upper_.size() || open_lower != open_lower_.size()) {
+      both != double_mapped_ || open_upper != open_upper_.size() ||
+      open_lower != open_lower_.size()) {
     return fail("shared granules: ", both, " used twice (counted ", double_mapped_, "), open ",
                 open_upper, "/", open_lower, " but offered ", open_upper_.size(), "/",
                 open_lower_.size());

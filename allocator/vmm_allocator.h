@@ -325,7 +325,9 @@ class VmmAllocator final : public Allocator {
   std::atomic<uint64_t> small_in_use_{0};
   std::atomic<uint64_t> peak_in_use_{0};
   std::atomic<uint64_t> largest_alloc_{0};
-  std::atomic<uint64_t> mapped_bytes_{0};  // mirror of mapped_granules_ for observers
+  std::atomic<uint64_t> mapped_bytes_{0};       // mirror of mapped_granules_ for observers
+  std::atomic<uint64_t> cached_bytes_{0};       // mirror of cached_granules_ for observers
+  std::atomic<uint64_t> slab_largest_free_{0};  // the slab BFC's, after its last event
   uint64_t regions_mapped_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t regions_unmapped_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t map_calls_ ABSL_GUARDED_BY(mu_) = 0;

@@ -170,6 +170,7 @@ int RunReplay(const BenchArgs& args) {
   // Timed replays at --limit (default 2x peak live), best of several fresh runs.
   spec.limit = args.limit ? *args.limit : LimitFor(peak, kScanSteps);
   MemoryHistory history(1 << 20);
+  history.SetLimit(spec.name, spec.limit);  // the timeline draws it
   int64_t best_ns = -1;
   int64_t total_ns = 0;
   uint64_t peak_reserved = 0;
