@@ -179,6 +179,9 @@ int RunReplay(const BenchArgs& args) {
   // Device map / unmap calls (vmm: Map/Unmap, one cuMemMap/cuMemUnmap each; bfc: regions taken
   // from and given back to the sub-allocator) per 1000 trace events, run 0.
   double map_calls_per_kop = 0, unmap_calls_per_kop = 0;
+  // Reserved (mapped) bytes right after the last free of run 0, when the allocator is idle:
+  // what it did not give back (vmm with growth keeps a reserve of pool_keep_bytes).
+  uint64_t idle_reserved = 0;
   ReplayResult first;
   double setup_ms = 0;
   for (int run = 0; run < kMaxTimedRuns; ++run) {
@@ -206,6 +209,7 @@ int RunReplay(const BenchArgs& args) {
       first = *r;
       const AllocatorStats stats = allocator.Stats();
       peak_reserved = stats.peak_bytes_reserved;
+      idle_reserved = stats.bytes_reserved;
       if (stats.mapping_granularity > 0) {  // vmm: regions are granules
         const double gib = static_cast<double>(stats.regions_mapped) *
                            static_cast<double>(stats.mapping_granularity) /
@@ -295,6 +299,7 @@ int RunReplay(const BenchArgs& args) {
   if (map_calls_per_gib) w.Field("vmm_map_calls_per_gib", *map_calls_per_gib);
   w.Field("map_calls_per_kop", map_calls_per_kop);
   w.Field("unmap_calls_per_kop", unmap_calls_per_kop);
+  w.Field("idle_reserved_bytes", idle_reserved);
   w.EndObject();
   std::printf("%s\n", w.str().c_str());
   std::fflush(stdout);
