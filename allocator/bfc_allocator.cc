@@ -383,13 +383,21 @@ absl::StatusOr<void*> BFCAllocator::DoAllocate(uint64_t bytes, uint64_t alignmen
 }
 
 absl::Status BFCAllocator::DoDeallocate(void* ptr) {
-  SpinLockGuard l(mu_);
-  uint32_t c = live_.Erase(reinterpret_cast<uint64_t>(ptr));
-  if (c == PtrMap::kNotFound) {
+  bool live = false;
+  absl::Status s = DeallocateIfLive(ptr, &live);
+  if (!live) {
     return absl::InvalidArgumentError(
         absl::StrCat(name(), ": ", P(reinterpret_cast<uint64_t>(ptr)),
                      " was not allocated by this allocator, or was already freed"));
   }
+  return s;
+}
+
+absl::Status BFCAllocator::DeallocateIfLive(void* ptr, bool* live) {
+  SpinLockGuard l(mu_);
+  uint32_t c = live_.Erase(reinterpret_cast<uint64_t>(ptr));
+  *live = c != PtrMap::kNotFound;
+  if (!*live) return absl::OkStatus();
   Chunk& ch = chunks_[c];
   uint64_t requested = ch.requested;
   ch.in_use = false;
@@ -411,14 +419,6 @@ absl::Status BFCAllocator::DoDeallocate(void* ptr) {
   BinInsert(c);
   NotifyLocked(AllocatorEventKind::kFree, reinterpret_cast<uint64_t>(ptr), requested);
   return absl::OkStatus();
-}
-
-absl::Status BFCAllocator::DeallocateIfLive(void* ptr, bool* live) {
-  {
-    SpinLockGuard l(mu_);
-    *live = live_.Find(reinterpret_cast<uint64_t>(ptr)) != PtrMap::kNotFound;
-  }
-  return *live ? Deallocate(ptr) : absl::OkStatus();
 }
 
 absl::StatusOr<uint64_t> BFCAllocator::AllocatedSize(const void* ptr) const {

@@ -21,6 +21,7 @@
 #define VGPU_ALLOCATOR_BFC_ALLOCATOR_H_
 
 #include <algorithm>
+#include <atomic>
 #include <bit>
 #include <cstdint>
 #include <memory>
@@ -60,6 +61,9 @@ struct BFCOptions {
   // Called for every event under the allocator's lock before the observer list, without its
   // mutex (the vmm allocator tracks its slab BFC's usage with it); must outlive the allocator.
   AllocatorObserver* usage_observer = nullptr;
+  // The largest free block (a tree walk) goes into events for the observer list, and for the
+  // usage observer only while *usage_largest_free is true (when set).
+  const std::atomic<bool>* usage_largest_free = nullptr;
 };
 
 class BFCAllocator final : public Allocator {
@@ -154,6 +158,10 @@ class BFCAllocator final : public Allocator {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   AllocatorStats StatsLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   uint64_t LargestFreeLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool WantLargestFree() const {
+    return HasObservers() || (options_.usage_largest_free != nullptr &&
+                              options_.usage_largest_free->load(std::memory_order_relaxed));
+  }
   // An event (allocator.h) with the counts after it.
   void NotifyLocked(AllocatorEventKind kind, uint64_t ptr, uint64_t bytes) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -163,7 +171,7 @@ class BFCAllocator final : public Allocator {
                            bytes,
                            counters_.stats.bytes_in_use,
                            counters_.stats.bytes_reserved,
-                           LargestFreeLocked()};
+                           WantLargestFree() ? LargestFreeLocked() : 0};
     if (options_.usage_observer != nullptr)
       options_.usage_observer->OnAllocatorEvent(options_.name, e);
     Notify(options_.name, e);

@@ -105,6 +105,10 @@ void VmmAllocator::NotePeak(uint64_t bytes) { AtomicMax(peak_in_use_, bytes); }
 
 void VmmAllocator::NotifyEvent(AllocatorEventKind kind, const void* ptr, uint64_t bytes) const {
   if (!HasObservers()) return;
+  // From now on the slab BFC reports its largest free block (for fragmentation over time).
+  if (!slab_largest_free_wanted_.load(std::memory_order_relaxed)) {
+    slab_largest_free_wanted_.store(true, std::memory_order_relaxed);
+  }
   // Cached granules can be restitched into one block (Stats' largest free block).
   Notify(options_.name,
          AllocatorEvent{kind, reinterpret_cast<uint64_t>(ptr), bytes,
@@ -182,6 +186,7 @@ absl::Status VmmAllocator::Init() {
   // list (whose mutex cost a lock per small operation).
   slab_observer_ = std::make_unique<SlabObserver>(this);
   bo.usage_observer = slab_observer_.get();
+  bo.usage_largest_free = &slab_largest_free_wanted_;
   VGPU_ASSIGN_OR_RETURN(slabs_, BFCAllocator::Create(std::make_unique<SlabSubAllocator>(this), bo));
   if (!options_.allow_growth) {
     StdMutexLock l(&mu_);  // not shared yet; for the analysis

@@ -331,6 +331,8 @@ class VmmAllocator final : public Allocator {
   std::atomic<uint64_t> mapped_bytes_{0};       // mirror of mapped_granules_ for observers
   std::atomic<uint64_t> cached_bytes_{0};       // mirror of cached_granules_ for observers
   std::atomic<uint64_t> slab_largest_free_{0};  // the slab BFC's, after its last event
+  // Set once events have observers: the slab BFC's largest free block is then worth its cost.
+  mutable std::atomic<bool> slab_largest_free_wanted_{false};
   uint64_t regions_mapped_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t regions_unmapped_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t map_calls_ ABSL_GUARDED_BY(mu_) = 0;
