@@ -162,6 +162,8 @@ absl::Status VmmAllocator::Init() {
     StdMutexLock l(&mu_);  // not shared yet; for the analysis
     open_upper_.Init(g, &shared_);
     open_lower_.Init(g, &shared_);
+    // The pool never holds more than the limit: no regrowth in the hot path.
+    free_granules_.reserve(std::min<uint64_t>(limit_granules_, uint64_t{1} << 20));
   }
   slab_bytes_ = options_.slab_bytes ? AlignUp(options_.slab_bytes, g) : g;
   if (small_block_max_ > slab_bytes_) {
@@ -854,6 +856,7 @@ absl::Status VmmAllocator::GrowRangeLocked(Range* range, uint64_t count) {
   const uint64_t old = range->granules.size();
   if (count <= old) return absl::OkStatus();
   VGPU_RETURN_IF_ERROR(EnsureFreeGranulesLocked(count - old));
+  range->granules.reserve(count);
   char* base = static_cast<char*>(range->ptr);
   // One Map per run of physically contiguous granules (the pool hands them out in ascending
   // order, so a bulk pool maps a whole block in one call); Range::run_starts remembers the
