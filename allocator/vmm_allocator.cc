@@ -270,6 +270,9 @@ absl::StatusOr<void*> VmmAllocator::AllocateLarge(uint64_t bytes, uint64_t align
   // Locked by hand: the retry below drops the lock in the middle.
   mu_.Lock();
   std::unique_ptr<Range> range = share ? nullptr : TakeCachedLocked(count, alignment);
+  if (range != nullptr && !DropKeptTailLocked(range.get()).ok()) {
+    UnmapRangeLocked(std::move(range)).IgnoreError();  // and map afresh below
+  }
   if (range == nullptr) {
     absl::StatusOr<std::unique_ptr<Range>> r = map();
     if (!r.ok() && absl::IsResourceExhausted(r.status()) && slabs_ != nullptr) {
@@ -335,7 +338,7 @@ std::unique_ptr<VmmAllocator::Range> VmmAllocator::TakeCachedLocked(uint64_t cou
       std::unique_ptr<Range> r = std::move(v[i]);
       v.erase(v.begin() + static_cast<ptrdiff_t>(i));
       // An emptied bucket stays (no map node freed and made again per block).
-      cached_granules_ -= r->granules.size();
+      cached_granules_ -= r->granules.size() + (r->kept_tail != kNoGranule ? 1 : 0);
       cached_bytes_.store(cached_granules_ * granularity_, std::memory_order_relaxed);
       return r;
     }
@@ -353,7 +356,7 @@ std::unique_ptr<VmmAllocator::Range> VmmAllocator::TakeCachedLocked(uint64_t cou
   while (above != cache_.end() && above->second.empty()) ++above;
   if (auto it = above; it != cache_.end() && it->first < 2 * count) {
     if (auto r = take(it, false)) {
-      if (ShrinkRangeLocked(r.get(), count).ok()) {
+      if (DropKeptTailLocked(r.get()).ok() && ShrinkRangeLocked(r.get(), count).ok()) {
         ++cache_hits_;
         return r;
       }
@@ -368,7 +371,7 @@ std::unique_ptr<VmmAllocator::Range> VmmAllocator::TakeCachedLocked(uint64_t cou
     } while (it != cache_.begin() && it->second.empty());
     if (!it->second.empty() && 2 * it->first > count) {
       if (auto r = take(it, true)) {
-        if (GrowRangeLocked(r.get(), count).ok()) {
+        if (DropKeptTailLocked(r.get()).ok() && GrowRangeLocked(r.get(), count).ok()) {
           ++cache_hits_;
           return r;
         }
@@ -402,7 +405,7 @@ absl::Status VmmAllocator::FreeLarge(void* ptr, bool* found) {
   const bool cached = count > 0 && count <= cap;
   void* const range_ptr = range->ptr;
   if (cached) {
-    cached_granules_ += count;
+    cached_granules_ += count + (range->kept_tail != kNoGranule ? 1 : 0);
     cached_bytes_.store(cached_granules_ * granularity_, std::memory_order_relaxed);
     cache_[count].push_back(std::move(range));
     while (cached_granules_ > cap) VGPU_RETURN_IF_ERROR(EvictOneLocked());
@@ -685,7 +688,17 @@ absl::StatusOr<std::unique_ptr<VmmAllocator::Range>> VmmAllocator::MapSharedRang
   std::unique_ptr<Range> range = k > 0 ? TakeCachedLocked(k, g, h > 0, t > 0) : nullptr;
   const bool from_cache = range != nullptr;
   if (from_cache) ++cache_hits_;
-  absl::Status ensured = EnsureFreeGranulesLocked((from_cache ? 0 : k) + (fresh_tail ? 1 : 0));
+  // A kept tail granule (the same size freed before) is this block's fresh tail, mapped.
+  const bool kept_tail = from_cache && range->kept_tail != kNoGranule && fresh_tail;
+  if (from_cache && !kept_tail && range->kept_tail != kNoGranule) {
+    absl::Status dropped = DropKeptTailLocked(range.get());
+    if (!dropped.ok()) {
+      UnmapRangeLocked(std::move(range)).IgnoreError();
+      return dropped;
+    }
+  }
+  absl::Status ensured =
+      EnsureFreeGranulesLocked((from_cache ? 0 : k) + (fresh_tail && !kept_tail ? 1 : 0));
   if (!ensured.ok()) {
     if (from_cache) UnmapRangeLocked(std::move(range)).IgnoreError();
     return ensured;
@@ -720,7 +733,7 @@ absl::StatusOr<std::unique_ptr<VmmAllocator::Range>> VmmAllocator::MapSharedRang
   }
   char* tail_va = static_cast<char*>(range->ptr) + k * g;
   absl::Status s = from_cache ? absl::OkStatus() : GrowRangeLocked(range.get(), k);
-  if (s.ok() && t > 0) {
+  if (s.ok() && t > 0 && !kept_tail) {
     const uint32_t slot = fresh_tail ? free_granules_.back() : tail_granule;
     s = executor_->Map(tail_va, g, granules_[slot].handle, granules_[slot].offset);
     if (s.ok()) ++map_calls_;
@@ -737,7 +750,15 @@ absl::StatusOr<std::unique_ptr<VmmAllocator::Range>> VmmAllocator::MapSharedRang
     ++double_mapped_;
     open_upper_.Erase(head_granule);
   }
-  if (fresh_tail) {
+  if (kept_tail) {
+    const uint32_t slot = range->kept_tail;
+    range->kept_tail = kNoGranule;
+    if (shared_.size() <= slot) shared_.resize(granules_.size());
+    shared_[slot] = SharedGranule{t, true, true, false, 0, kNoGranule, kNoGranule};
+    ++shared_count_;
+    open_upper_.Insert(g - t, slot);
+    range->tail = slot;
+  } else if (fresh_tail) {
     const uint32_t slot = free_granules_.back();
     free_granules_.pop_back();
     --runs_[granules_[slot].run].free;
@@ -797,17 +818,19 @@ absl::Status VmmAllocator::UnmapSharedViewsLocked(Range* range) {
     }
   }
   if (range->tail != kNoGranule) {
-    char* tail_va = ptr + range->granules.size() * g;
-    status.Update(executor_->Unmap(tail_va, g));
-    ++unmap_calls_;
     SharedGranule& sg = shared_[range->tail];
     if (sg.upper_live) {
+      status.Update(executor_->Unmap(ptr + range->granules.size() * g, g));
+      ++unmap_calls_;
       sg.lower_live = false;
       --double_mapped_;
       open_lower_.Insert(sg.split, range->tail);
     } else {
-      ReleaseSharedLocked(range->tail);  // its free upper part was offered
-      NotifyEvent(AllocatorEventKind::kUnmap, tail_va, g);
+      // Nobody else uses it: the range keeps it mapped (a hot size then maps nothing).
+      open_upper_.Erase(range->tail);
+      sg = SharedGranule{};
+      --shared_count_;
+      range->kept_tail = range->tail;
     }
   }
   range->head = range->tail = kNoGranule;
@@ -943,7 +966,25 @@ absl::Status VmmAllocator::ShrinkRangeLocked(Range* range, uint64_t count) {
   return absl::OkStatus();
 }
 
+absl::Status VmmAllocator::DropKeptTailLocked(Range* range) {
+  if (range->kept_tail == kNoGranule) return absl::OkStatus();
+  const uint64_t g = granularity_;
+  char* va = static_cast<char*>(range->ptr) + range->granules.size() * g;
+  const uint32_t slot = range->kept_tail;
+  range->kept_tail = kNoGranule;
+  absl::Status s = executor_->Unmap(va, g);
+  ++unmap_calls_;
+  free_granules_.push_back(slot);
+  ++runs_[granules_[slot].run].free;
+  --mapped_granules_;
+  ++regions_unmapped_;
+  mapped_bytes_.store(mapped_granules_ * g);
+  NotifyEvent(AllocatorEventKind::kUnmap, va, g);
+  return s;
+}
+
 absl::Status VmmAllocator::UnmapRangeLocked(std::unique_ptr<Range> range) {
+  VGPU_RETURN_IF_ERROR(DropKeptTailLocked(range.get()));
   VGPU_RETURN_IF_ERROR(ShrinkRangeLocked(range.get(), 0));
   return executor_->FreeAddressRange(range->reserved, range->reserved_bytes);
 }
@@ -953,12 +994,13 @@ absl::Status VmmAllocator::EvictOneLocked(const void* spare) {
   for (auto it = cache_.rbegin(); it != cache_.rend(); ++it) {
     std::vector<std::unique_ptr<Range>>& v = it->second;
     for (size_t i = v.size(); i-- > 0;) {
-      if (spare != nullptr && v[i]->ptr == spare && cached_granules_ > v[i]->granules.size()) {
+      if (spare != nullptr && v[i]->ptr == spare &&
+          cached_granules_ > v[i]->granules.size() + (v[i]->kept_tail != kNoGranule ? 1 : 0)) {
         continue;  // something else can go first
       }
       std::unique_ptr<Range> range = std::move(v[i]);
       v.erase(v.begin() + static_cast<ptrdiff_t>(i));
-      cached_granules_ -= range->granules.size();
+      cached_granules_ -= range->granules.size() + (range->kept_tail != kNoGranule ? 1 : 0);
       cached_bytes_.store(cached_granules_ * granularity_, std::memory_order_relaxed);
       ++cache_evictions_;
       return UnmapRangeLocked(std::move(range));
@@ -1125,8 +1167,10 @@ std::string VmmAllocator::DumpMemoryLog() const {
     for (const auto& [p, r] : slab_ranges_)
       for (uint32_t i : r->granules) map[i] = 'S';
     for (const auto& [n, rs] : cache_)
-      for (const auto& r : rs)
+      for (const auto& r : rs) {
         for (uint32_t i : r->granules) map[i] = 'C';
+        if (r->kept_tail != kNoGranule) map[r->kept_tail] = 'C';
+      }
     // At most 4096 characters: on big pools one character stands for several granules and
     // shows the busiest state among them (B > S > C > . > given back).
     const size_t per = std::max<size_t>(1, (map.size() + 4095) / 4096);
@@ -1199,6 +1243,14 @@ absl::Status VmmAllocator::CheckInvariants() const {
       if (seen[i]++) return fail("granule ", i, " is used twice (second at ", P(r.ptr), ")");
     }
     *total += r.granules.size();
+    if (r.kept_tail != kNoGranule) {
+      const uint32_t i = r.kept_tail;
+      if (i >= granules_.size() || granules_[i].handle.bytes == 0) {
+        return fail("range at ", P(r.ptr), " keeps tail granule ", i, " which does not exist");
+      }
+      if (seen[i]++) return fail("kept tail granule ", i, " is used twice");
+      ++*total;
+    }
     return absl::OkStatus();
   };
   absl::flat_hash_map<uint32_t, int> lower_refs, upper_refs;

@@ -160,6 +160,10 @@ class VmmAllocator final : public Allocator {
     uint64_t head_bytes = 0;
     uint64_t footprint = 0;  // bytes counted in use
     void* user_ptr = nullptr;
+    // A cached range whose block's tail granule had no other user keeps it mapped just after
+    // `granules` (its own mapping), so the next block of the same size needs no map call;
+    // counted in cached_granules_.
+    uint32_t kept_tail = kNoGranule;
   };
   static constexpr uint32_t kNoGranule = 0xffffffffu;
   // A granule split at `split` between the tail of one block (lower part) and the head of the
@@ -224,6 +228,8 @@ class VmmAllocator final : public Allocator {
   // Unmaps a shared-layout block's head and tail granules and updates them; its own granules
   // stay mapped (the caller caches or unmaps the rest).
   absl::Status UnmapSharedViewsLocked(Range* range) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Unmaps a range's kept tail granule (if any) into the pool.
+  absl::Status DropKeptTailLocked(Range* range) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A shared granule with both parts free goes back to the pool.
   void ReleaseSharedLocked(uint32_t granule) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Frees the large block at ptr; false in *found when there is none.

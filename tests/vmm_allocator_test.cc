@@ -176,6 +176,22 @@ TEST(VmmAllocatorTest, TailSharingPacksBlocksIntoSharedGranules) {
   EXPECT_EQ(f.alloc->Stats().bytes_in_use, 0u);
 }
 
+// A hot size that is not whole granules: its tail granule, free of other users, stays mapped
+// with the cached range and serves the next block's tail, so the loop maps nothing after the
+// first block (as the cudasim GPU test HotSizeIsNotRemapped checks on the driver).
+TEST(VmmAllocatorTest, TailSharingHotSizeIsNotRemapped) {
+  Fake f = MakeFake(Opts(64 * kG, false));
+  for (int step = 0; step < 20; ++step) {
+    auto p = f.alloc->AllocateRaw(5 * kG - 1000);
+    ASSERT_THAT(p.status(), IsOk());
+    ASSERT_THAT(CheckFakeVmm(f), IsOk());
+    ASSERT_THAT(f.alloc->Deallocate(*p), IsOk());
+    ASSERT_THAT(CheckFakeVmm(f), IsOk());
+  }
+  EXPECT_EQ(f.alloc->Stats().regions_mapped, 5u);
+  EXPECT_EQ(f.alloc->Granules().cached, 5u);  // 4 whole granules + the kept tail
+}
+
 TEST(VmmAllocatorTest, StitchesNonContiguousGranules) {
   Fake f = MakeFake(Opts(8 * kG, false, /*cache=*/false));
   std::vector<void*> one(8);
