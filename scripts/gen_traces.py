@@ -11,6 +11,8 @@ Families (one file each per seed, named FAMILY_sSEED.trace):
   kv_inference   weights allocated once; requests arrive and finish, each growing KV-cache
                  blocks (one per layer every 16 tokens) and freeing them at the end; per-step
                  activations and workspaces
+  kv_concat      the same with one contiguous KV tensor per request and layer that grows by
+                 reallocation (new tensor, then the old one freed, every 8 tokens)
   transformer    training steps of a decoder with a sequence length that changes every step:
                  activations kept for backward, lazily created gradients and optimizer state,
                  workspaces
@@ -120,6 +122,48 @@ def kv_inference(seed):
     return w
 
 
+def kv_concat(seed):
+    """Inference with a contiguous KV cache per request and layer that grows by reallocation
+    (the new, larger tensor is allocated before the old one is freed, as torch.cat does)."""
+    rng = random.Random(seed)
+    w = Writer(f"kv_concat_s{seed}")
+    layers = rng.choice([16, 24, 32])
+    d = rng.choice([2048, 4096])
+    for _ in range(layers):
+        for m in (1, 1, 1, 1, 4, 4):
+            w.alloc(m * d * d * 2)
+    w.alloc(32000 * d * 2)
+    per_token = d * 2 * 2  # K and V, fp16, one layer
+    requests = {}  # id -> [tokens, target, [per-layer block ids]]
+    next_req = 0
+    max_batch = rng.choice([4, 8, 16])
+    for step in range(rng.randint(300, 500)):
+        while len(requests) < max_batch and rng.random() < 0.2:
+            prompt = log_uniform(rng, 16, 1024)
+            target = prompt + log_uniform(rng, 8, 256)
+            requests[next_req] = [prompt, target, [w.alloc(prompt * per_token) for _ in range(layers)]]
+            next_req += 1
+        if not requests:
+            continue
+        acts = [w.alloc(len(requests) * d * 2 * rng.choice([1, 4])) for _ in range(4)]
+        for i in acts:
+            w.free(i)
+        for rid in list(requests):
+            r = requests[rid]
+            r[0] += 1
+            # Every 8 tokens the cache grows (a new tensor, then the old one goes).
+            if r[0] % 8 == 0:
+                for li in range(layers):
+                    n = w.alloc(r[0] * per_token)
+                    w.free(r[2][li])
+                    r[2][li] = n
+            if r[0] >= r[1]:
+                for b in r[2]:
+                    w.free(b)
+                del requests[rid]
+    return w
+
+
 def transformer(seed):
     rng = random.Random(seed)
     w = Writer(f"transformer_s{seed}")
@@ -181,6 +225,7 @@ def main():
             "random_large": lambda s: random_family(f"random_large_s{s}", s, 1024, 64 << 20, 4 << 30, 100000),
             "random_wide": lambda s: random_family(f"random_wide_s{s}", s, 256, 256 << 20, 6 << 30, 100000),
             "kv_inference": kv_inference,
+            "kv_concat": kv_concat,
             "transformer": transformer,
         }
         for fam, gen in gens.items():
