@@ -428,22 +428,16 @@ absl::Status VmmAllocator::DoDeallocate(void* ptr) {
     absl::Status s = FreeLarge(ptr, &found);
     if (found) return s;
   }
-  absl::Status s;
-  if (!aligned && shared_blocks_.load(std::memory_order_relaxed) > 0) {
-    // A small block or a large one with a shared head: ask the slab BFC without building its
-    // error message, then our blocks.
-    bool live = false;
-    s = slabs_->DeallocateIfLive(ptr, &live);
-    if (!live) {
+  // A small block, or a large one whose head is a shared granule: ask the slab BFC (one lock,
+  // no error message built), then our blocks.
+  bool live = false;
+  absl::Status s = slabs_->DeallocateIfLive(ptr, &live);
+  if (!live) {
+    if (!aligned && shared_blocks_.load(std::memory_order_relaxed) > 0) {
       bool found = false;
-      s = FreeLarge(ptr, &found);
-      if (found) return s;
-      s = absl::InvalidArgumentError("");
+      absl::Status f = FreeLarge(ptr, &found);
+      if (found) return f;
     }
-  } else {
-    s = slabs_->Deallocate(ptr);
-  }
-  if (absl::IsInvalidArgument(s)) {
     return absl::InvalidArgumentError(absl::StrCat(
         name(), ": Deallocate(", P(ptr),
         ") is not a live allocation of this allocator (double free or foreign pointer)"));
