@@ -7,6 +7,10 @@
 // granule by default). The memory limit counts mapped granules (physical memory), not virtual
 // space.
 //
+// A large block that is not a whole number of granules shares its last granule with the next
+// large block's start (tail sharing: the same physical granule mapped in both ranges), so it
+// costs its bytes rounded to 256, not to a granule (VmmOptions::share_tail_granules).
+//
 // Freed large blocks keep their mapping in a small cache so a hot size does not remap every
 // step; cached ranges are evicted (unmapped, granules back to the pool) before anything
 // would hit the limit. Empty slabs stay mapped until a large block needs their granules (or
