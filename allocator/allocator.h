@@ -115,6 +115,9 @@ struct AllocatorEvent {
   uint64_t bytes = 0;
   uint64_t bytes_in_use = 0;    // after the event
   uint64_t bytes_reserved = 0;  // after the event
+  // Largest free block after the event (bfc, vmm; 0 where unknown): external fragmentation is
+  // 1 - largest_free / (reserved - in use).
+  uint64_t largest_free = 0;
 };
 // Receives events from an allocator, called with the allocator's lock held: implementations
 // must be quick and must not call back into the allocator.
@@ -249,6 +252,8 @@ class Allocator {
       ABSL_LOCKS_EXCLUDED(observers_mu_) {
     if (has_observers_.load(std::memory_order_relaxed)) NotifySlow(allocator_name, e);
   }
+  // Whether Notify would call anyone (to skip work that only observers need).
+  bool HasObservers() const { return has_observers_.load(std::memory_order_relaxed); }
   // ResourceExhausted with the message shape above.
   absl::Status OutOfMemoryError(const OutOfMemoryReport& report) const;
 

@@ -403,13 +403,21 @@ absl::Status BFCAllocator::DoRecordStream(void* ptr, int slot) {
 }
 
 absl::Status BFCAllocator::DoDeallocate(void* ptr) {
-  SpinLockGuard l(mu_);
-  uint32_t c = live_.Erase(reinterpret_cast<uint64_t>(ptr));
-  if (c == PtrMap::kNotFound) {
+  bool live = false;
+  absl::Status s = DeallocateIfLive(ptr, &live);
+  if (!live) {
     return absl::InvalidArgumentError(
         absl::StrCat(name(), ": ", P(reinterpret_cast<uint64_t>(ptr)),
                      " was not allocated by this allocator, or was already freed"));
   }
+  return s;
+}
+
+absl::Status BFCAllocator::DeallocateIfLive(void* ptr, bool* live) {
+  SpinLockGuard l(mu_);
+  uint32_t c = live_.Erase(reinterpret_cast<uint64_t>(ptr));
+  *live = c != PtrMap::kNotFound;
+  if (!*live) return absl::OkStatus();
   Chunk& ch = chunks_[c];
   uint64_t requested = ch.requested;
   ch.in_use = false;

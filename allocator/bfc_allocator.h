@@ -21,6 +21,7 @@
 #define VGPU_ALLOCATOR_BFC_ALLOCATOR_H_
 
 #include <algorithm>
+#include <atomic>
 #include <bit>
 #include <cstdint>
 #include <memory>
@@ -57,6 +58,12 @@ struct BFCOptions {
   // random_mixed in 1.25x peak live instead of 1.38x.
   uint64_t min_split_bytes = 256;
   double min_split_fraction = 0.25;
+  // Called for every event under the allocator's lock before the observer list, without its
+  // mutex (the vmm allocator tracks its slab BFC's usage with it); must outlive the allocator.
+  AllocatorObserver* usage_observer = nullptr;
+  // The largest free block (a tree walk) goes into events for the observer list, and for the
+  // usage observer only while *usage_largest_free is true (when set).
+  const std::atomic<bool>* usage_largest_free = nullptr;
 };
 
 class BFCAllocator final : public Allocator {
@@ -87,6 +94,10 @@ class BFCAllocator final : public Allocator {
   // address) whose sizes add up to at most `keep_bytes`; returns the bytes released. (The vmm
   // allocator calls this to return slab granules to its pool.)
   absl::StatusOr<uint64_t> ReleaseEmptyRegions(uint64_t keep_bytes = 0);
+  // Deallocate(ptr) when ptr is a live allocation of this allocator; otherwise *live = false
+  // and nothing happens (no error is built: the vmm allocator asks this of pointers that may
+  // be its own large blocks).
+  absl::Status DeallocateIfLive(void* ptr, bool* live);
   // Rounded size of a live allocation (the chunk it occupies); NotFound for other pointers.
   absl::StatusOr<uint64_t> AllocatedSize(const void* ptr) const;
 
@@ -152,11 +163,23 @@ class BFCAllocator final : public Allocator {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   AllocatorStats StatsLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   uint64_t LargestFreeLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool WantLargestFree() const {
+    return HasObservers() || (options_.usage_largest_free != nullptr &&
+                              options_.usage_largest_free->load(std::memory_order_relaxed));
+  }
   // An event (allocator.h) with the counts after it.
   void NotifyLocked(AllocatorEventKind kind, uint64_t ptr, uint64_t bytes) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    Notify(options_.name, AllocatorEvent{kind, ptr, bytes, counters_.stats.bytes_in_use,
-                                         counters_.stats.bytes_reserved});
+    if (options_.usage_observer == nullptr && !HasObservers()) return;
+    const AllocatorEvent e{kind,
+                           ptr,
+                           bytes,
+                           counters_.stats.bytes_in_use,
+                           counters_.stats.bytes_reserved,
+                           WantLargestFree() ? LargestFreeLocked() : 0};
+    if (options_.usage_observer != nullptr)
+      options_.usage_observer->OnAllocatorEvent(options_.name, e);
+    Notify(options_.name, e);
   }
 
   uint32_t NewChunk() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -121,6 +121,7 @@ std::string MemoryHistory::ToJson() const {
     w.Field("bytes", e.event.bytes);
     w.Field("in_use", e.event.bytes_in_use);
     w.Field("reserved", e.event.bytes_reserved);
+    w.Field("largest_free", e.event.largest_free);
     w.EndObject();
   }
   w.EndArray();

@@ -6,7 +6,9 @@
 // JSON format (stable):
 //   {"capacity":N,"recorded":N,"dropped":N,"limits":{"GPU:0":BYTES,...},"allocators":["GPU:0",...],
 //    "events":[{"t_ns":T,"allocator":I,"kind":"alloc|free|map|unmap|oom","ptr":"0x..",
-//               "bytes":B,"in_use":U,"reserved":R}, ...]}
+//               "bytes":B,"in_use":U,"reserved":R,"largest_free":L}, ...]}
+// largest_free is the largest free block after the event (0 where the allocator does not
+// say): external fragmentation is 1 - largest_free / (reserved - in_use).
 // t_ns counts from the history's creation (steady clock); events are oldest first; once the
 // ring is full the oldest are dropped and counted in "dropped".
 //

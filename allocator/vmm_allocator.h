@@ -7,6 +7,10 @@
 // granule by default). The memory limit counts mapped granules (physical memory), not virtual
 // space.
 //
+// A large block that is not a whole number of granules shares its last granule with the next
+// large block's start (tail sharing: the same physical granule mapped in both ranges), so it
+// costs its bytes rounded to 256, not to a granule (VmmOptions::share_tail_granules).
+//
 // Freed large blocks keep their mapping in a small cache so a hot size does not remap every
 // step; cached ranges are evicted (unmapped, granules back to the pool) before anything
 // would hit the limit. Empty slabs stay mapped until a large block needs their granules (or
@@ -56,9 +60,24 @@ struct VmmOptions {
   // Size of every slab the BFC takes from the granule pool (rounded up to a multiple of the
   // granule; 0 = one granule). Fixed, not doubling: measured better on the shared traces.
   uint64_t slab_bytes = 0;
+  // The slab BFC's split rule (BFCOptions::min_split_fraction): small random sizes fragment
+  // less at 0.125 than at BFC's default 0.25 (docs/vmm.md).
+  double slab_min_split_fraction = 0.125;
   // Mapped-but-free large ranges kept for reuse; 0 = limit / 4. Evicted on pressure.
   uint64_t cache_bytes = 0;
   bool enable_cache = true;
+  // With allow_growth the cache also stays within the room below (1 + 1/divisor) x the most
+  // granules ever in live blocks (at least pool_keep_bytes), and a new block takes granules
+  // from a cache over that cap before new ones are created, so peak mapped memory stays near
+  // peak live: 64 measured 1.05-1.09x on the traces at 2x their peak (docs/vmm.md). 0: only
+  // cache_bytes.
+  uint64_t cache_peak_headroom_divisor = 64;
+  // Tail sharing: a large block whose size is not a whole number of granules ends in a granule
+  // it shares with the next block's start (the same physical granule mapped in both ranges,
+  // the second block starting at the first one's end inside it), so a block wastes no partial
+  // granule. Such blocks are unmapped when freed, not cached. false: every large block is whole
+  // granules (docs/vmm.md measures both).
+  bool share_tail_granules = true;
   // With allow_growth, granules that stayed free in the pool through a whole epoch of
   // `give_back_epoch` frees (of large blocks and of slabs) go back to the device, except
   // `pool_keep_bytes` of them (0 = limit / 64, at least one granule). When nothing is
@@ -108,6 +127,9 @@ class VmmAllocator final : public Allocator {
     // cuMemMap + one cuMemSetAccess on cuda), not one per granule.
     uint64_t map_calls = 0;
     uint64_t unmap_calls = 0;
+    uint64_t shared = 0;  // granules split between two blocks (tail sharing), in `mapped`
+    // Granule mappings in virtual space: mapped + shared granules mapped in two ranges.
+    uint64_t views = 0;
   };
   GranuleCounts Granules() const ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -115,6 +137,13 @@ class VmmAllocator final : public Allocator {
   struct Granule {
     PhysicalMemoryHandle handle;
     uint64_t offset = 0;  // into handle
+    uint32_t run = 0;     // index into runs_
+  };
+  // One physical allocation of one or more granules (created together, released whole).
+  struct Run {
+    PhysicalMemoryHandle handle;
+    uint64_t total = 0;  // granules
+    uint64_t free = 0;   // of them in free_granules_
   };
   // A virtual range mapped onto granules: a live large block, a cached one, or a slab.
   struct Range {
@@ -128,6 +157,59 @@ class VmmAllocator final : public Allocator {
     uint64_t requested = 0;
     // Stream slots (allocator.h) whose work may use it: the owner's and recorded ones.
     uint64_t streams = 0;
+    // Tail sharing (VmmOptions::share_tail_granules): a granule mapped just before `ptr` whose
+    // upper part begins the block (`head`, the block starts `head_bytes` before ptr), and one
+    // mapped just after the granules whose lower part ends it (`tail`); both are shared_
+    // granules, outside `granules`. user_ptr is what the caller got.
+    uint32_t head = kNoGranule;
+    uint32_t tail = kNoGranule;
+    uint64_t head_bytes = 0;
+    uint64_t footprint = 0;  // bytes counted in use
+    void* user_ptr = nullptr;
+    // A cached range whose block's tail granule had no other user keeps it mapped just after
+    // `granules` (its own mapping), so the next block of the same size needs no map call;
+    // counted in cached_granules_.
+    uint32_t kept_tail = kNoGranule;
+  };
+  static constexpr uint32_t kNoGranule = 0xffffffffu;
+  // A granule split at `split` between the tail of one block (lower part) and the head of the
+  // next (upper part); either part may be free. Open parts are offered to new blocks.
+  struct SharedGranule {
+    uint64_t split = 0;
+    bool shared = false;  // this granule is a shared one (the fields below mean something)
+    bool lower_live = false;
+    bool upper_live = false;
+    // While one part is free and offered (OpenParts): its bytes and the bucket's list links.
+    uint64_t open_bytes = 0;
+    uint32_t next = kNoGranule;
+    uint32_t prev = kNoGranule;
+  };
+  // Open parts by their free bytes (multiples of 256 below one granule): intrusive lists of
+  // shared granules in buckets by bytes, with a two-level bitmap of the non-empty buckets, so
+  // finding the largest part <= x or the smallest >= x costs a few word scans and nothing is
+  // allocated. A granule is in at most one of the two sets.
+  class OpenParts {
+   public:
+    void Init(uint64_t granularity, std::vector<SharedGranule>* granules);
+    void Insert(uint64_t bytes, uint32_t granule);
+    void Erase(uint32_t granule);
+    // The part with the most bytes <= x / the fewest >= x; false when there is none.
+    bool FindAtMost(uint64_t x, uint64_t* bytes, uint32_t* granule) const;
+    bool FindAtLeast(uint64_t x, uint64_t* bytes, uint32_t* granule) const;
+    size_t size() const { return size_; }
+
+   private:
+    int Prev(int b) const;  // highest non-empty bucket < b, or -1
+    int Next(int b) const;  // lowest non-empty bucket > b, or -1
+    size_t BucketOf(uint64_t bytes) const {
+      return std::min(heads_.size() - 1, static_cast<size_t>(bytes >> shift_));
+    }
+    std::vector<SharedGranule>* g_ = nullptr;
+    int shift_ = 8;
+    std::vector<uint32_t> heads_;
+    std::vector<uint64_t> bits_;
+    std::vector<uint64_t> top_;  // bit w: bits_[w] != 0
+    size_t size_ = 0;
   };
   class SlabSubAllocator;
   class SlabObserver;
@@ -150,6 +232,20 @@ class VmmAllocator final : public Allocator {
       ABSL_LOCKS_EXCLUDED(mu_);
   absl::StatusOr<void*> AllocateLarge(uint64_t bytes, uint64_t alignment, int slot,
                                       uint64_t* wait_for) ABSL_LOCKS_EXCLUDED(mu_);
+  // A block of `bytes` (a multiple of 256, not of the granule) laid out with tail sharing:
+  // an open upper part as its head, whole granules, and a tail granule (an open lower part or a
+  // fresh granule whose rest is offered). ResourceExhausted like MapRangeLocked.
+  absl::StatusOr<std::unique_ptr<Range>> MapSharedRangeLocked(uint64_t bytes)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Unmaps a shared-layout block's head and tail granules and updates them; its own granules
+  // stay mapped (the caller caches or unmaps the rest).
+  absl::Status UnmapSharedViewsLocked(Range* range) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Unmaps a range's kept tail granule (if any) into the pool.
+  absl::Status DropKeptTailLocked(Range* range) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A shared granule with both parts free goes back to the pool.
+  void ReleaseSharedLocked(uint32_t granule) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Frees the large block at ptr; false in *found when there is none.
+  absl::Status FreeLarge(void* ptr, bool* found) ABSL_LOCKS_EXCLUDED(mu_);
   // Maps `count` granules at a fresh range aligned to `alignment`; evicts the cache when the
   // limit needs it. ResourceExhausted when even that is not enough.
   absl::StatusOr<std::unique_ptr<Range>> MapRangeLocked(uint64_t count, uint64_t alignment)
@@ -161,7 +257,10 @@ class VmmAllocator final : public Allocator {
   absl::Status ShrinkRangeLocked(Range* range, uint64_t count) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   uint64_t CapacityOf(const Range& range) const;  // granules the reservation can hold
   // A cached range resized to `count` granules (exact, shrunk or grown), or null.
-  std::unique_ptr<Range> TakeCachedLocked(uint64_t count, uint64_t alignment)
+  // head_room / tail_room: only a range with an unmapped granule of virtual space before it /
+  // after its `count` granules (for a shared head or tail).
+  std::unique_ptr<Range> TakeCachedLocked(uint64_t count, uint64_t alignment,
+                                          bool head_room = false, bool tail_room = false)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Makes `count` granules free (unmapped) in the pool, creating them (growth) or evicting
   // the cache as needed, within the limit.
@@ -169,6 +268,10 @@ class VmmAllocator final : public Allocator {
   // Unmaps the largest cached range; the one at `spare` only when nothing else is cached.
   absl::Status EvictOneLocked(const void* spare = nullptr) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status GiveBackLocked(uint64_t keep) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The mapping cache's cap in granules: cache_limit_granules_, and with allow_growth (and a
+  // divisor) at most the room left below (1 + 1/divisor) x the peak granules in blocks (at least
+  // keep_granules_).
+  uint64_t CacheCapLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // After a free of a large block or a slab with allow_growth: granules free through a whole
   // epoch go back to the device (beyond keep_granules_).
   absl::Status EpochGiveBackLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -204,8 +307,10 @@ class VmmAllocator final : public Allocator {
   PhysicalMemoryHandle bulk_ ABSL_GUARDED_BY(mu_);
   // index -> granule; holes have handle.bytes == 0
   std::vector<Granule> granules_ ABSL_GUARDED_BY(mu_);
-  std::vector<uint32_t> free_slots_ ABSL_GUARDED_BY(mu_);     // holes in granules_ (given back)
-  std::vector<uint32_t> free_granules_ ABSL_GUARDED_BY(mu_);  // created and unmapped (LIFO)
+  std::vector<uint32_t> free_slots_ ABSL_GUARDED_BY(mu_);  // holes in granules_ (given back)
+  std::vector<Run> runs_ ABSL_GUARDED_BY(mu_);
+  std::vector<uint32_t> free_run_slots_ ABSL_GUARDED_BY(mu_);  // holes in runs_
+  std::vector<uint32_t> free_granules_ ABSL_GUARDED_BY(mu_);   // created and unmapped (LIFO)
   uint64_t mapped_granules_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t created_granules_ ABSL_GUARDED_BY(mu_) = 0;
   // fewest free granules during this give-back epoch
@@ -220,6 +325,15 @@ class VmmAllocator final : public Allocator {
   // why the pool last refused the slab BFC a slab ("" = it did not)
   std::string slab_refusal_ ABSL_GUARDED_BY(mu_);
   uint64_t block_granules_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t peak_block_granules_ ABSL_GUARDED_BY(mu_) = 0;  // highest block_granules_ so far
+  // Tail sharing: shared granules (mapped, counted once in mapped_granules_), the open parts
+  // by their free bytes, and how many shared granules are mapped in two ranges at once.
+  std::vector<SharedGranule> shared_ ABSL_GUARDED_BY(mu_);  // by granule slot
+  uint64_t shared_count_ ABSL_GUARDED_BY(mu_) = 0;
+  OpenParts open_upper_ ABSL_GUARDED_BY(mu_);  // lower part live, upper free: block heads
+  OpenParts open_lower_ ABSL_GUARDED_BY(mu_);  // upper part live, lower free: block tails
+  uint64_t double_mapped_ ABSL_GUARDED_BY(mu_) = 0;
+  std::atomic<uint64_t> shared_blocks_{0};  // live blocks with a head or tail
   uint64_t slab_granules_ ABSL_GUARDED_BY(mu_) = 0;
   // Stats of the large path (the slab BFC keeps its own). Not AllocatorCounters: in-use bytes
   // span both paths and the small one never takes mu_, so they are the atomics below.
@@ -232,7 +346,11 @@ class VmmAllocator final : public Allocator {
   std::atomic<uint64_t> small_in_use_{0};
   std::atomic<uint64_t> peak_in_use_{0};
   std::atomic<uint64_t> largest_alloc_{0};
-  std::atomic<uint64_t> mapped_bytes_{0};  // mirror of mapped_granules_ for observers
+  std::atomic<uint64_t> mapped_bytes_{0};       // mirror of mapped_granules_ for observers
+  std::atomic<uint64_t> cached_bytes_{0};       // mirror of cached_granules_ for observers
+  std::atomic<uint64_t> slab_largest_free_{0};  // the slab BFC's, after its last event
+  // Set once events have observers: the slab BFC's largest free block is then worth its cost.
+  mutable std::atomic<bool> slab_largest_free_wanted_{false};
   uint64_t regions_mapped_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t regions_unmapped_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t map_calls_ ABSL_GUARDED_BY(mu_) = 0;

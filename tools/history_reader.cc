@@ -361,7 +361,14 @@ absl::StatusOr<MemoryHistoryData> ParseMemoryHistory(absl::string_view json,
             if (!u.ok()) return u.status();
             absl::StatusOr<double> r = Magnitude(e.Get("reserved"), "reserved", i);
             if (!r.ok()) return r.status();
-            events.push_back({*a, {*t / 1e6, *u, *r}});
+            double frag = -1;  // optional: "largest_free" (vgpu-bench and allocators since #16)
+            if (const Json* lf = e.Get("largest_free"); lf != nullptr) {
+              absl::StatusOr<double> l = Magnitude(lf, "largest_free", i);
+              if (!l.ok()) return l.status();
+              const double free = *r - *u;
+              frag = free > 0 ? std::clamp(1.0 - *l / free, 0.0, 1.0) : 0.0;
+            }
+            events.push_back({*a, {*t / 1e6, *u, *r, frag}});
           } while (p.Eat(','));
           if (s = p.Expect(']'); !s.ok()) return s;
         }
@@ -577,7 +584,10 @@ TimelineSvg RenderTimelineSvg(const MemoryHistoryData& history) {
     // Step lines: a value holds until the next event. Events within one pixel column are
     // drawn as that column's min..max, so spikes stay visible and the points are bounded by
     // the plot's width (points are sorted by time).
-    for (int which = 0; which < 2; ++which) {
+    // Fragmentation (when the history has it) on the same plot, 0 at the bottom, 1 at the top.
+    const bool has_frag = std::any_of(s.points.begin(), s.points.end(),
+                                      [](const HistoryPoint& p) { return p.fragmentation >= 0; });
+    for (int which = 0; which < (has_frag ? 3 : 2); ++which) {
       std::string pts = absl::StrFormat("%.1f,%.1f", X(0), Y(0));
       double last = 0;
       size_t k = 0;
@@ -586,7 +596,9 @@ TimelineSvg RenderTimelineSvg(const MemoryHistoryData& history) {
         const double prev = last;
         double lo = last, hi = last;
         while (k < s.points.size() && std::floor(X(s.points[k].t_ms)) == col) {
-          last = which == 0 ? s.points[k].reserved : s.points[k].in_use;
+          last = which == 0   ? s.points[k].reserved
+                 : which == 1 ? s.points[k].in_use
+                              : std::max(0.0, s.points[k].fragmentation) * ytop;
           lo = std::min(lo, last);
           hi = std::max(hi, last);
           ++k;
@@ -598,9 +610,12 @@ TimelineSvg RenderTimelineSvg(const MemoryHistoryData& history) {
       }
       absl::StrAppendFormat(&pts, " %.1f,%.1f", X(t_max_ms), Y(last));
       absl::StrAppendFormat(&o,
-                            "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"1.5\" "
+                            "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"%s\" "
                             "points=\"%s\"/>\n",
-                            which == 0 ? "#e69f00" : "#0072b2", pts);
+                            which == 0   ? "#e69f00"
+                            : which == 1 ? "#0072b2"
+                                         : "#009e73",
+                            which == 2 ? "1" : "1.5", pts);
     }
     if (s.limit > 0) {
       const double yl = Y(static_cast<double>(s.limit));
@@ -610,18 +625,20 @@ TimelineSvg RenderTimelineSvg(const MemoryHistoryData& history) {
                             left, yl, left + plot_w, yl);
     }
     // Legend.
-    const int lx = left + plot_w - 330, ly = y0 - 6;
+    const int lx = left + plot_w - (has_frag ? 460 : 330), ly = y0 - 6;
     struct Item {
       const char* color;
       const char* dash;
       std::string label;
     };
     std::vector<Item> items = {{"#0072b2", "", "in use"}, {"#e69f00", "", "reserved"}};
+    if (has_frag) items.push_back({"#009e73", "", "fragmentation 0-1"});
     items.push_back({"#d00", "6,4",
                      s.limit > 0 ? absl::StrCat("limit ", vgpu::FormatBytes(s.limit))
                                  : std::string("limit unknown")});
     for (size_t k = 0; k < items.size(); ++k) {
-      const int x = lx + static_cast<int>(k) * 100;
+      // (The fragmentation label is longer: it and the limit after it move right.)
+      const int x = lx + static_cast<int>(k) * 100 + (has_frag && k == 3 ? 50 : 0);
       absl::StrAppendFormat(&o,
                             "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"%s\" "
                             "stroke-width=\"2\" stroke-dasharray=\"%s\"/><text x=\"%d\" y=\"%d\">"

@@ -28,6 +28,9 @@ struct HistoryPoint {
   double t_ms = 0;
   double in_use = 0;    // bytes
   double reserved = 0;  // bytes
+  // External fragmentation after the event, 1 - largest free block / (reserved - in use), in
+  // [0, 1]; -1 when the event has no "largest_free" (older files, allocators without it).
+  double fragmentation = -1;
 };
 
 struct HistorySeries {

@@ -17,6 +17,7 @@
 #include "vgpu/allocator/memory_history.h"
 #include "vgpu/allocator/trace.h"
 #include "vgpu/allocator/trace_import.h"
+#include "vgpu/allocator/vmm_allocator.h"
 #include "vgpu/runtime/bytes.h"
 #include "vgpu/runtime/json.h"
 #include "vgpu/runtime/status.h"
@@ -136,6 +137,12 @@ struct TimedReplay {
   uint64_t peak_reserved = 0;
   // vmm only: backend Map calls (cuMemMap + cuMemSetAccess on cuda) per GiB mapped, run 0.
   std::optional<double> map_calls_per_gib;
+  // Device map / unmap calls (vmm: Map/Unmap, one cuMemMap/cuMemUnmap each; bfc: regions taken
+  // from and given back to the sub-allocator) per 1000 trace events, run 0.
+  double map_calls_per_kop = 0, unmap_calls_per_kop = 0;
+  // Reserved (mapped) bytes right after the last free of run 0, when the allocator is idle:
+  // what it did not give back (vmm with growth keeps a reserve of pool_keep_bytes).
+  uint64_t idle_reserved = 0;
   // Stream order, run 0: blocks that moved between streams and the event waits they cost.
   uint64_t cross_stream_reuses = 0;
   uint64_t stream_waits = 0;
@@ -168,6 +175,16 @@ absl::StatusOr<TimedReplay> RunTimed(const Trace& trace, const BenchAllocatorSpe
       out.peak_reserved = stats.peak_bytes_reserved;
       out.cross_stream_reuses = stats.cross_stream_reuses;
       out.stream_waits = stats.stream_waits;
+      out.idle_reserved = stats.bytes_reserved;
+      const double kops = static_cast<double>(trace.events.size()) / 1000.0;
+      if (const auto* vmm = dynamic_cast<const VmmAllocator*>(&allocator); vmm != nullptr) {
+        const VmmAllocator::GranuleCounts g = vmm->Granules();
+        out.map_calls_per_kop = static_cast<double>(g.map_calls) / kops;
+        out.unmap_calls_per_kop = static_cast<double>(g.unmap_calls) / kops;
+      } else {
+        out.map_calls_per_kop = static_cast<double>(stats.regions_mapped) / kops;
+        out.unmap_calls_per_kop = static_cast<double>(stats.regions_unmapped) / kops;
+      }
       if (stats.mapping_granularity > 0) {  // vmm: regions are granules
         const double gib = static_cast<double>(stats.regions_mapped) *
                            static_cast<double>(stats.mapping_granularity) /
@@ -372,6 +389,7 @@ int RunReplay(const BenchArgs& args) {
   // Timed replays at --limit (default 2x peak live), best of several fresh runs.
   spec.limit = args.limit ? *args.limit : LimitFor(peak, kScanSteps);
   MemoryHistory history(1 << 20);
+  history.SetLimit(spec.name, spec.limit);  // the timeline draws it
   absl::StatusOr<TimedReplay> timed =
       RunTimed(*trace, spec, args.memory_history_path.empty() ? nullptr : &history);
   if (!timed.ok()) {
@@ -451,6 +469,9 @@ int RunReplay(const BenchArgs& args) {
   // Issue 13 (vmm only): contiguous granules map in one call; 512 per GiB would be one per
   // 2 MiB granule.
   if (map_calls_per_gib) w.Field("vmm_map_calls_per_gib", *map_calls_per_gib);
+  w.Field("map_calls_per_kop", timed->map_calls_per_kop);
+  w.Field("unmap_calls_per_kop", timed->unmap_calls_per_kop);
+  w.Field("idle_reserved_bytes", timed->idle_reserved);
   // Imported workloads (allocator/trace_import.h) say where they came from; a vgpu trace's
   // line keeps its keys.
   if (trace->format != "vgpu" || trace->num_streams > 1) {

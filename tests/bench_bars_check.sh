@@ -1,0 +1,35 @@
+#!/bin/sh
+# Issue 16's bars on one replay (tests/allocator.cmake, label bench):
+#   bench_bars_check.sh BENCH TRACE ALLOCATOR GROWTH(on|off) MIN_LIMIT_BAR NS_BAR [RESERVED_BAR]
+# Runs `BENCH replay TRACE --allocator ALLOCATOR --min-limit [--allow-growth] --no-baseline`
+# and checks its JSON line: min_limit_ratio <= MIN_LIMIT_BAR; ns_per_op <= NS_BAR x 1.5 (thread
+# CPU time, best of the timed runs, on a shared machine: the margin keeps noise from failing CI
+# while a real regression still does; docs/allocator.md); with RESERVED_BAR, the timed replay's
+# peak reserved <= RESERVED_BAR x peak live (at the default limit, 2x peak live) and, idle after
+# the last free, at most 1/32 of peak live (the vmm reserve: limit/64) still mapped.
+# Prints one line per check and ALL-WITHIN-BARS when every one passes; SKIPPED: when the
+# trace is absent (../shared is beside the repository in CI).
+bench=$1 trace=$2 allocator=$3 growth=$4 min_bar=$5 ns_bar=$6 res_bar=${7:-}
+if [ ! -f "$trace" ]; then echo "SKIPPED: $trace is absent"; exit 0; fi
+flag=""
+[ "$growth" = on ] && flag=--allow-growth
+json=$("$bench" replay "$trace" --allocator "$allocator" --min-limit $flag --no-baseline 2>/dev/null | tail -n 1)
+get() { echo "$json" | sed -n "s/.*\"$1\":\([0-9.e+-]*\).*/\1/p"; }
+echo "$json"
+echo "$(get min_limit_ratio) $(get ns_per_op) $(get peak_reserved_bytes) $(get peak_live_bytes) $(get idle_reserved_bytes) $(get map_calls_per_kop)" |
+  awk -v min_bar="$min_bar" -v ns_bar="$ns_bar" -v res_bar="$res_bar" '{
+    ok = 1
+    r = ($1 + 0 > 0 && $1 + 0 <= min_bar + 1e-9); ok = ok && r
+    print "min_limit_ratio=" $1, (r ? "within-bar" : "OVER-BAR"), "(bar " min_bar ")"
+    r = ($2 + 0 > 0 && $2 + 0 <= ns_bar * 1.5); ok = ok && r
+    print "ns_per_op=" $2, (r ? "within-bar" : "OVER-BAR"), "(bar " ns_bar " x 1.5 margin)"
+    if (res_bar != "") {
+      ratio = $3 / $4
+      r = (ratio > 0 && ratio <= res_bar + 1e-9); ok = ok && r
+      printf "peak_reserved/peak_live=%.4f %s (bar %s)\n", ratio, (r ? "within-bar" : "OVER-BAR"), res_bar
+      r = ($5 + 0 <= $4 / 32 + 2097152); ok = ok && r
+      print "idle_reserved_bytes=" $5, (r ? "within-bar" : "OVER-BAR"), "(bar peak live / 32)"
+    }
+    print "map_calls_per_kop=" $6
+    if (ok) print "ALL-WITHIN-BARS"
+  }'
