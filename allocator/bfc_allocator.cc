@@ -167,8 +167,39 @@ void BFCAllocator::BinInsert(uint32_t c) {
   *link = c;
 }
 
+void BFCAllocator::Park(uint32_t c) {
+  Chunk& ch = chunks_[c];
+  ch.bin = kParked;
+  ch.left = kNone;
+  ch.right = parked_;
+  if (parked_ != kNone) chunks_[parked_].left = c;
+  parked_ = c;
+  ++parked_count_;
+}
+
+uint32_t BFCAllocator::FindParkedLocked(uint64_t size) const {
+  uint32_t best = kNone;
+  for (uint32_t n = parked_; n != kNone; n = chunks_[n].right) {
+    if (chunks_[n].size >= size && (best == kNone || KeyLess(n, best))) best = n;
+  }
+  return best;
+}
+
 void BFCAllocator::BinRemove(uint32_t c) {
   const int t = chunks_[c].bin;
+  if (t == kParked) {
+    Chunk& ch = chunks_[c];
+    if (ch.left != kNone) {
+      chunks_[ch.left].right = ch.right;
+    } else {
+      parked_ = ch.right;
+    }
+    if (ch.right != kNone) chunks_[ch.right].left = ch.left;
+    ch.left = ch.right = kNone;
+    ch.bin = -1;
+    --parked_count_;
+    return;
+  }
   uint32_t* link = &roots_[t];
   while (*link != c) link = KeyLess(c, *link) ? &chunks_[*link].left : &chunks_[*link].right;
   *link = TreapMerge(chunks_[c].left, chunks_[c].right);
@@ -326,9 +357,13 @@ void* BFCAllocator::CarveLocked(uint32_t c, uint64_t rounded, const AllocationRe
     BinInsert(c);  // the padding stays free; its lower neighbour is in use (no free pairs)
     c = n;
   }
-  uint64_t remainder = chunks_[c].size - rounded;
-  if (remainder >= std::max<uint64_t>(options_.min_split_bytes, kMinAllocationSize) &&
-      remainder >= options_.min_split_fraction * rounded) {
+  const uint64_t remainder = chunks_[c].size - rounded;
+  if (remainder < std::max<uint64_t>(options_.min_split_bytes, kMinAllocationSize)) {
+    // Too small to keep track of: stays inside the allocated chunk.
+  } else if (remainder < options_.min_split_fraction * rounded) {
+    // A sliver: kept inside, or parked after the block (free, out of the trees).
+    if (options_.park_slivers) Park(SplitChunk(c, rounded));
+  } else {
     if (rounded <= options_.small_request_bytes && alignment <= kMinAllocationSize) {
       // Small: take the high end, leave the low part free where it was.
       uint32_t n = SplitChunk(c, remainder);
@@ -366,6 +401,7 @@ absl::StatusOr<void*> BFCAllocator::AllocateLocked(const AllocationRequest& requ
   }
   const uint64_t need = rounded + pad;
   uint32_t c = FindChunkLocked(need);
+  if (c == kNone && parked_ != kNone) c = FindParkedLocked(need);  // before growing
   if (c != kNone) return CarveLocked(c, rounded, request, wait_for);
 
   std::string why = "no free chunk is large enough";
@@ -564,7 +600,7 @@ absl::Status BFCAllocator::CheckInvariants() const {
   auto fail = [&](auto&&... args) {
     return absl::InternalError(absl::StrCat(name(), ": invariant broken: ", args...));
   };
-  uint64_t reserved = 0, in_use = 0, free_chunks = 0, used_chunks = 0, records = 0;
+  uint64_t reserved = 0, in_use = 0, free_chunks = 0, used_chunks = 0, records = 0, parked = 0;
   for (size_t i = 0; i < regions_.size(); ++i) {
     const Region& r = regions_[i];
     if (i > 0 && regions_[i - 1].ptr + regions_[i - 1].size > r.ptr) {
@@ -587,6 +623,11 @@ absl::Status BFCAllocator::CheckInvariants() const {
         if (ch.bin != -1) return fail("chunk ", P(ch.ptr), " is in use and in bin ", ch.bin);
         if (live_.Find(ch.ptr) != c) {
           return fail("chunk ", P(ch.ptr), " is in use but not in the live map");
+        }
+      } else if (ch.bin == kParked) {
+        ++parked;
+        if (prev != kNone && !chunks_[prev].in_use) {
+          return fail("free chunks ", P(chunks_[prev].ptr), " and ", P(ch.ptr), " are adjacent");
         }
       } else {
         ++free_chunks;
@@ -623,6 +664,20 @@ absl::Status BFCAllocator::CheckInvariants() const {
     });
     if (!whole) return fail("tree ", b, " has a cycle or a bad record");
     if (!broken.empty()) return fail("tree ", b, " ", broken);
+  }
+  uint64_t listed = 0;
+  for (uint32_t n = parked_, last = kNone; n != kNone; last = n, n = chunks_[n].right) {
+    if (n >= chunks_.size() || ++listed > chunks_.size()) {
+      return fail("the parked list has a cycle or a bad record");
+    }
+    const Chunk& ch = chunks_[n];
+    if (ch.in_use || ch.bin != kParked || ch.left != last) {
+      return fail("the parked list holds ", P(ch.ptr), ", which is not a linked parked chunk");
+    }
+  }
+  if (listed != parked || listed != parked_count_) {
+    return fail(parked, " parked chunks in regions but ", listed, " on the list (count ",
+                parked_count_, ")");
   }
   if (binned != free_chunks) {
     return fail(binned, " chunks in bins but ", free_chunks, " free chunks in regions");
