@@ -33,7 +33,8 @@ struct Fixture {
 };
 
 Fixture Make(uint64_t limit, bool growth, FakeSubAllocatorOptions fo = {},
-             uint64_t initial = 2 * kMiB, uint64_t small_request_bytes = 0) {
+             uint64_t initial = 2 * kMiB, uint64_t small_request_bytes = 0,
+             bool park_slivers = false) {
   auto fake = std::make_unique<FakeSubAllocator>(fo);
   Fixture f;
   f.fake = fake.get();
@@ -43,6 +44,7 @@ Fixture Make(uint64_t limit, bool growth, FakeSubAllocatorOptions fo = {},
   o.allow_growth = growth;
   o.initial_region_bytes = initial;
   o.small_request_bytes = small_request_bytes;
+  o.park_slivers = park_slivers;
   f.bfc = std::make_unique<BFCAllocator>(std::move(fake), o);
   return f;
 }
@@ -153,6 +155,37 @@ TEST(BFCAllocatorTest, RemaindersUnderAQuarterOfTheRequestAreNotSplitOff) {
   EXPECT_THAT(f.bfc->AllocatedSize(e), IsOkAndHolds(3 * kMiB));
   EXPECT_EQ(f.bfc->Stats().largest_free_block, 1 * kMiB);
   for (void* p : {c, d, e}) Free(*f.bfc, p);
+}
+
+// park_slivers: the remainder a request leaves under the split fraction is split off but kept
+// out of the trees: it is not handed out while another chunk fits, it merges with the block
+// next to it when that is freed, and it is the last resort before OOM.
+TEST(BFCAllocatorTest, ParkedSliversMergeAndServeOnlyAsALastResort) {
+  auto fake = std::make_unique<FakeSubAllocator>();
+  BFCOptions o{.name = "GPU:0", .memory_limit = 16 * kMiB, .allow_growth = false};
+  o.park_slivers = true;
+  BFCAllocator a(std::move(fake), o);
+  void* x = Alloc(a, 4 * kMiB);
+  void* y = Alloc(a, 4 * kMiB);
+  void* z = Alloc(a, 8 * kMiB);
+  Free(a, x);
+  // 512 KiB left < 1/4 of the request: parked (the block itself is exactly the request).
+  void* d = Alloc(a, 3 * kMiB + 512 * kKiB);
+  EXPECT_EQ(U(d), kBase);
+  EXPECT_THAT(a.AllocatedSize(d), IsOkAndHolds(3 * kMiB + 512 * kKiB));
+  EXPECT_EQ(a.Stats().bytes_in_use, 16 * kMiB - 512 * kKiB);
+  // Freeing the neighbour after it merges the sliver into a 4.5 MiB chunk.
+  Free(a, y);
+  void* e = Alloc(a, 4 * kMiB + 512 * kKiB);
+  EXPECT_EQ(U(e), kBase + 3 * kMiB + 512 * kKiB);
+  // Nothing else is free but a parked sliver can serve a small request as the last resort.
+  Free(a, d);
+  void* f1 = Alloc(a, 3 * kMiB);  // leaves a 512 KiB sliver, parked
+  void* f2 = Alloc(a, 256 * kKiB);  // no tree fits: taken from the parked sliver
+  EXPECT_EQ(U(f2), kBase + 3 * kMiB);
+  for (void* p : {e, f1, f2, z}) Free(a, p);
+  EXPECT_EQ(a.Stats().bytes_in_use, 0u);
+  EXPECT_EQ(a.Stats().largest_free_block, 16 * kMiB);
 }
 
 TEST(BFCAllocatorTest, TinyRemaindersAreNotSplitOff) {
@@ -414,9 +447,10 @@ TEST(BFCAllocatorTest, ObserversSeeEveryEvent) {
 
 // Random sizes (256 B .. 4 MiB, some aligned), random frees, every invariant after every op.
 TEST(BFCAllocatorTest, RandomizedInvariantsAfterEveryOperation) {
-  for (bool growth : {false, true}) {
-    Fixture f = Make(48 * kMiB, growth, {}, 1 * kMiB);
-    std::mt19937_64 rng(growth ? 7 : 11);
+  for (int mode = 0; mode < 4; ++mode) {
+    const bool growth = mode & 1, park = mode & 2;  // sliver parking too
+    Fixture f = Make(48 * kMiB, growth, {}, 1 * kMiB, 0, park);
+    std::mt19937_64 rng(growth ? 7 + mode : 11 + mode);
     std::vector<std::pair<void*, uint64_t>> live;
     uint64_t requested = 0;
     int ooms = 0;
