@@ -376,7 +376,30 @@ std::unique_ptr<VmmAllocator::Range> VmmAllocator::TakeCachedLocked(uint64_t cou
         }
         // No granules for the rest: give its own back and let the caller map afresh.
         UnmapRangeLocked(std::move(r)).IgnoreError();
+        return nullptr;
       }
+    }
+  }
+  // 4. Growth near the peak: the cache would have to give way to this block anyway (it is over
+  // its cap once the block is counted), so reshape a cached range of any size (the smallest
+  // larger one, shrunk; else the largest, grown) rather than unmapping one and mapping the
+  // block from the pool: fewer map calls.
+  if (options_.allow_growth && !cache_.empty() && cached_granules_ + count > CacheCapLocked()) {
+    if (auto it = cache_.lower_bound(count); it != cache_.end()) {
+      if (auto r = take(it, false)) {
+        if (DropKeptTailLocked(r.get()).ok() && ShrinkRangeLocked(r.get(), count).ok()) {
+          ++cache_hits_;
+          return r;
+        }
+        UnmapRangeLocked(std::move(r)).IgnoreError();
+        return nullptr;
+      }
+    } else if (auto r = take(std::prev(cache_.end()), true)) {
+      if (DropKeptTailLocked(r.get()).ok() && GrowRangeLocked(r.get(), count).ok()) {
+        ++cache_hits_;
+        return r;
+      }
+      UnmapRangeLocked(std::move(r)).IgnoreError();
     }
   }
   return nullptr;
@@ -904,8 +927,9 @@ absl::Status VmmAllocator::GrowRangeLocked(Range* range, uint64_t count) {
     range->run_starts.push_back(i);
     // The n granules off the pool's top, in pop order; one handle, so one run.
     runs_[first.run].free -= n;
-    range->granules.insert(range->granules.end(), free_granules_.rbegin(),
-                           free_granules_.rbegin() + static_cast<ptrdiff_t>(n));
+    const uint32_t* top_end = free_granules_.data() + free_granules_.size();
+    for (uint64_t k = 1; k <= n; ++k)
+      range->granules.push_back(top_end[-static_cast<ptrdiff_t>(k)]);
     free_granules_.resize(free_granules_.size() - n);
     mapped_granules_ += n;
     regions_mapped_ += n;
@@ -955,8 +979,8 @@ absl::Status VmmAllocator::ShrinkRangeLocked(Range* range, uint64_t count) {
     if (range->granules.size() > keep) {
       const uint64_t n = range->granules.size() - keep;
       runs_[granules_[range->granules[keep]].run].free += n;
-      free_granules_.insert(free_granules_.end(), range->granules.rbegin(),
-                            range->granules.rbegin() + static_cast<ptrdiff_t>(n));
+      const uint32_t* own = range->granules.data();
+      for (uint64_t k = range->granules.size(); k-- > keep;) free_granules_.push_back(own[k]);
       range->granules.resize(keep);
       mapped_granules_ -= n;
       regions_unmapped_ += n;
