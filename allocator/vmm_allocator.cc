@@ -332,8 +332,7 @@ std::unique_ptr<VmmAllocator::Range> VmmAllocator::TakeCachedLocked(uint64_t cou
                                                                     bool head_room,
                                                                     bool tail_room) {
   if (cached_granules_ == 0) return nullptr;
-  auto take =
-      [&](std::map<uint64_t, std::vector<std::unique_ptr<Range>>>::iterator it, bool need_room)
+  auto take = [&](CacheMap::iterator it, bool need_room)
       // Runs under the caller's mu_; the analysis does not follow lambdas.
       ABSL_NO_THREAD_SAFETY_ANALYSIS -> std::unique_ptr<Range> {
     auto& v = it->second;
@@ -344,12 +343,7 @@ std::unique_ptr<VmmAllocator::Range> VmmAllocator::TakeCachedLocked(uint64_t cou
                            static_cast<ptrdiff_t>(granularity_)) {
         continue;
       }
-      std::unique_ptr<Range> r = std::move(v[i]);
-      v.erase(v.begin() + static_cast<ptrdiff_t>(i));
-      // An emptied bucket stays (no map node freed and made again per block).
-      cached_granules_ -= r->granules.size() + (r->kept_tail != kNoGranule ? 1 : 0);
-      cached_bytes_.store(cached_granules_ * granularity_, std::memory_order_relaxed);
-      return r;
+      return CacheTakeLocked(it, i);
     }
     return nullptr;
   };
@@ -361,9 +355,7 @@ std::unique_ptr<VmmAllocator::Range> VmmAllocator::TakeCachedLocked(uint64_t cou
     }
   }
   // 2. A larger one (less than twice): unmap its tail, cheaper than mapping afresh.
-  auto above = cache_.upper_bound(count);
-  while (above != cache_.end() && above->second.empty()) ++above;
-  if (auto it = above; it != cache_.end() && it->first < 2 * count) {
+  if (auto it = cache_.upper_bound(count); it != cache_.end() && it->first < 2 * count) {
     if (auto r = take(it, false)) {
       if (DropKeptTailLocked(r.get()).ok() && ShrinkRangeLocked(r.get(), count).ok()) {
         ++cache_hits_;
@@ -375,10 +367,8 @@ std::unique_ptr<VmmAllocator::Range> VmmAllocator::TakeCachedLocked(uint64_t cou
   }
   // 3. A smaller one (more than half) with virtual room: map the missing granules at its end.
   if (auto it = cache_.lower_bound(count); it != cache_.begin()) {
-    do {
-      --it;
-    } while (it != cache_.begin() && it->second.empty());
-    if (!it->second.empty() && 2 * it->first > count) {
+    --it;
+    if (2 * it->first > count) {
       if (auto r = take(it, true)) {
         if (DropKeptTailLocked(r.get()).ok() && GrowRangeLocked(r.get(), count).ok()) {
           ++cache_hits_;
@@ -386,7 +376,30 @@ std::unique_ptr<VmmAllocator::Range> VmmAllocator::TakeCachedLocked(uint64_t cou
         }
         // No granules for the rest: give its own back and let the caller map afresh.
         UnmapRangeLocked(std::move(r)).IgnoreError();
+        return nullptr;
       }
+    }
+  }
+  // 4. Growth near the peak: the cache would have to give way to this block anyway (it is over
+  // its cap once the block is counted), so reshape a cached range of any size (the smallest
+  // larger one, shrunk; else the largest, grown) rather than unmapping one and mapping the
+  // block from the pool: fewer map calls.
+  if (options_.allow_growth && !cache_.empty() && cached_granules_ + count > CacheCapLocked()) {
+    if (auto it = cache_.lower_bound(count); it != cache_.end()) {
+      if (auto r = take(it, false)) {
+        if (DropKeptTailLocked(r.get()).ok() && ShrinkRangeLocked(r.get(), count).ok()) {
+          ++cache_hits_;
+          return r;
+        }
+        UnmapRangeLocked(std::move(r)).IgnoreError();
+        return nullptr;
+      }
+    } else if (auto r = take(std::prev(cache_.end()), true)) {
+      if (DropKeptTailLocked(r.get()).ok() && GrowRangeLocked(r.get(), count).ok()) {
+        ++cache_hits_;
+        return r;
+      }
+      UnmapRangeLocked(std::move(r)).IgnoreError();
     }
   }
   return nullptr;
@@ -416,7 +429,7 @@ absl::Status VmmAllocator::FreeLarge(void* ptr, bool* found) {
   if (cached) {
     cached_granules_ += count + (range->kept_tail != kNoGranule ? 1 : 0);
     cached_bytes_.store(cached_granules_ * granularity_, std::memory_order_relaxed);
-    cache_[count].push_back(std::move(range));
+    CachePutLocked(count, std::move(range));
     while (cached_granules_ > cap) VGPU_RETURN_IF_ERROR(EvictOneLocked());
   } else {
     VGPU_RETURN_IF_ERROR(UnmapRangeLocked(std::move(range)));
@@ -710,7 +723,7 @@ absl::StatusOr<std::unique_ptr<VmmAllocator::Range>> VmmAllocator::MapSharedRang
   if (from_cache) {
     base = static_cast<char*>(range->ptr) - (h > 0 ? g : 0);
   } else {
-    range = std::make_unique<Range>();
+    range = NewRangeLocked();
     // Room for a head before and a tail after, so the range can be cached and reused by
     // another shared-layout block.
     range->reserved_bytes = (k + 2) * g;
@@ -853,7 +866,7 @@ absl::StatusOr<std::unique_ptr<VmmAllocator::Range>> VmmAllocator::MapRangeLocke
     uint64_t count, uint64_t alignment) {
   VGPU_RETURN_IF_ERROR(EnsureFreeGranulesLocked(count));
   const uint64_t g = granularity_;
-  auto range = std::make_unique<Range>();
+  std::unique_ptr<Range> range = NewRangeLocked();
   // Virtual space is cheap: reserve room to grow to the next power of two, so a cached range
   // can later serve a somewhat larger request by mapping a few more granules at its end.
   // (Plus a granule before and after: room for a shared head and tail when the range is cached
@@ -896,10 +909,12 @@ absl::Status VmmAllocator::GrowRangeLocked(Range* range, uint64_t count) {
   // mappings, since a driver unmaps whole mappings only.
   for (uint64_t i = old; i < count;) {
     const size_t top = free_granules_.size() - 1;
-    const Granule& first = granules_[free_granules_[top]];
+    const uint32_t* pool = free_granules_.data();
+    const Granule& first = granules_[pool[top]];
+    const uint64_t most = std::min<uint64_t>(count - i, top + 1);
     uint64_t n = 1;
-    while (i + n < count && n <= top) {
-      const Granule& next = granules_[free_granules_[top - n]];
+    while (n < most) {
+      const Granule& next = granules_[pool[top - n]];
       if (next.handle.value != first.handle.value || next.offset != first.offset + n * g) break;
       ++n;
     }
@@ -910,11 +925,12 @@ absl::Status VmmAllocator::GrowRangeLocked(Range* range, uint64_t count) {
     }
     ++map_calls_;
     range->run_starts.push_back(i);
-    for (uint64_t k = 0; k < n; ++k) {
-      range->granules.push_back(free_granules_.back());
-      --runs_[granules_[free_granules_.back()].run].free;
-      free_granules_.pop_back();
-    }
+    // The n granules off the pool's top, in pop order; one handle, so one run.
+    runs_[first.run].free -= n;
+    const uint32_t* top_end = free_granules_.data() + free_granules_.size();
+    for (uint64_t k = 1; k <= n; ++k)
+      range->granules.push_back(top_end[-static_cast<ptrdiff_t>(k)]);
+    free_granules_.resize(free_granules_.size() - n);
     mapped_granules_ += n;
     regions_mapped_ += n;
     i += n;
@@ -958,13 +974,16 @@ absl::Status VmmAllocator::ShrinkRangeLocked(Range* range, uint64_t count) {
         s = m;  // the whole mapping is gone: its granules go back below
       }
     }
-    // From the end, so the pool (LIFO) hands them out again in their old order.
-    while (range->granules.size() > keep) {
-      free_granules_.push_back(range->granules.back());
-      ++runs_[granules_[range->granules.back()].run].free;
-      range->granules.pop_back();
-      --mapped_granules_;
-      ++regions_unmapped_;
+    // From the end, so the pool (LIFO) hands them out again in their old order. One mapping
+    // is one handle, so one run.
+    if (range->granules.size() > keep) {
+      const uint64_t n = range->granules.size() - keep;
+      runs_[granules_[range->granules[keep]].run].free += n;
+      const uint32_t* own = range->granules.data();
+      for (uint64_t k = range->granules.size(); k-- > keep;) free_granules_.push_back(own[k]);
+      range->granules.resize(keep);
+      mapped_granules_ -= n;
+      regions_unmapped_ += n;
     }
     if (!s.ok()) {
       mapped_bytes_.store(mapped_granules_ * g);
@@ -1024,7 +1043,56 @@ absl::Status VmmAllocator::DropKeptTailLocked(Range* range) {
 absl::Status VmmAllocator::UnmapRangeLocked(std::unique_ptr<Range> range) {
   VGPU_RETURN_IF_ERROR(DropKeptTailLocked(range.get()));
   VGPU_RETURN_IF_ERROR(ShrinkRangeLocked(range.get(), 0));
-  return executor_->FreeAddressRange(range->reserved, range->reserved_bytes);
+  absl::Status s = executor_->FreeAddressRange(range->reserved, range->reserved_bytes);
+  RecycleRangeLocked(std::move(range));
+  return s;
+}
+
+std::unique_ptr<VmmAllocator::Range> VmmAllocator::NewRangeLocked() {
+  if (range_pool_.empty()) return std::make_unique<Range>();
+  std::unique_ptr<Range> r = std::move(range_pool_.back());
+  range_pool_.pop_back();
+  return r;
+}
+
+void VmmAllocator::RecycleRangeLocked(std::unique_ptr<Range> range) {
+  if (range_pool_.size() >= 256) return;  // enough for any burst; the rest is freed
+  // Reset every field but keep the vectors' capacity.
+  std::vector<uint32_t> granules = std::move(range->granules);
+  std::vector<uint64_t> run_starts = std::move(range->run_starts);
+  granules.clear();
+  run_starts.clear();
+  *range = Range{};
+  range->granules = std::move(granules);
+  range->run_starts = std::move(run_starts);
+  range_pool_.push_back(std::move(range));
+}
+
+void VmmAllocator::CachePutLocked(uint64_t count, std::unique_ptr<Range> range) {
+  auto it = cache_.find(count);
+  if (it == cache_.end()) {
+    if (!cache_nodes_.empty()) {
+      CacheMap::node_type node = std::move(cache_nodes_.back());
+      cache_nodes_.pop_back();
+      node.key() = count;
+      it = cache_.insert(std::move(node)).position;
+    } else {
+      it = cache_.try_emplace(count).first;
+    }
+  }
+  it->second.push_back(std::move(range));
+}
+
+std::unique_ptr<VmmAllocator::Range> VmmAllocator::CacheTakeLocked(CacheMap::iterator it,
+                                                                   size_t i) {
+  auto& v = it->second;
+  std::unique_ptr<Range> r = std::move(v[i]);
+  v.erase(v.begin() + static_cast<ptrdiff_t>(i));
+  cached_granules_ -= r->granules.size() + (r->kept_tail != kNoGranule ? 1 : 0);
+  cached_bytes_.store(cached_granules_ * granularity_, std::memory_order_relaxed);
+  // An emptied bucket leaves the map; its node is kept for the next one.
+  if (v.empty()) cache_nodes_.push_back(cache_.extract(it));
+  return r;
 }
 
 absl::Status VmmAllocator::EvictOneLocked(const void* spare) {
@@ -1036,10 +1104,7 @@ absl::Status VmmAllocator::EvictOneLocked(const void* spare) {
           cached_granules_ > v[i]->granules.size() + (v[i]->kept_tail != kNoGranule ? 1 : 0)) {
         continue;  // something else can go first
       }
-      std::unique_ptr<Range> range = std::move(v[i]);
-      v.erase(v.begin() + static_cast<ptrdiff_t>(i));
-      cached_granules_ -= range->granules.size() + (range->kept_tail != kNoGranule ? 1 : 0);
-      cached_bytes_.store(cached_granules_ * granularity_, std::memory_order_relaxed);
+      std::unique_ptr<Range> range = CacheTakeLocked(std::prev(it.base()), i);
       ++cache_evictions_;
       return UnmapRangeLocked(std::move(range));
     }

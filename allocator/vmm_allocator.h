@@ -172,6 +172,7 @@ class VmmAllocator final : public Allocator {
     uint32_t kept_tail = kNoGranule;
   };
   static constexpr uint32_t kNoGranule = 0xffffffffu;
+  using CacheMap = std::map<uint64_t, std::vector<std::unique_ptr<Range>>>;
   // A granule split at `split` between the tail of one block (lower part) and the head of the
   // next (upper part); either part may be free. Open parts are offered to new blocks.
   struct SharedGranule {
@@ -221,8 +222,7 @@ class VmmAllocator final : public Allocator {
   VmmAllocator(Executor* executor, VmmOptions options, uint64_t granularity);
   absl::Status Init();
 
-  absl::StatusOr<void*> DoAllocate(const AllocationRequest& request,
-                                   uint64_t* wait_for) override;
+  absl::StatusOr<void*> DoAllocate(const AllocationRequest& request, uint64_t* wait_for) override;
   absl::Status DoDeallocate(void* ptr) override;
   absl::Status DoRecordStream(void* ptr, int slot) override;
   void OnReleaseStream(Stream* stream) override;
@@ -256,6 +256,15 @@ class VmmAllocator final : public Allocator {
   absl::Status GrowRangeLocked(Range* range, uint64_t count) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status ShrinkRangeLocked(Range* range, uint64_t count) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   uint64_t CapacityOf(const Range& range) const;  // granules the reservation can hold
+  // A fresh Range (from range_pool_ when it has one) / an unmapped one back to the pool.
+  std::unique_ptr<Range> NewRangeLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void RecycleRangeLocked(std::unique_ptr<Range> range) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Puts a freed range in its cache bucket / takes v[i] out of bucket `it` (dropping the
+  // bucket when it empties).
+  void CachePutLocked(uint64_t count, std::unique_ptr<Range> range)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::unique_ptr<Range> CacheTakeLocked(CacheMap::iterator it, size_t i)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A cached range resized to `count` granules (exact, shrunk or grown), or null.
   // head_room / tail_room: only a range with an unmapped granule of virtual space before it /
   // after its `count` granules (for a shared head or tail).
@@ -319,8 +328,13 @@ class VmmAllocator final : public Allocator {
   // live large blocks by ptr
   absl::flat_hash_map<void*, std::unique_ptr<Range>> blocks_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<void*, std::unique_ptr<Range>> slab_ranges_ ABSL_GUARDED_BY(mu_);
-  // granule count -> ranges
-  std::map<uint64_t, std::vector<std::unique_ptr<Range>>> cache_ ABSL_GUARDED_BY(mu_);
+  // granule count -> ranges; only non-empty buckets are in the map (so the searches for a
+  // larger / smaller / the largest size skip nothing), and an emptied bucket's node (with its
+  // vector's capacity) is kept in cache_nodes_ for the next bucket: no allocation per block.
+  CacheMap cache_ ABSL_GUARDED_BY(mu_);
+  std::vector<CacheMap::node_type> cache_nodes_ ABSL_GUARDED_BY(mu_);
+  // Range objects of unmapped ranges, kept with their vectors' capacity for the next range.
+  std::vector<std::unique_ptr<Range>> range_pool_ ABSL_GUARDED_BY(mu_);
   uint64_t cached_granules_ ABSL_GUARDED_BY(mu_) = 0;
   // why the pool last refused the slab BFC a slab ("" = it did not)
   std::string slab_refusal_ ABSL_GUARDED_BY(mu_);
