@@ -713,6 +713,7 @@ absl::StatusOr<std::unique_ptr<Allocator>> CreateBfcAllocator(
   if (options.bfc_small_request_bytes) o.small_request_bytes = *options.bfc_small_request_bytes;
   if (options.bfc_min_split_bytes) o.min_split_bytes = *options.bfc_min_split_bytes;
   if (options.bfc_min_split_fraction) o.min_split_fraction = *options.bfc_min_split_fraction;
+  if (options.bfc_park_slivers) o.park_slivers = *options.bfc_park_slivers;
   VGPU_ASSIGN_OR_RETURN(
       std::unique_ptr<BFCAllocator> a,
       BFCAllocator::Create(std::make_unique<DeviceSubAllocator>(executor), std::move(o)));

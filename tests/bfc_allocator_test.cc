@@ -9,9 +9,9 @@
 #include <thread>
 #include <vector>
 
-#include "vgpu/allocator/sub_allocators.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "vgpu/allocator/sub_allocators.h"
 #include "vgpu/runtime/status_matchers.h"
 
 namespace vgpu {
@@ -180,7 +180,7 @@ TEST(BFCAllocatorTest, ParkedSliversMergeAndServeOnlyAsALastResort) {
   EXPECT_EQ(U(e), kBase + 3 * kMiB + 512 * kKiB);
   // Nothing else is free but a parked sliver can serve a small request as the last resort.
   Free(a, d);
-  void* f1 = Alloc(a, 3 * kMiB);  // leaves a 512 KiB sliver, parked
+  void* f1 = Alloc(a, 3 * kMiB);    // leaves a 512 KiB sliver, parked
   void* f2 = Alloc(a, 256 * kKiB);  // no tree fits: taken from the parked sliver
   EXPECT_EQ(U(f2), kBase + 3 * kMiB);
   for (void* p : {e, f1, f2, z}) Free(a, p);

@@ -318,12 +318,14 @@ TEST(BenchFlagsTest, TuningKnobsAreStrict) {
   absl::StatusOr<bench::BenchTuning> t = Tuning({{"VGPU_BFC_MIN_SPLIT_BYTES", "1MiB"},
                                                  {"VGPU_BFC_SMALL_REQUEST_BYTES", "65536"},
                                                  {"VGPU_BFC_MIN_SPLIT_FRACTION", "0.5"},
+                                                 {"VGPU_BFC_PARK_SLIVERS", "1"},
                                                  {"VGPU_VMM_SLAB_BYTES", "4MiB"},
                                                  {"VGPU_VMM_SMALL_BLOCK_MAX", "1MiB"}});
   ASSERT_THAT(t, IsOk());
   EXPECT_EQ(t->bfc_min_split_bytes, uint64_t{1} << 20);  // 1MiB is 1 MiB, not 1
   EXPECT_EQ(t->bfc_small_request_bytes, 65536u);
   EXPECT_EQ(t->bfc_min_split_fraction, 0.5);
+  EXPECT_EQ(t->bfc_park_slivers, true);
   EXPECT_EQ(t->vmm_slab_bytes, uint64_t{4} << 20);
   EXPECT_EQ(t->vmm_small_block_max, uint64_t{1} << 20);
   ASSERT_THAT(Tuning({}), IsOk());
@@ -342,6 +344,7 @@ TEST(BenchFlagsTest, TuningKnobsAreStrict) {
       {"VGPU_BFC_MIN_SPLIT_FRACTION", "nan"},
       {"VGPU_BFC_MIN_SPLIT_FRACTION", "inf"},
       {"VGPU_BFC_MIN_SPLIT_FRACTION", "1.5"},
+      {"VGPU_BFC_PARK_SLIVERS", "yes"},
       {"VGPU_BFC_MIN_SPLIT_FRACTION", "-0.1"},
       {"VGPU_BFC_MIN_SPLIT_FRACTION", "0x1p-1"},
       {"VGPU_VMM_SLAB_BYTES", "3MiB"},

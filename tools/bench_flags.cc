@@ -71,6 +71,15 @@ const Knob kKnobs[] = {
        VGPU_ASSIGN_OR_RETURN(t.bfc_min_split_fraction, ParseDecimalInRange(v, 0, 1));
        return absl::OkStatus();
      }},
+    {"VGPU_BFC_PARK_SLIVERS", "--bfc-park-slivers",
+     "BFC: split off remainders under the fraction but park them (0 = off, the default; 1 = on)",
+     [](absl::string_view v, BenchTuning& t) -> absl::Status {
+       if (v == "0" || v == "1") {
+         t.bfc_park_slivers = v == "1";
+         return absl::OkStatus();
+       }
+       return absl::InvalidArgumentError("must be 0 or 1");
+     }},
     {"VGPU_VMM_SLAB_BYTES", "--vmm-slab-bytes",
      "VMM: slab size, a whole number of 2 MiB granules up to 1 TiB",
      [](absl::string_view v, BenchTuning& t) -> absl::Status {
@@ -155,6 +164,7 @@ void BenchTuning::ApplyTo(DeviceAllocatorOptions& options) const {
   options.bfc_small_request_bytes = bfc_small_request_bytes;
   options.bfc_min_split_bytes = bfc_min_split_bytes;
   options.bfc_min_split_fraction = bfc_min_split_fraction;
+  options.bfc_park_slivers = bfc_park_slivers;
   options.vmm_slab_bytes = vmm_slab_bytes;
   options.vmm_small_block_max = vmm_small_block_max;
 }
