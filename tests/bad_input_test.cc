@@ -169,6 +169,38 @@ std::vector<CatalogueCase> RuntimeCases() {
                }});
   c.push_back({"A11", "unknown allocator kind", "`VGPU_ALLOCATOR=tlsf`", Code::kInvalidArgument, "unknown allocator \"tlsf\"",
                [] { return ParseAllocatorKind("tlsf").status(); }});
+  c.push_back({"A12", "RecordStream of a pointer that is not live", "`RecordStream(&local, stream)`", Code::kInvalidArgument, "which is not a live allocation here",
+               [] { int local; return Unchanged([&](Allocator& a) { return a.RecordStream(&local, W().stream.get()); }); }});
+  c.push_back({"A13", "allocation on another device's stream", "GPU:9 (card 0) allocating on a stream of card 1", Code::kInvalidArgument, "the stream belongs to another device",
+               [] {
+                 auto cards = HostPlatform::Create(HostPlatformOptions{{256 * kMiB, 256 * kMiB}});
+                 Executor* e0 = *(*cards)->GetExecutor(0);
+                 auto own = e0->CreateStream(StreamOptions{});
+                 auto foreign = (*(*cards)->GetExecutor(1))->CreateStream(StreamOptions{});
+                 DeviceAllocatorOptions o;
+                 o.device_name = "GPU:9";
+                 o.memory_limit = 16 * kMiB;
+                 o.allow_growth = true;
+                 o.stream = own->get();
+                 auto a = CreateDeviceAllocator(e0, o);
+                 return (*a)->Allocate(4096, foreign->get()).status();
+               }});
+  c.push_back({"A14", "more streams than an allocator tracks", "a 65th stream (the default and 63 others in use)", Code::kResourceExhausted, "call ReleaseStream",
+               [] {
+                 std::vector<std::unique_ptr<Stream>> streams;
+                 for (int i = 0; i < Allocator::kMaxStreams; ++i) streams.push_back(*W().exec->CreateStream(StreamOptions{}));
+                 DeviceAllocatorOptions o;
+                 o.device_name = "GPU:9";
+                 o.memory_limit = 16 * kMiB;
+                 o.allow_growth = true;
+                 o.stream = streams[0].get();
+                 auto a = CreateDeviceAllocator(W().exec, o);
+                 absl::Status s;
+                 for (int i = 1; i < Allocator::kMaxStreams && s.ok(); ++i) s = (*a)->Allocate(4096, streams[i].get()).status();
+                 if (!s.ok()) return s;
+                 auto extra = W().exec->CreateStream(StreamOptions{});
+                 return (*a)->Allocate(4096, extra->get()).status();
+               }});
   c.push_back({"K01", "too many inputs to SumN", "17 inputs", Code::kInvalidArgument, "17 inputs",
                [] {
                  std::vector<const float*> in(17, nullptr);
