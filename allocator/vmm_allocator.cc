@@ -347,6 +347,23 @@ std::unique_ptr<VmmAllocator::Range> VmmAllocator::TakeCachedLocked(uint64_t cou
     }
     return nullptr;
   };
+  // A cached range resized to `count` granules: its kept tail dropped, then its own tail unmapped
+  // (larger) or the missing granules mapped at its end (smaller). When that fails its granules
+  // go back to the pool and the caller maps afresh.
+  auto reshape = [&](std::unique_ptr<Range> r)
+                     ABSL_NO_THREAD_SAFETY_ANALYSIS -> std::unique_ptr<Range> {  // under mu_
+    absl::Status s = DropKeptTailLocked(r.get());
+    if (s.ok()) {
+      s = r->granules.size() >= count ? ShrinkRangeLocked(r.get(), count)
+                                      : GrowRangeLocked(r.get(), count);
+    }
+    if (s.ok()) {
+      ++cache_hits_;
+      return r;
+    }
+    UnmapRangeLocked(std::move(r)).IgnoreError();
+    return nullptr;
+  };
   // 1. The same size: no mapping call at all.
   if (auto it = cache_.find(count); it != cache_.end()) {
     if (auto r = take(it, false)) {
@@ -356,28 +373,13 @@ std::unique_ptr<VmmAllocator::Range> VmmAllocator::TakeCachedLocked(uint64_t cou
   }
   // 2. A larger one (less than twice): unmap its tail, cheaper than mapping afresh.
   if (auto it = cache_.upper_bound(count); it != cache_.end() && it->first < 2 * count) {
-    if (auto r = take(it, false)) {
-      if (DropKeptTailLocked(r.get()).ok() && ShrinkRangeLocked(r.get(), count).ok()) {
-        ++cache_hits_;
-        return r;
-      }
-      UnmapRangeLocked(std::move(r)).IgnoreError();
-      return nullptr;
-    }
+    if (auto r = take(it, false)) return reshape(std::move(r));
   }
   // 3. A smaller one (more than half) with virtual room: map the missing granules at its end.
   if (auto it = cache_.lower_bound(count); it != cache_.begin()) {
     --it;
     if (2 * it->first > count) {
-      if (auto r = take(it, true)) {
-        if (DropKeptTailLocked(r.get()).ok() && GrowRangeLocked(r.get(), count).ok()) {
-          ++cache_hits_;
-          return r;
-        }
-        // No granules for the rest: give its own back and let the caller map afresh.
-        UnmapRangeLocked(std::move(r)).IgnoreError();
-        return nullptr;
-      }
+      if (auto r = take(it, true)) return reshape(std::move(r));
     }
   }
   // 4. Growth near the peak: the cache would have to give way to this block anyway (it is over
@@ -386,20 +388,9 @@ std::unique_ptr<VmmAllocator::Range> VmmAllocator::TakeCachedLocked(uint64_t cou
   // block from the pool: fewer map calls.
   if (options_.allow_growth && !cache_.empty() && cached_granules_ + count > CacheCapLocked()) {
     if (auto it = cache_.lower_bound(count); it != cache_.end()) {
-      if (auto r = take(it, false)) {
-        if (DropKeptTailLocked(r.get()).ok() && ShrinkRangeLocked(r.get(), count).ok()) {
-          ++cache_hits_;
-          return r;
-        }
-        UnmapRangeLocked(std::move(r)).IgnoreError();
-        return nullptr;
-      }
+      if (auto r = take(it, false)) return reshape(std::move(r));
     } else if (auto r = take(std::prev(cache_.end()), true)) {
-      if (DropKeptTailLocked(r.get()).ok() && GrowRangeLocked(r.get(), count).ok()) {
-        ++cache_hits_;
-        return r;
-      }
-      UnmapRangeLocked(std::move(r)).IgnoreError();
+      return reshape(std::move(r));
     }
   }
   return nullptr;
