@@ -91,7 +91,7 @@ void* DeviceBuffer::Release() {
   return std::exchange(data_, nullptr);
 }
 
-Allocator::Allocator() { slots_[0].used.store(true, std::memory_order_relaxed); }
+Allocator::Allocator() = default;
 
 // Streams may still be waiting on the slots' events: let them pass before the events go.
 Allocator::~Allocator() { DetachStreams(); }
@@ -115,21 +115,17 @@ absl::StatusOr<void*> Allocator::AllocateRaw(uint64_t bytes, Stream* stream, uin
                                                    " bytes)"));
   }
   if (alignment < kDefaultAlignment) alignment = kDefaultAlignment;
-  int slot = 0;
-  if (stream != nullptr) {
-    absl::StatusOr<int> s = SlotFor(stream);
-    if (!s.ok()) return s.status();
-    slot = *s;
-  }
+  absl::StatusOr<int> slot = SlotFor(stream);
+  if (!slot.ok()) return slot.status();
   if (!allocated_.load(std::memory_order_relaxed)) {
     allocated_.store(true, std::memory_order_relaxed);
   }
   if (bytes == 0) return nullptr;
   uint64_t wait_for = 0;
-  absl::StatusOr<void*> p = DoAllocate(AllocationRequest{bytes, alignment, slot}, &wait_for);
-  if (p.ok() && (wait_for & ~SlotBit(slot)) != 0) {
+  absl::StatusOr<void*> p = DoAllocate(AllocationRequest{bytes, alignment, *slot}, &wait_for);
+  if (p.ok() && (wait_for & ~SlotBit(*slot)) != 0) {
     cross_stream_reuses_.fetch_add(1, std::memory_order_relaxed);
-    absl::Status s = WaitForSlots(slot, wait_for);
+    absl::Status s = WaitForSlots(*slot, wait_for);
     if (!s.ok()) {
       // The block cannot be made safe for this stream: give it back (its streams stay on it).
       absl::Status freed = DoDeallocate(*p);
@@ -160,17 +156,20 @@ absl::Status Allocator::Deallocate(void* ptr) {
   return DoDeallocate(ptr);
 }
 
+AllocatorStats Allocator::Stats() const {
+  AllocatorStats s = DoStats();
+  s.cross_stream_reuses += cross_stream_reuses_.load(std::memory_order_relaxed);
+  s.stream_waits += stream_waits_.load(std::memory_order_relaxed);
+  return s;
+}
+
 absl::Status Allocator::RecordStream(void* ptr, Stream* stream) {
   if (ptr == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat(name(), ": RecordStream of a null pointer"));
   }
-  int slot = 0;
-  if (stream != nullptr) {
-    absl::StatusOr<int> s = SlotFor(stream);
-    if (!s.ok()) return s.status();
-    slot = *s;
-  }
-  return DoRecordStream(ptr, slot);
+  absl::StatusOr<int> slot = SlotFor(stream);
+  if (!slot.ok()) return slot.status();
+  return DoRecordStream(ptr, *slot);
 }
 
 absl::Status Allocator::SetDefaultStream(Stream* stream) {
@@ -190,6 +189,7 @@ absl::Status Allocator::SetDefaultStream(Stream* stream) {
 }
 
 absl::StatusOr<int> Allocator::SlotFor(Stream* stream) {
+  if (stream == nullptr) return 0;
   // Lock-free lookup first: the hot path of a program that passes its streams.
   for (int i = 0; i < kMaxStreams; ++i) {
     if (slots_[i].stream.load(std::memory_order_acquire) == stream) return i;
@@ -203,9 +203,8 @@ absl::StatusOr<int> Allocator::SlotFor(Stream* stream) {
     return absl::InvalidArgumentError(
         absl::StrCat(name(), ": the stream belongs to another device than this allocator's"));
   }
-  for (int i = 1; i < kMaxStreams; ++i) {
-    if (!slots_[i].used.load(std::memory_order_relaxed)) {
-      slots_[i].used.store(true, std::memory_order_relaxed);
+  for (int i = 1; i < kMaxStreams; ++i) {  // slot 0 is the default stream's, even when null
+    if (slots_[i].stream.load(std::memory_order_relaxed) == nullptr) {
       slots_[i].stream.store(stream, std::memory_order_release);
       return i;
     }
@@ -240,7 +239,6 @@ absl::Status Allocator::ReleaseStream(Stream* stream) {
     StdMutexLock e(&slots_[slot].event_mu);
     slots_[slot].stream.store(nullptr, std::memory_order_release);
   }
-  slots_[slot].used.store(false, std::memory_order_relaxed);
   OnReleaseStream(stream);
   return s;
 }

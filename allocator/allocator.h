@@ -234,7 +234,8 @@ class Allocator {
   void SetSkipStreamWaitsForTesting(bool skip) { skip_stream_waits_ = skip; }
 
   virtual std::string name() const = 0;
-  virtual AllocatorStats Stats() const = 0;
+  // The allocator's numbers (DoStats) with the stream-order counters this base keeps.
+  AllocatorStats Stats() const;
   // Bins, chunks and an occupancy map; for OOM reports and debugging.
   virtual std::string DumpMemoryLog() const { return name() + ": no memory log\n"; }
   // Walks all bookkeeping; Internal error describing the first inconsistency.
@@ -298,22 +299,17 @@ class Allocator {
   // Called by ReleaseStream after the stream's work is done (an allocator built over
   // another allocator forwards it).
   virtual void OnReleaseStream(Stream* stream) {}
-  // The slots' waits were counted by the base; allocators add them to their Stats here.
+  // Everything in AllocatorStats but the stream-order counters, which Stats() adds (an
+  // allocator over another one reports that one's in them).
+  virtual AllocatorStats DoStats() const = 0;
+  // Counted by WaitForSlots and AllocateRaw; Stats() adds them.
   std::atomic<uint64_t> cross_stream_reuses_{0};
   std::atomic<uint64_t> stream_waits_{0};
-
- protected:
-  // For Stats(): copies the stream-order counters into `stats`.
-  void AddStreamStats(AllocatorStats& stats) const {
-    stats.cross_stream_reuses = cross_stream_reuses_.load(std::memory_order_relaxed);
-    stats.stream_waits = stream_waits_.load(std::memory_order_relaxed);
-  }
 
  private:
   struct StreamSlotState {
     std::atomic<Stream*> stream{nullptr};
-    std::atomic<bool> used{false};  // slot taken (slot 0 always is)
-    std::unique_ptr<Event> event;   // recorded on `stream` for waiters; made on first need
+    std::unique_ptr<Event> event;  // recorded on `stream` for waiters; made on first need
     StdMutex event_mu;
   };
   StreamSlotState slots_[kMaxStreams];

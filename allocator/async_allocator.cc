@@ -167,8 +167,8 @@ absl::Status AsyncAllocator::DoRecordStream(void* ptr, int slot) {
   StdMutexLock l(&mu_);
   auto it = live_.find(ptr);
   if (it == live_.end()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(name(), ": RecordStream of ", P(ptr), ", which is not a live allocation here"));
+    return absl::InvalidArgumentError(absl::StrCat(name(), ": RecordStream of ", P(ptr),
+                                                   ", which is not a live allocation here"));
   }
   it->second.streams |= SlotBit(slot);
   return absl::OkStatus();
@@ -222,14 +222,9 @@ AllocatorStats AsyncAllocator::StatsLocked() const {
   return counters_.stats;
 }
 
-AllocatorStats AsyncAllocator::Stats() const {
-  AllocatorStats s;
-  {
-    StdMutexLock l(&mu_);
-    s = StatsLocked();
-  }
-  AddStreamStats(s);
-  return s;
+AllocatorStats AsyncAllocator::DoStats() const {
+  StdMutexLock l(&mu_);
+  return StatsLocked();
 }
 
 std::string AsyncAllocator::DumpMemoryLog() const {

@@ -56,7 +56,6 @@ class AsyncAllocator final : public Allocator {
   ~AsyncAllocator() override;
 
   std::string name() const override { return options_.name; }
-  AllocatorStats Stats() const override;
   std::string DumpMemoryLog() const override;
   absl::Status CheckInvariants() const override;
   // Events (AddObserver): alloc/free/oom of every block; map/unmap when the pool's reserved
@@ -78,9 +77,9 @@ class AsyncAllocator final : public Allocator {
   AsyncAllocator(AsyncOptions options, std::unique_ptr<Stream> owned_stream, Stream* stream,
                  std::unique_ptr<MemoryPool> pool);
 
-  absl::StatusOr<void*> DoAllocate(const AllocationRequest& request,
-                                   uint64_t* wait_for) override;
+  absl::StatusOr<void*> DoAllocate(const AllocationRequest& request, uint64_t* wait_for) override;
   absl::Status DoDeallocate(void* ptr) override;
+  AllocatorStats DoStats() const override;
   absl::Status DoRecordStream(void* ptr, int slot) override;
   // The stream of `slot`: the allocator's own for slot 0.
   Stream* StreamOf(int slot) const { return slot == 0 ? stream_ : SlotStream(slot); }

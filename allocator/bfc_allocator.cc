@@ -526,14 +526,9 @@ AllocatorStats BFCAllocator::StatsLocked() const {
   return s;
 }
 
-AllocatorStats BFCAllocator::Stats() const {
-  AllocatorStats s;
-  {
-    SpinLockGuard l(mu_);
-    s = StatsLocked();
-  }
-  AddStreamStats(s);
-  return s;
+AllocatorStats BFCAllocator::DoStats() const {
+  SpinLockGuard l(mu_);
+  return StatsLocked();
 }
 
 std::string BFCAllocator::DumpMemoryLog() const {

@@ -95,7 +95,6 @@ class BFCAllocator final : public Allocator {
   std::string name() const override { return options_.name; }
   const BFCOptions& options() const { return options_; }
   SubAllocator* sub_allocator() const { return sub_allocator_.get(); }
-  AllocatorStats Stats() const override ABSL_LOCKS_EXCLUDED(mu_);
   std::string DumpMemoryLog() const override;
   absl::Status CheckInvariants() const override;
 
@@ -156,6 +155,7 @@ class BFCAllocator final : public Allocator {
 
   absl::StatusOr<void*> DoAllocate(const AllocationRequest& request, uint64_t* wait_for) override;
   absl::Status DoDeallocate(void* ptr) override;
+  AllocatorStats DoStats() const override ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status DoRecordStream(void* ptr, int slot) override;
 
   absl::StatusOr<void*> AllocateLocked(const AllocationRequest& request, uint64_t* wait_for)

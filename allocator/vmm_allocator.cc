@@ -1208,17 +1208,14 @@ AllocatorStats VmmAllocator::CombinedStatsLocked(const AllocatorStats& slab) con
   return s;
 }
 
-AllocatorStats VmmAllocator::Stats() const {
+AllocatorStats VmmAllocator::DoStats() const {
   AllocatorStats slab;
   if (slabs_ != nullptr) slab = slabs_->Stats();
-  AllocatorStats s;
-  {
-    StdMutexLock l(&mu_);
-    s = CombinedStatsLocked(slab);
-  }
-  AddStreamStats(s);  // the large path's; the slab BFC counts the small path's
-  s.cross_stream_reuses += slab.cross_stream_reuses;
-  s.stream_waits += slab.stream_waits;
+  StdMutexLock l(&mu_);
+  AllocatorStats s = CombinedStatsLocked(slab);
+  // The small path's stream order is the slab BFC's; the base adds the large path's.
+  s.cross_stream_reuses = slab.cross_stream_reuses;
+  s.stream_waits = slab.stream_waits;
   return s;
 }
 

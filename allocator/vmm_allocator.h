@@ -99,7 +99,6 @@ class VmmAllocator final : public Allocator {
   ~VmmAllocator() override;
 
   std::string name() const override { return options_.name; }
-  AllocatorStats Stats() const override;
   std::string DumpMemoryLog() const override;
   absl::Status CheckInvariants() const override;
   // Events (AddObserver): alloc/free/oom of every block (small ones too) and map/unmap of
@@ -224,6 +223,7 @@ class VmmAllocator final : public Allocator {
 
   absl::StatusOr<void*> DoAllocate(const AllocationRequest& request, uint64_t* wait_for) override;
   absl::Status DoDeallocate(void* ptr) override;
+  AllocatorStats DoStats() const override;
   absl::Status DoRecordStream(void* ptr, int slot) override;
   void OnReleaseStream(Stream* stream) override;
 

@@ -67,7 +67,7 @@ class WithStream : public Allocator {
     inner_ = *AsyncAllocator::Create(DefaultHostExecutor(), stream_.get(), o);
   }
   std::string name() const override { return inner_->name(); }
-  AllocatorStats Stats() const override { return inner_->Stats(); }
+  AllocatorStats DoStats() const override { return inner_->Stats(); }
   std::string DumpMemoryLog() const override { return inner_->DumpMemoryLog(); }
   absl::Status CheckInvariants() const override { return inner_->CheckInvariants(); }
 
