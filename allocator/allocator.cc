@@ -188,8 +188,7 @@ absl::Status Allocator::SetDefaultStream(Stream* stream) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<int> Allocator::SlotFor(Stream* stream) {
-  if (stream == nullptr) return 0;
+absl::StatusOr<int> Allocator::RegisteredSlot(Stream* stream) {
   // Lock-free lookup first: the hot path of a program that passes its streams.
   for (int i = 0; i < kMaxStreams; ++i) {
     if (slots_[i].stream.load(std::memory_order_acquire) == stream) return i;

@@ -285,8 +285,12 @@ class Allocator {
  private:
   void NotifySlow(const std::string& allocator_name, const AllocatorEvent& e) const
       ABSL_LOCKS_EXCLUDED(observers_mu_);
-  // The slot of `stream` (nullptr: 0), registering it on first use.
-  absl::StatusOr<int> SlotFor(Stream* stream);
+  // The slot of `stream` (nullptr: 0), registering it on first use. Inline for the default
+  // stream, the hot path.
+  absl::StatusOr<int> SlotFor(Stream* stream) {
+    return stream == nullptr ? absl::StatusOr<int>(0) : RegisteredSlot(stream);
+  }
+  absl::StatusOr<int> RegisteredSlot(Stream* stream);
 
   // Placement. `*wait_for` (0 on entry): the slots whose work on the block must be complete
   // before the new owner's stream uses it (the base waits after DoAllocate returns, without
