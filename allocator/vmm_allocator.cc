@@ -1198,6 +1198,7 @@ AllocatorStats VmmAllocator::CombinedStatsLocked(const AllocatorStats& slab) con
   s.regions_unmapped = regions_unmapped_;
   s.mapping_granularity = g;
   s.map_calls = map_calls_;
+  s.unmap_calls = unmap_calls_;
   // Free memory in the pool (mapped, not in use) is cached granules and free slab space.
   // Cached granules can be restitched into one block, so together they are one free block.
   s.largest_free_block = std::max(cached_granules_ * g, slab.largest_free_block);

@@ -17,7 +17,6 @@
 #include "vgpu/allocator/memory_history.h"
 #include "vgpu/allocator/trace.h"
 #include "vgpu/allocator/trace_import.h"
-#include "vgpu/allocator/vmm_allocator.h"
 #include "vgpu/runtime/bytes.h"
 #include "vgpu/runtime/json.h"
 #include "vgpu/runtime/status.h"
@@ -177,10 +176,9 @@ absl::StatusOr<TimedReplay> RunTimed(const Trace& trace, const BenchAllocatorSpe
       out.stream_waits = stats.stream_waits;
       out.idle_reserved = stats.bytes_reserved;
       const double kops = static_cast<double>(trace.events.size()) / 1000.0;
-      if (const auto* vmm = dynamic_cast<const VmmAllocator*>(&allocator); vmm != nullptr) {
-        const VmmAllocator::GranuleCounts g = vmm->Granules();
-        out.map_calls_per_kop = static_cast<double>(g.map_calls) / kops;
-        out.unmap_calls_per_kop = static_cast<double>(g.unmap_calls) / kops;
+      if (stats.mapping_granularity > 0) {  // vmm: its Map/Unmap calls
+        out.map_calls_per_kop = static_cast<double>(stats.map_calls) / kops;
+        out.unmap_calls_per_kop = static_cast<double>(stats.unmap_calls) / kops;
       } else {
         out.map_calls_per_kop = static_cast<double>(stats.regions_mapped) / kops;
         out.unmap_calls_per_kop = static_cast<double>(stats.regions_unmapped) / kops;
