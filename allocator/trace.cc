@@ -30,11 +30,20 @@ int64_t ThreadCpuNs() {
 
 }  // namespace
 
-absl::Status TraceBuilder::Alloc(uint64_t id, uint64_t bytes, uint32_t stream, uint64_t at) {
+namespace {
+
+absl::Status CheckTraceStream(uint32_t stream) {
   if (stream >= kMaxTraceStreams) {
     return absl::InvalidArgumentError(absl::StrCat("stream ", stream, " is above the ",
                                                    kMaxTraceStreams - 1, " a trace may use"));
   }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status TraceBuilder::Alloc(uint64_t id, uint64_t bytes, uint32_t stream, uint64_t at) {
+  VGPU_RETURN_IF_ERROR(CheckTraceStream(stream));
   // Checked before adding, so the running total never wraps and replay's limit arithmetic (up
   // to 11x the peak) stays far from 2^64.
   if (bytes > kMaxTraceLiveBytes - live_bytes_) {
@@ -69,10 +78,7 @@ absl::Status TraceBuilder::Alloc(uint64_t id, uint64_t bytes, uint32_t stream, u
 }
 
 absl::Status TraceBuilder::Free(uint64_t id, uint32_t stream) {
-  if (stream >= kMaxTraceStreams) {
-    return absl::InvalidArgumentError(absl::StrCat("stream ", stream, " is above the ",
-                                                   kMaxTraceStreams - 1, " a trace may use"));
-  }
+  VGPU_RETURN_IF_ERROR(CheckTraceStream(stream));
   auto it = live_.find(id);
   if (it == live_.end()) {
     return absl::InvalidArgumentError(absl::StrCat("free of block ", id, ", which is not live"));
@@ -246,12 +252,8 @@ absl::Status TraceRecorder::WriteFile(const std::string& path) const {
 
 namespace {
 
-// The one place a replayed event meets its stream (nullptr: the allocator's default stream).
 // A free on another stream than the block's allocation is a use on that stream, declared as
 // such (RecordStream) before the stream-ordered free.
-inline absl::StatusOr<void*> ReplayAllocate(Allocator& allocator, uint64_t bytes, Stream* stream) {
-  return allocator.AllocateRaw(bytes, stream);
-}
 inline absl::Status ReplayFree(Allocator& allocator, void* ptr, Stream* alloc_stream,
                                Stream* free_stream) {
   if (ptr != nullptr && free_stream != alloc_stream) {
@@ -282,7 +284,7 @@ absl::StatusOr<ReplayResult> ReplayTrace(const Trace& trace, Allocator& allocato
   for (const TraceEvent& e : trace.events) {
     ++r.events;
     if (e.alloc) {
-      absl::StatusOr<void*> p = ReplayAllocate(allocator, e.bytes, stream_of(e));
+      absl::StatusOr<void*> p = allocator.AllocateRaw(e.bytes, stream_of(e));
       if (p.ok()) {
         slots[e.slot] = *p;
         if (!slot_streams.empty()) slot_streams[e.slot] = stream_of(e);
