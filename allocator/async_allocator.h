@@ -81,8 +81,12 @@ class AsyncAllocator final : public Allocator {
   absl::Status DoDeallocate(void* ptr) override;
   AllocatorStats DoStats() const override;
   absl::Status DoRecordStream(void* ptr, int slot) override;
-  // The stream of `slot`: the allocator's own for slot 0.
-  Stream* StreamOf(int slot) const { return slot == 0 ? stream_ : SlotStream(slot); }
+  // The stream of `slot` (slot 0 is the allocator's own); the allocator's own too for a slot
+  // whose stream was released since (ReleaseStream waited for its work first).
+  Stream* StreamOf(int slot) const {
+    Stream* s = SlotStream(slot);
+    return s != nullptr ? s : stream_;
+  }
 
   absl::Status OomErrorLocked(uint64_t bytes, uint64_t rounded, absl::string_view why,
                               absl::string_view hint) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

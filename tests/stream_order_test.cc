@@ -307,6 +307,23 @@ TYPED_TEST(StreamOrderTest, StreamSlotsAreBoundedAndReleased) {
   EXPECT_THAT(a.CheckInvariants(), IsOk());
 }
 
+// A block outlives the release of the stream it was allocated on: it is freed (and reused) like
+// any other, ReleaseStream having waited for that stream's work.
+TYPED_TEST(StreamOrderTest, BlocksOutliveTheReleaseOfTheirStream) {
+  Allocator& a = *this->allocator_;
+  auto p = a.AllocateRaw(kBlock, this->b_.get());
+  ASSERT_THAT(p.status(), IsOk());
+  ASSERT_THAT(this->b_->Memset8(*p, 0x11, kBlock), IsOk());
+  ASSERT_THAT(a.ReleaseStream(this->b_.get()), IsOk());
+  EXPECT_THAT(a.Deallocate(*p), IsOk());
+  auto q = a.AllocateRaw(kBlock, this->a_.get());
+  ASSERT_THAT(q.status(), IsOk());
+  EXPECT_THAT(a.Deallocate(*q), IsOk());
+  ASSERT_THAT(this->a_->Synchronize(), IsOk());
+  EXPECT_EQ(a.Stats().bytes_in_use, 0u);
+  EXPECT_THAT(a.CheckInvariants(), IsOk());
+}
+
 // Threads, each with its own stream, allocate, write, check on the stream and free, and now and
 // then hand a block to a neighbour's stream (RecordStream): every check must see its own data.
 // Under TSan this is also the allocators' data-race test for the stream paths.
