@@ -75,20 +75,6 @@ absl::StatusOr<ReplayResult> ReplayOnStreams(const Trace& trace, const BenchAllo
   return r;
 }
 
-// Replays once at `limit` on a fresh allocator; whether every allocation succeeded.
-absl::StatusOr<bool> Fits(const Trace& trace, BenchAllocatorSpec spec, uint64_t limit) {
-  spec.limit = limit;
-  absl::StatusOr<BenchAllocator> a = MakeBenchAllocator(spec);
-  if (!a.ok()) {
-    // Growth off and the limit is not there (real device): does not fit.
-    if (absl::IsResourceExhausted(a.status())) return false;
-    return a.status();
-  }
-  absl::StatusOr<ReplayResult> r = ReplayOnStreams(trace, spec, *a, /*stop_at_failure=*/true);
-  if (!r.ok()) return r.status();
-  return r->failures == 0;
-}
-
 // Best of several timed malloc/free replays, in this process.
 int64_t BestMallocNs(const Trace& trace) {
   int64_t best = -1, total = 0;
@@ -282,7 +268,16 @@ int RunCompare(const BenchArgs& args, const Trace& trace, const BenchAllocatorSp
 }  // namespace
 
 absl::StatusOr<bool> ReplayFits(const Trace& trace, BenchAllocatorSpec spec, uint64_t limit) {
-  return Fits(trace, std::move(spec), limit);
+  spec.limit = limit;
+  absl::StatusOr<BenchAllocator> a = MakeBenchAllocator(spec);
+  if (!a.ok()) {
+    // Growth off and the limit is not there (real device): does not fit.
+    if (absl::IsResourceExhausted(a.status())) return false;
+    return a.status();
+  }
+  absl::StatusOr<ReplayResult> r = ReplayOnStreams(trace, spec, *a, /*stop_at_failure=*/true);
+  if (!r.ok()) return r.status();
+  return r->failures == 0;
 }
 
 absl::StatusOr<MinLimitScan> ScanMinLimit(const Trace& trace, const BenchAllocatorSpec& spec) {
@@ -295,7 +290,7 @@ absl::StatusOr<MinLimitScan> ScanMinLimit(const Trace& trace, const BenchAllocat
   std::optional<int> first_fit_k, min_limit_k;
   int run = 0;
   for (int k = 0; k <= kMaxK; ++k) {
-    VGPU_ASSIGN_OR_RETURN(bool fits, Fits(trace, spec, LimitFor(peak, k)));
+    VGPU_ASSIGN_OR_RETURN(bool fits, ReplayFits(trace, spec, LimitFor(peak, k)));
     if (!fits) {
       run = 0;
       continue;
