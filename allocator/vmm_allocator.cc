@@ -193,22 +193,27 @@ absl::Status VmmAllocator::Init() {
   VGPU_ASSIGN_OR_RETURN(slabs_, BFCAllocator::Create(std::make_unique<SlabSubAllocator>(this), bo));
   if (!options_.allow_growth) {
     StdMutexLock l(&mu_);  // not shared yet; for the analysis
-    // Everything up front, in one physical allocation: one driver call, and granules are
-    // (handle, offset) pairs inside it.
-    absl::StatusOr<PhysicalMemoryHandle> h = executor_->CreatePhysicalMemory(limit_granules_ * g);
-    if (!h.ok()) {
-      return absl::ResourceExhaustedError(absl::StrCat(
-          name(), ": cannot take the whole limit of ", FormatBytes(limit_granules_ * g),
-          " from the device up front (allow_growth is off): ", h.status().message()));
-    }
-    bulk_ = *h;
-    granules_.resize(limit_granules_);
+    // Everything up front, one physical allocation per granule: a driver maps an allocation
+    // from its start only (Executor::Map), so granules that are mapped one by one, anywhere,
+    // are allocated one by one.
+    granules_.reserve(limit_granules_);
+    runs_.reserve(limit_granules_);
     free_granules_.reserve(limit_granules_);
-    for (uint64_t i = 0; i < limit_granules_; ++i) granules_[i] = Granule{bulk_, i * g, 0};
-    runs_.push_back(Run{bulk_, limit_granules_, limit_granules_});
-    // Reversed so pops hand out ascending, physically contiguous granules.
+    for (uint64_t i = 0; i < limit_granules_; ++i) {
+      absl::StatusOr<PhysicalMemoryHandle> h = executor_->CreatePhysicalMemory(g);
+      if (!h.ok()) {
+        GiveBackLocked(0).IgnoreError();
+        return absl::ResourceExhaustedError(absl::StrCat(
+            name(), ": cannot take the whole limit of ", FormatBytes(limit_granules_ * g),
+            " from the device up front (allow_growth is off): granule ", i, " of ",
+            limit_granules_, ": ", h.status().message()));
+      }
+      granules_.push_back(Granule{*h, static_cast<uint32_t>(i)});
+      runs_.push_back(Run{*h, 1, 1});
+      ++created_granules_;
+    }
+    // Reversed so pops hand them out in creation order.
     for (uint64_t i = limit_granules_; i-- > 0;) free_granules_.push_back(static_cast<uint32_t>(i));
-    created_granules_ = limit_granules_;
   }
   return absl::OkStatus();
 }
@@ -225,11 +230,7 @@ VmmAllocator::~VmmAllocator() {
     for (auto& range : ranges) UnmapRangeLocked(std::move(range)).IgnoreError();
   }
   cache_.clear();
-  if (options_.allow_growth) {
-    GiveBackLocked(0).IgnoreError();
-  } else if (bulk_.bytes != 0) {
-    executor_->ReleasePhysicalMemory(bulk_).IgnoreError();
-  }
+  GiveBackLocked(0).IgnoreError();
 }
 
 absl::StatusOr<void*> VmmAllocator::DoAllocate(const AllocationRequest& request,
@@ -520,15 +521,10 @@ absl::Status VmmAllocator::EnsureFreeGranulesLocked(uint64_t count) {
                                               " free granules below the limit; expected ",
                                               limit_granules_ - mapped_granules_));
     }
-    // All missing granules in one physical allocation (one driver call, and they map as one
-    // contiguous run); when the device refuses that, one granule at a time.
-    const uint64_t missing = count - free_granules_.size();
-    uint64_t n = missing;
-    absl::StatusOr<PhysicalMemoryHandle> h = executor_->CreatePhysicalMemory(n * granularity_);
-    if (!h.ok() && n > 1) {
-      n = 1;
-      h = executor_->CreatePhysicalMemory(granularity_);
-    }
+    // One physical allocation per granule: a driver maps an allocation from its start only
+    // (Executor::Map), and a granule may later be mapped alone, anywhere.
+    const uint64_t n = 1;
+    absl::StatusOr<PhysicalMemoryHandle> h = executor_->CreatePhysicalMemory(granularity_);
     if (!h.ok()) {
       if (cached_granules_ > 0) {
         VGPU_RETURN_IF_ERROR(EvictOneLocked());
@@ -546,9 +542,8 @@ absl::Status VmmAllocator::EnsureFreeGranulesLocked(uint64_t count) {
       run = static_cast<uint32_t>(runs_.size());
       runs_.push_back(Run{*h, n, n});
     }
-    // Highest offset first: the pool is LIFO, so the granules come out ascending.
     for (uint64_t k = n; k-- > 0;) {
-      const Granule granule{*h, k * granularity_, run};
+      const Granule granule{*h, run};
       uint32_t slot;
       if (!free_slots_.empty()) {
         slot = free_slots_.back();
@@ -734,7 +729,7 @@ absl::StatusOr<std::unique_ptr<VmmAllocator::Range>> VmmAllocator::MapSharedRang
   };
   if (h > 0) {
     const Granule& head = granules_[head_granule];
-    absl::Status s = executor_->Map(base, g, head.handle, head.offset);
+    absl::Status s = executor_->Map(base, g, head.handle, 0);
     if (!s.ok()) return give_up(s);
     ++map_calls_;
   }
@@ -742,7 +737,7 @@ absl::StatusOr<std::unique_ptr<VmmAllocator::Range>> VmmAllocator::MapSharedRang
   absl::Status s = from_cache ? absl::OkStatus() : GrowRangeLocked(range.get(), k);
   if (s.ok() && t > 0 && !kept_tail) {
     const uint32_t slot = fresh_tail ? free_granules_.back() : tail_granule;
-    s = executor_->Map(tail_va, g, granules_[slot].handle, granules_[slot].offset);
+    s = executor_->Map(tail_va, g, granules_[slot].handle, 0);
     if (s.ok()) ++map_calls_;
   }
   if (!s.ok()) {
@@ -895,37 +890,24 @@ absl::Status VmmAllocator::GrowRangeLocked(Range* range, uint64_t count) {
   VGPU_RETURN_IF_ERROR(EnsureFreeGranulesLocked(count - old));
   range->granules.reserve(count);
   char* base = static_cast<char*>(range->ptr);
-  // One Map per run of physically contiguous granules (the pool hands them out in ascending
-  // order, so a bulk pool maps a whole block in one call); Range::run_starts remembers the
-  // mappings, since a driver unmaps whole mappings only.
-  for (uint64_t i = old; i < count;) {
-    const size_t top = free_granules_.size() - 1;
-    const uint32_t* pool = free_granules_.data();
-    const Granule& first = granules_[pool[top]];
-    const uint64_t most = std::min<uint64_t>(count - i, top + 1);
-    uint64_t n = 1;
-    while (n < most) {
-      const Granule& next = granules_[pool[top - n]];
-      if (next.handle.value != first.handle.value || next.offset != first.offset + n * g) break;
-      ++n;
-    }
-    absl::Status s = executor_->Map(base + i * g, n * g, first.handle, first.offset);
-    if (!s.ok()) {
-      ShrinkRangeLocked(range, old).IgnoreError();
-      return s;
-    }
-    ++map_calls_;
-    range->run_starts.push_back(i);
-    // The n granules off the pool's top, in pop order; one handle, so one run.
-    runs_[first.run].free -= n;
-    const uint32_t* top_end = free_granules_.data() + free_granules_.size();
-    for (uint64_t k = 1; k <= n; ++k)
-      range->granules.push_back(top_end[-static_cast<ptrdiff_t>(k)]);
-    free_granules_.resize(free_granules_.size() - n);
-    mapped_granules_ += n;
-    regions_mapped_ += n;
-    i += n;
+  // Every granule is a physical allocation of its own (a driver maps whole allocations only,
+  // Executor::Map), so each is a mapping of its own; MapAll maps them in one executor call
+  // (on cuda one cuMemMap each and one cuMemSetAccess for the range, the costly part).
+  const uint64_t n = count - old;
+  map_handles_.resize(n);
+  for (uint64_t k = 0; k < n; ++k) {
+    map_handles_[k] = granules_[free_granules_[free_granules_.size() - 1 - k]].handle;
   }
+  VGPU_RETURN_IF_ERROR(executor_->MapAll(base + old * g, map_handles_.data(), n));
+  for (uint64_t k = 0; k < n; ++k) {
+    const uint32_t slot = free_granules_.back();
+    free_granules_.pop_back();
+    --runs_[granules_[slot].run].free;
+    range->granules.push_back(slot);
+  }
+  ++map_calls_;
+  mapped_granules_ += n;
+  regions_mapped_ += n;
   free_low_water_ = std::min<uint64_t>(free_low_water_, free_granules_.size());
   peak_mapped_ = std::max(peak_mapped_, mapped_granules_);
   mapped_bytes_.store(mapped_granules_ * g);
@@ -940,47 +922,19 @@ absl::Status VmmAllocator::ShrinkRangeLocked(Range* range, uint64_t count) {
   // Unmapped memory must be out of every stream's use (on a GPU an access would fault): wait
   // for the streams that used the range. Granules in the pool are therefore always safe.
   if (old > count && range->streams != 0) VGPU_RETURN_IF_ERROR(SynchronizeSlots(range->streams));
-  // Whole mappings from the end; a mapping that straddles `count` is unmapped and its kept
-  // part mapped again (only cached ranges and slabs shrink, so nothing live is touched).
-  while (range->granules.size() > count) {
-    const uint64_t start = range->run_starts.back();
-    const uint64_t end = range->granules.size();
-    absl::Status s = executor_->Unmap(base + start * g, (end - start) * g);
-    if (!s.ok()) {
-      mapped_bytes_.store(mapped_granules_ * g);
-      return s;
-    }
+  // Every granule is a whole mapping (GrowRangeLocked), so the tail goes in one call.
+  if (old > count) {
+    VGPU_RETURN_IF_ERROR(executor_->Unmap(base + count * g, (old - count) * g));
     ++unmap_calls_;
-    range->run_starts.pop_back();
-    uint64_t keep = start;
-    if (start < count) {
-      const Granule& first = granules_[range->granules[start]];
-      absl::Status m =
-          executor_->Map(base + start * g, (count - start) * g, first.handle, first.offset);
-      if (m.ok()) {
-        ++map_calls_;
-        range->run_starts.push_back(start);
-        keep = count;
-      } else {
-        s = m;  // the whole mapping is gone: its granules go back below
-      }
+    // From the end, so the pool (LIFO) hands them out again in their old order.
+    const uint32_t* own = range->granules.data();
+    for (uint64_t k = old; k-- > count;) {
+      ++runs_[granules_[own[k]].run].free;
+      free_granules_.push_back(own[k]);
     }
-    // From the end, so the pool (LIFO) hands them out again in their old order. One mapping
-    // is one handle, so one run.
-    if (range->granules.size() > keep) {
-      const uint64_t n = range->granules.size() - keep;
-      runs_[granules_[range->granules[keep]].run].free += n;
-      const uint32_t* own = range->granules.data();
-      for (uint64_t k = range->granules.size(); k-- > keep;) free_granules_.push_back(own[k]);
-      range->granules.resize(keep);
-      mapped_granules_ -= n;
-      regions_unmapped_ += n;
-    }
-    if (!s.ok()) {
-      mapped_bytes_.store(mapped_granules_ * g);
-      NotifyEvent(AllocatorEventKind::kUnmap, base + keep * g, (old - keep) * g);
-      return s;
-    }
+    range->granules.resize(count);
+    mapped_granules_ -= old - count;
+    regions_unmapped_ += old - count;
   }
   if (old > count) {
     mapped_bytes_.store(mapped_granules_ * g);
@@ -1050,12 +1004,9 @@ void VmmAllocator::RecycleRangeLocked(std::unique_ptr<Range> range) {
   if (range_pool_.size() >= 256) return;  // enough for any burst; the rest is freed
   // Reset every field but keep the vectors' capacity.
   std::vector<uint32_t> granules = std::move(range->granules);
-  std::vector<uint64_t> run_starts = std::move(range->run_starts);
   granules.clear();
-  run_starts.clear();
   *range = Range{};
   range->granules = std::move(granules);
-  range->run_starts = std::move(run_starts);
   range_pool_.push_back(std::move(range));
 }
 

@@ -134,11 +134,11 @@ class VmmAllocator final : public Allocator {
 
  private:
   struct Granule {
-    PhysicalMemoryHandle handle;
-    uint64_t offset = 0;  // into handle
-    uint32_t run = 0;     // index into runs_
+    PhysicalMemoryHandle handle;  // the granule's own physical allocation, mapped from 0
+    uint32_t run = 0;             // index into runs_
   };
-  // One physical allocation of one or more granules (created together, released whole).
+  // One physical allocation (one granule since a driver maps an allocation from its start
+  // only; the bookkeeping allows more).
   struct Run {
     PhysicalMemoryHandle handle;
     uint64_t total = 0;  // granules
@@ -150,9 +150,6 @@ class VmmAllocator final : public Allocator {
     uint64_t reserved_bytes = 0;
     void* ptr = nullptr;  // first mapped byte (aligned inside the reservation)
     std::vector<uint32_t> granules;
-    // Indices into `granules` where a mapping (one Map call) starts, ascending: drivers
-    // unmap whole mappings only (cuMemUnmap), so shrinking works run by run.
-    std::vector<uint64_t> run_starts;
     uint64_t requested = 0;
     // Stream slots (allocator.h) whose work may use it: the owner's and recorded ones.
     uint64_t streams = 0;
@@ -313,10 +310,10 @@ class VmmAllocator final : public Allocator {
 
   mutable StdMutex mu_;
   // growth off: the one allocation of the whole limit
-  PhysicalMemoryHandle bulk_ ABSL_GUARDED_BY(mu_);
   // index -> granule; holes have handle.bytes == 0
   std::vector<Granule> granules_ ABSL_GUARDED_BY(mu_);
   std::vector<uint32_t> free_slots_ ABSL_GUARDED_BY(mu_);  // holes in granules_ (given back)
+  std::vector<PhysicalMemoryHandle> map_handles_ ABSL_GUARDED_BY(mu_);  // MapAll scratch
   std::vector<Run> runs_ ABSL_GUARDED_BY(mu_);
   std::vector<uint32_t> free_run_slots_ ABSL_GUARDED_BY(mu_);  // holes in runs_
   std::vector<uint32_t> free_granules_ ABSL_GUARDED_BY(mu_);   // created and unmapped (LIFO)

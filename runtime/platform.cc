@@ -6,6 +6,28 @@
 
 namespace vgpu {
 
+absl::Status CheckMapsWholeAllocation(PhysicalMemoryHandle handle, uint64_t offset,
+                                      uint64_t bytes) {
+  if (offset == 0 && bytes == handle.bytes) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "Map: ", bytes, " bytes at offset ", offset, " of a ", handle.bytes,
+      "-byte physical allocation; a mapping covers a whole allocation (offset 0, its size), "
+      "as cuMemMap requires on a real card"));
+}
+
+absl::Status Executor::MapAll(void* va, const PhysicalMemoryHandle* handles, size_t n) {
+  char* at = static_cast<char*>(va);
+  for (size_t i = 0; i < n; ++i) {
+    absl::Status s = Map(at, handles[i].bytes, handles[i], 0);
+    if (!s.ok()) {
+      if (at != va) Unmap(va, static_cast<uint64_t>(at - static_cast<char*>(va))).IgnoreError();
+      return s;
+    }
+    at += handles[i].bytes;
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::unique_ptr<MemoryPool>> Executor::CreateMemoryPool(
     const MemoryPoolOptions& /*options*/) {
   return absl::UnimplementedError(absl::StrCat("platform ", platform()->name(), " device ",

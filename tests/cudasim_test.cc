@@ -500,30 +500,52 @@ TEST_F(CudasimTest, VirtualMemoryFollowsTheDriversRules) {
   EXPECT_EQ(sim_.cuMemMap(va, g, g / 2, h, 0), CUDA_ERROR_INVALID_VALUE);          // offset
   EXPECT_EQ(sim_.cuMemMap(va + 3 * g, 2 * g, 0, h, 0), CUDA_ERROR_INVALID_VALUE);  // outside
   ASSERT_EQ(sim_.cuMemMap(va, 2 * g, 0, h, 0), CUDA_SUCCESS);              // two granules, one call
-  EXPECT_EQ(sim_.cuMemMap(va + g, g, 0, h, 0), CUDA_ERROR_INVALID_VALUE);  // overlaps
+  EXPECT_EQ(sim_.cuMemMap(va + g, 2 * g, 0, h, 0), CUDA_ERROR_INVALID_VALUE);  // overlaps
   EXPECT_EQ(sim_.Counter("map_calls"), maps + 1);
+  // A mapping covers the whole allocation (cuda.h: offset "currently must be zero"; a real
+  // H200 answers NOT_SUPPORTED to an offset and to a part alike).
+  CUdeviceptr va2 = 0;
+  ASSERT_EQ(sim_.cuMemAddressReserve(&va2, 2 * g, 0, 0, 0), CUDA_SUCCESS);
+  EXPECT_EQ(sim_.cuMemMap(va2, g, g, h, 0), CUDA_ERROR_NOT_SUPPORTED);
+  EXPECT_EQ(sim_.cuMemMap(va2, g, 0, h, 0), CUDA_ERROR_NOT_SUPPORTED);
   // The same physical memory mapped twice shows the same bytes.
-  ASSERT_EQ(sim_.cuMemMap(va + 2 * g, g, g, h, 0), CUDA_SUCCESS);
+  ASSERT_EQ(sim_.cuMemMap(va2, 2 * g, 0, h, 0), CUDA_SUCCESS);
   CUmemAccessDesc access = {};
   access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
   access.location.id = 0;
   access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-  EXPECT_EQ(sim_.cuMemSetAccess(va, 4 * g, &access, 1), CUDA_ERROR_INVALID_VALUE);  // unmapped
-  ASSERT_EQ(sim_.cuMemSetAccess(va, 3 * g, &access, 1), CUDA_SUCCESS);
+  EXPECT_EQ(sim_.cuMemSetAccess(va, 3 * g, &access, 1), CUDA_ERROR_INVALID_VALUE);  // unmapped
+  ASSERT_EQ(sim_.cuMemSetAccess(va, 2 * g, &access, 1), CUDA_SUCCESS);
+  ASSERT_EQ(sim_.cuMemSetAccess(va2, 2 * g, &access, 1), CUDA_SUCCESS);
   CUstream s = NewStream();
   ASSERT_EQ(sim_.cuMemsetD32Async(va + g, 6, 4, s), CUDA_SUCCESS);
-  EXPECT_EQ(Read(va + 2 * g, 4, s), std::vector<uint32_t>(4, 6));
+  EXPECT_EQ(Read(va2 + g, 4, s), std::vector<uint32_t>(4, 6));
   // Released while mapped: the memory stays until the last unmap.
   ASSERT_EQ(sim_.cuMemRelease(h), CUDA_SUCCESS);
   EXPECT_EQ(sim_.cuMemRelease(h), CUDA_ERROR_INVALID_VALUE);
   EXPECT_EQ(sim_.Counter("physical_handles"), 1u);
+  ASSERT_EQ(sim_.cuMemUnmap(va2, 2 * g), CUDA_SUCCESS);
   EXPECT_EQ(Read(va + g, 4, s), std::vector<uint32_t>(4, 6));
   EXPECT_EQ(sim_.cuMemUnmap(va, g), CUDA_ERROR_INVALID_VALUE);            // part of a mapping
   EXPECT_EQ(sim_.cuMemAddressFree(va, 4 * g), CUDA_ERROR_INVALID_VALUE);  // still mapped
-  ASSERT_EQ(sim_.cuMemUnmap(va, 3 * g), CUDA_SUCCESS);
+  ASSERT_EQ(sim_.cuMemUnmap(va, 2 * g), CUDA_SUCCESS);
   EXPECT_EQ(sim_.Counter("physical_handles"), 0u);
-  EXPECT_EQ(sim_.Counter("unmap_calls"), 1u);
+  EXPECT_EQ(sim_.Counter("unmap_calls"), 2u);
   ASSERT_EQ(sim_.cuMemAddressFree(va, 4 * g), CUDA_SUCCESS);
+  ASSERT_EQ(sim_.cuMemAddressFree(va2, 2 * g), CUDA_SUCCESS);
+  // Two whole mappings side by side: one cuMemSetAccess and one cuMemUnmap span both (as on
+  // an H200).
+  CUmemGenericAllocationHandle h1 = 0, h2 = 0;
+  ASSERT_EQ(sim_.cuMemAddressReserve(&va, 2 * g, 0, 0, 0), CUDA_SUCCESS);
+  ASSERT_EQ(sim_.cuMemCreate(&h1, g, &prop, 0), CUDA_SUCCESS);
+  ASSERT_EQ(sim_.cuMemCreate(&h2, g, &prop, 0), CUDA_SUCCESS);
+  ASSERT_EQ(sim_.cuMemMap(va, g, 0, h1, 0), CUDA_SUCCESS);
+  ASSERT_EQ(sim_.cuMemMap(va + g, g, 0, h2, 0), CUDA_SUCCESS);
+  EXPECT_EQ(sim_.cuMemSetAccess(va, 2 * g, &access, 1), CUDA_SUCCESS);
+  EXPECT_EQ(sim_.cuMemUnmap(va, 2 * g), CUDA_SUCCESS);
+  ASSERT_EQ(sim_.cuMemRelease(h1), CUDA_SUCCESS);
+  ASSERT_EQ(sim_.cuMemRelease(h2), CUDA_SUCCESS);
+  ASSERT_EQ(sim_.cuMemAddressFree(va, 2 * g), CUDA_SUCCESS);
   // Mapped without cuMemSetAccess: an illegal address.
   ASSERT_EQ(sim_.cuMemAddressReserve(&va, 2 * g, 0, 0, 0), CUDA_SUCCESS);
   ASSERT_EQ(sim_.cuMemCreate(&h, g, &prop, 0), CUDA_SUCCESS);

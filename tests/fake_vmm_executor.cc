@@ -78,6 +78,7 @@ absl::Status FakeVmmExecutor::Map(void* va, uint64_t bytes, PhysicalMemoryHandle
                                   uint64_t offset) {
   if (!checked_) return FakeAddressExecutor::Map(va, bytes, handle, offset);
   VGPU_RETURN_IF_ERROR(CheckGranular("Map", bytes));
+  VGPU_RETURN_IF_ERROR(CheckMapsWholeAllocation(handle, offset, bytes));
   const uint64_t v = reinterpret_cast<uint64_t>(va), g = granularity();
   vgpu::MutexLock l(&mu_);
   auto h = handles_.find(handle.value);
@@ -105,6 +106,11 @@ absl::Status FakeVmmExecutor::Map(void* va, uint64_t bytes, PhysicalMemoryHandle
   return absl::OkStatus();
 }
 
+absl::Status FakeVmmExecutor::MapAll(void* va, const PhysicalMemoryHandle* handles, size_t n) {
+  if (!checked_) return FakeAddressExecutor::MapAll(va, handles, n);
+  return Executor::MapAll(va, handles, n);  // NOLINT(bugprone-parent-virtual-call)
+}
+
 absl::Status FakeVmmExecutor::Unmap(void* va, uint64_t bytes) {
   if (!checked_) return FakeAddressExecutor::Unmap(va, bytes);
   VGPU_RETURN_IF_ERROR(CheckGranular("Unmap", bytes));
@@ -115,6 +121,16 @@ absl::Status FakeVmmExecutor::Unmap(void* va, uint64_t bytes) {
       return absl::InvalidArgumentError(
           absl::StrCat("fake-vmm Unmap: granule at 0x", absl::Hex(a), " is not mapped"));
     }
+  }
+  // Whole mappings only (cuMemUnmap): a mapping is a whole allocation, so the range starts at
+  // an allocation's first granule and ends after one's last.
+  const auto& first = granules_.at(v);
+  const auto& last = granules_.at(v + bytes - g);
+  auto last_handle = handles_.find(last.first);
+  if (first.second != 0 || last_handle == handles_.end() ||
+      last.second + g != last_handle->second) {
+    return absl::InvalidArgumentError(absl::StrCat("fake-vmm Unmap: 0x", absl::Hex(v), " + ",
+                                                   bytes, " is not a run of whole mappings"));
   }
   for (uint64_t a = v; a < v + bytes; a += g) {
     auto it = granules_.find(a);

@@ -40,6 +40,8 @@ class FakeVmmExecutor : public bench::FakeAddressExecutor {
   absl::StatusOr<PhysicalMemoryHandle> CreatePhysicalMemory(uint64_t bytes) override;
   absl::Status ReleasePhysicalMemory(PhysicalMemoryHandle handle) override;
   absl::Status Map(void* va, uint64_t bytes, PhysicalMemoryHandle handle, uint64_t offset) override;
+  // Checked: one checked Map per allocation (Executor's loop), so each is verified.
+  absl::Status MapAll(void* va, const PhysicalMemoryHandle* handles, size_t n) override;
   absl::Status Unmap(void* va, uint64_t bytes) override;
 
   uint64_t reserved_ranges() const;

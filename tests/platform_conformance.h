@@ -306,6 +306,46 @@ TEST_P(PlatformConformance, SumNKernelMatchesReference) {
               StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
+// A mapping covers a whole physical allocation: an H200 (driver 580) answers
+// CUDA_ERROR_NOT_SUPPORTED to an offset into it and to a part of it. Every platform keeps that
+// rule, so code that passes on the host platform does not fail on a card.
+TEST_P(PlatformConformance, VirtualMemoryMapsWholeAllocationsOnly) {
+  auto g = exec_->VirtualMemoryGranularity();
+  if (!g.ok()) GTEST_SKIP() << "no VMM: " << g.status();
+  const uint64_t gran = *g;
+  auto va = exec_->ReserveAddressRange(2 * gran);
+  ASSERT_THAT(va, IsOk());
+  auto h = exec_->CreatePhysicalMemory(2 * gran);
+  ASSERT_THAT(h, IsOk());
+  char* base = static_cast<char*>(*va);
+  EXPECT_THAT(exec_->Map(base + gran, gran, *h, gran),
+              StatusIs(absl::StatusCode::kInvalidArgument, ::testing::HasSubstr("whole")));
+  EXPECT_THAT(exec_->Map(base, gran, *h, 0),
+              StatusIs(absl::StatusCode::kInvalidArgument, ::testing::HasSubstr("whole")));
+  ASSERT_THAT(exec_->Map(base, 2 * gran, *h, 0), IsOk());
+  std::vector<uint32_t> pattern(2 * gran / 4, 0x5a5a5a5au), back(2 * gran / 4);
+  ASSERT_THAT(stream_->MemcpyH2D(base, pattern.data(), 2 * gran), IsOk());
+  ASSERT_THAT(stream_->MemcpyD2H(back.data(), base, 2 * gran), IsOk());
+  ASSERT_THAT(stream_->Synchronize(), IsOk());
+  EXPECT_EQ(back, pattern);
+  EXPECT_THAT(exec_->Unmap(base, 2 * gran), IsOk());
+  EXPECT_THAT(exec_->ReleasePhysicalMemory(*h), IsOk());
+  // MapAll: allocations back to back, usable as one range, unmapped in one call.
+  auto h0 = exec_->CreatePhysicalMemory(gran), h1 = exec_->CreatePhysicalMemory(gran);
+  ASSERT_THAT(h0, IsOk());
+  ASSERT_THAT(h1, IsOk());
+  const PhysicalMemoryHandle both[] = {*h0, *h1};
+  ASSERT_THAT(exec_->MapAll(base, both, 2), IsOk());
+  ASSERT_THAT(stream_->MemcpyH2D(base, pattern.data(), 2 * gran), IsOk());
+  ASSERT_THAT(stream_->MemcpyD2H(back.data(), base, 2 * gran), IsOk());
+  ASSERT_THAT(stream_->Synchronize(), IsOk());
+  EXPECT_EQ(back, pattern);
+  EXPECT_THAT(exec_->Unmap(base, 2 * gran), IsOk());
+  EXPECT_THAT(exec_->ReleasePhysicalMemory(*h0), IsOk());
+  EXPECT_THAT(exec_->ReleasePhysicalMemory(*h1), IsOk());
+  EXPECT_THAT(exec_->FreeAddressRange(base, 2 * gran), IsOk());
+}
+
 TEST_P(PlatformConformance, VirtualMemoryStitchesGranules) {
   auto g = exec_->VirtualMemoryGranularity();
   if (!g.ok()) GTEST_SKIP() << "no VMM: " << g.status();

@@ -82,14 +82,20 @@ TEST(FakeVmmBackendTest, ChecksLikeADriver) {
   // Past the reservation, past the handle, double map.
   EXPECT_THAT(b.Map(*va, 3 * kG, *h, 0), StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_THAT(b.Map(*va, kG, *h, 2 * kG), StatusIs(absl::StatusCode::kInvalidArgument));
-  ASSERT_THAT(b.Map(*va, kG, *h, kG), IsOk());
-  EXPECT_THAT(b.Map(*va, kG, *h, 0), StatusIs(absl::StatusCode::kFailedPrecondition));
-  EXPECT_EQ(b.mapped_bytes(), kG);
+  // A mapping covers its whole allocation (as cuMemMap on a real card).
+  EXPECT_THAT(b.Map(*va, kG, *h, kG), StatusIs(absl::StatusCode::kInvalidArgument,
+                                                HasSubstr("whole allocation")));
+  EXPECT_THAT(b.Map(*va, kG, *h, 0), StatusIs(absl::StatusCode::kInvalidArgument,
+                                               HasSubstr("whole allocation")));
+  ASSERT_THAT(b.Map(*va, 2 * kG, *h, 0), IsOk());
+  EXPECT_THAT(b.Map(*va, 2 * kG, *h, 0), StatusIs(absl::StatusCode::kFailedPrecondition));
+  EXPECT_EQ(b.mapped_bytes(), 2 * kG);
   EXPECT_THAT(b.ReleasePhysicalMemory(*h), StatusIs(absl::StatusCode::kFailedPrecondition));
   EXPECT_THAT(b.FreeAddressRange(*va, 2 * kG), StatusIs(absl::StatusCode::kFailedPrecondition));
   EXPECT_THAT(b.Unmap(static_cast<char*>(*va) + kG, kG),
-              StatusIs(absl::StatusCode::kInvalidArgument));
-  ASSERT_THAT(b.Unmap(*va, kG), IsOk());
+              StatusIs(absl::StatusCode::kInvalidArgument));  // part of a mapping
+  EXPECT_THAT(b.Unmap(*va, kG), StatusIs(absl::StatusCode::kInvalidArgument));
+  ASSERT_THAT(b.Unmap(*va, 2 * kG), IsOk());
   EXPECT_THAT(b.FreeAddressRange(*va, 2 * kG), IsOk());
   EXPECT_THAT(b.ReleasePhysicalMemory(*h), IsOk());
   EXPECT_EQ(b.physical_bytes(), 0u);
@@ -1021,26 +1027,30 @@ INSTANTIATE_TYPED_TEST_SUITE_P(Vmm, AllocatorConformance, ::vgpu::VmmTypes);
 
 }  // namespace vgpu
 
-// Issue 13, bug 7: physically contiguous granules (the bulk pool taken at start without
-// growth) are mapped in one Map call (one cuMemMap + one cuMemSetAccess on cuda), not one per
-// granule, and unmapped as the same whole mapping.
+// A driver maps a physical allocation from its start only (cuMemMap's offset must be 0; a real
+// card answers CUDA_ERROR_NOT_SUPPORTED otherwise), so every granule is its own allocation and
+// its own mapping, and unmaps are whole mappings. The fake backend checks both.
 namespace vgpu {
 namespace {
 
-TEST(VmmAllocatorRunsTest, ContiguousGranulesMapInOneCall) {
+TEST(VmmAllocatorRunsTest, EachGranuleIsItsOwnAllocationMappedFromItsStart) {
   Fake f = MakeFake(Opts(64 * kG, /*growth=*/false, /*cache=*/false));
   auto p = f.alloc->AllocateRaw(32 * kG);
   ASSERT_THAT(p.status(), IsOk());
   auto c = f.alloc->Granules();
   EXPECT_EQ(c.mapped, 32u);
-  EXPECT_EQ(c.map_calls, 1u);
+  EXPECT_EQ(c.map_calls, 1u);  // one MapAll: 32 mappings, access set once
   EXPECT_EQ(f.backend->mapped_bytes(), 32 * kG);
-  auto first = At(f.backend.get(), *p, 0), last = At(f.backend.get(), *p, 31);
-  EXPECT_EQ(first.first, last.first);
-  EXPECT_EQ(last.second, first.second + 31 * kG);
+  std::set<uint64_t> handles;
+  for (uint64_t i = 0; i < 32; ++i) {
+    auto at = At(f.backend.get(), *p, i);
+    EXPECT_EQ(at.second, 0u) << "granule " << i << " mapped at an offset into its allocation";
+    handles.insert(at.first);
+  }
+  EXPECT_EQ(handles.size(), 32u);
   ASSERT_THAT(f.alloc->Deallocate(*p), IsOk());
   c = f.alloc->Granules();
-  EXPECT_EQ(c.unmap_calls, 1u);
+  EXPECT_EQ(c.unmap_calls, 1u);  // one Unmap over 32 whole mappings
   EXPECT_EQ(f.backend->mapped_bytes(), 0u);
   EXPECT_THAT(CheckFakeVmm(f), IsOk());
 }
@@ -1061,8 +1071,10 @@ TEST(VmmAllocatorRunsTest, CachedRangesShrinkAndGrowByWholeMappings) {
     EXPECT_THAT(CheckFakeVmm(f), IsOk());
   }
   auto c = f.alloc->Granules();
-  EXPECT_LT(c.map_calls, c.mapped);  // runs, not granules
   EXPECT_EQ(f.backend->mapped_bytes(), c.mapped * kG);
+  for (size_t i = 1; i < live.size(); i += (i < 5 ? 2 : 1)) {  // the live ones
+    for (uint64_t k = 0; k < 2; ++k) EXPECT_EQ(At(f.backend.get(), live[i], k).second, 0u);
+  }
   ASSERT_THAT(f.alloc->Trim(), IsOk());
   for (size_t i = 1; i < live.size(); i += (i < 5 ? 2 : 1)) {
     ASSERT_THAT(f.alloc->Deallocate(live[i]), IsOk());

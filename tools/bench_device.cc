@@ -157,9 +157,21 @@ absl::Status FakeAddressExecutor::ReleasePhysicalMemory(PhysicalMemoryHandle han
   return absl::OkStatus();
 }
 
-absl::Status FakeAddressExecutor::Map(void*, uint64_t bytes, PhysicalMemoryHandle, uint64_t) {
+absl::Status FakeAddressExecutor::Map(void*, uint64_t bytes, PhysicalMemoryHandle handle,
+                                      uint64_t offset) {
   VGPU_RETURN_IF_ERROR(CheckGranular("Map", bytes));
+  VGPU_RETURN_IF_ERROR(CheckMapsWholeAllocation(handle, offset, bytes));
   mapped_bytes_ += bytes;
+  return absl::OkStatus();
+}
+
+absl::Status FakeAddressExecutor::MapAll(void*, const PhysicalMemoryHandle* handles, size_t n) {
+  uint64_t total = 0;
+  for (size_t i = 0; i < n; ++i) {
+    VGPU_RETURN_IF_ERROR(CheckGranular("Map", handles[i].bytes));
+    total += handles[i].bytes;
+  }
+  mapped_bytes_ += total;
   return absl::OkStatus();
 }
 

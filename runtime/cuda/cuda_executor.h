@@ -206,6 +206,7 @@ class CudaExecutor : public Executor {
   absl::StatusOr<PhysicalMemoryHandle> CreatePhysicalMemory(uint64_t bytes) override;
   absl::Status ReleasePhysicalMemory(PhysicalMemoryHandle handle) override;
   absl::Status Map(void* va, uint64_t bytes, PhysicalMemoryHandle handle, uint64_t offset) override;
+  absl::Status MapAll(void* va, const PhysicalMemoryHandle* handles, size_t n) override;
   absl::Status Unmap(void* va, uint64_t bytes) override;
 
   std::pair<int, int> StreamPriorityRange() const override {

@@ -228,6 +228,7 @@ class HostExecutor : public Executor {
   absl::Status Map(void* va, uint64_t bytes, PhysicalMemoryHandle handle,
                    uint64_t offset) override {
     VGPU_RETURN_IF_ERROR(CheckGranular("Map", bytes));
+    VGPU_RETURN_IF_ERROR(CheckMapsWholeAllocation(handle, offset, bytes));
     vgpu::MutexLock l(&mu_);
     auto it = physical_.find(handle.value);
     if (it == physical_.end() || offset > it->second || bytes > it->second - offset) {

@@ -1763,6 +1763,9 @@ CUresult CUDAAPI MemMap(CUdeviceptr p, size_t size, size_t offset,
   auto ph = s.physical.find(handle);
   if (ph == s.physical.end() || ph->second.released) return CUDA_ERROR_INVALID_HANDLE;
   if (offset + size > ph->second.bytes) return CUDA_ERROR_INVALID_VALUE;
+  // cuda.h: the offset "currently must be zero"; an H200 (driver 580) answers
+  // CUDA_ERROR_NOT_SUPPORTED to any other offset and to a part of the allocation.
+  if (offset != 0 || size != ph->second.bytes) return CUDA_ERROR_NOT_SUPPORTED;
   // Inside one reservation, over nothing mapped.
   auto res = s.reservations.upper_bound(p);
   if (res == s.reservations.begin()) return CUDA_ERROR_INVALID_VALUE;
