@@ -202,7 +202,10 @@ absl::Status VmmAllocator::Init() {
     for (uint64_t i = 0; i < limit_granules_; ++i) {
       absl::StatusOr<PhysicalMemoryHandle> h = executor_->CreatePhysicalMemory(g);
       if (!h.ok()) {
-        GiveBackLocked(0).IgnoreError();
+        for (const Run& run : runs_) executor_->ReleasePhysicalMemory(run.handle).IgnoreError();
+        runs_.clear();
+        granules_.clear();
+        created_granules_ = 0;
         return absl::ResourceExhaustedError(absl::StrCat(
             name(), ": cannot take the whole limit of ", FormatBytes(limit_granules_ * g),
             " from the device up front (allow_growth is off): granule ", i, " of ",
