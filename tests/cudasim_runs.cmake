@@ -102,3 +102,17 @@ if(TARGET vgpu_cudasim)
       PASS_REGULAR_EXPRESSION "cudasim mutations: all [0-9]+ caught")
   endif()
 endif()
+
+# The driver probe (scripts/cuda-vmm-probe.cc) on the simulator: the VMM result codes must be
+# the ones an H200 gave (driver 580, 2026-11-26, docs/gpu-results.md): no offset, no part of an
+# allocation (801 = CUDA_ERROR_NOT_SUPPORTED), one handle at two addresses, access and unmap
+# over several whole mappings, no unmap of part of a mapping (1 = CUDA_ERROR_INVALID_VALUE).
+if(TARGET vgpu_cudasim)
+  add_executable(cuda_vmm_probe ${PROJECT_SOURCE_DIR}/scripts/cuda-vmm-probe.cc)
+  target_include_directories(cuda_vmm_probe PRIVATE ${VGPU_CUDA_INCLUDE_DIR})
+  target_link_libraries(cuda_vmm_probe PRIVATE ${CMAKE_DL_LIBS})
+  add_dependencies(cuda_vmm_probe vgpu_cudasim)
+  add_test(NAME cuda_vmm_probe_on_cudasim COMMAND ${_cs} $<TARGET_FILE:cuda_vmm_probe>)
+  set_tests_properties(cuda_vmm_probe_on_cudasim PROPERTIES LABELS "cudasim;unit" TIMEOUT 120
+    PASS_REGULAR_EXPRESSION "P1 map at offset g: 801\nP2 map prefix g of 2g at offset 0: 801\nP2b setaccess prefix: 1\nP3 whole 1-granule handle at va\\+4g: 0\nP3a the same handle again at va\\+5g: 0\nP3b setaccess over both \\(2 mappings of one handle\\): 0\nP3e unmap both: 0\nP4 map whole 2g handle: 0\nP6 unmap sub-range of one mapping: 1\nP6b unmap whole: 0\nP5 setaccess spanning two handles: 0\nP4b unmap spanning two handles: 0\n")
+endif()
