@@ -128,6 +128,15 @@ absl::StatusOr<std::unique_ptr<VmmAllocator>> VmmAllocator::Create(Executor* exe
     return absl::InvalidArgumentError(
         absl::StrCat(options.name, ": VMM granularity ", g, " is not a power of two"));
   }
+  if (options.page_bytes != 0) {
+    const uint64_t p = options.page_bytes;
+    if (p < g || (p & (p - 1)) != 0 || p > (uint64_t{1} << 40)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          options.name, ": vmm page ", FormatBytes(p), " must be a power-of-two multiple of ",
+          "the device's VMM granularity ", FormatBytes(g), ", at most 1 TiB"));
+    }
+    g = p;
+  }
   if (options.memory_limit < g) {
     return absl::InvalidArgumentError(absl::StrCat(
         options.name, ": memory limit ", FormatBytes(options.memory_limit),
@@ -1406,6 +1415,7 @@ absl::StatusOr<std::unique_ptr<Allocator>> CreateVmmAllocator(
   vo.memory_limit = options.memory_limit;
   vo.allow_growth = options.allow_growth;
   if (options.vmm_slab_bytes) vo.slab_bytes = *options.vmm_slab_bytes;
+  if (options.vmm_page_bytes) vo.page_bytes = *options.vmm_page_bytes;
   if (options.vmm_small_block_max) vo.small_block_max = *options.vmm_small_block_max;
   VGPU_ASSIGN_OR_RETURN(std::unique_ptr<VmmAllocator> a,
                         VmmAllocator::Create(executor, std::move(vo)));

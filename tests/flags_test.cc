@@ -320,6 +320,7 @@ TEST(BenchFlagsTest, TuningKnobsAreStrict) {
                                                  {"VGPU_BFC_MIN_SPLIT_FRACTION", "0.5"},
                                                  {"VGPU_BFC_PARK_SLIVERS", "1"},
                                                  {"VGPU_VMM_SLAB_BYTES", "4MiB"},
+                                                 {"VGPU_VMM_PAGE_BYTES", "8MiB"},
                                                  {"VGPU_VMM_SMALL_BLOCK_MAX", "1MiB"}});
   ASSERT_THAT(t, IsOk());
   EXPECT_EQ(t->bfc_min_split_bytes, uint64_t{1} << 20);  // 1MiB is 1 MiB, not 1
@@ -327,6 +328,7 @@ TEST(BenchFlagsTest, TuningKnobsAreStrict) {
   EXPECT_EQ(t->bfc_min_split_fraction, 0.5);
   EXPECT_EQ(t->bfc_park_slivers, true);
   EXPECT_EQ(t->vmm_slab_bytes, uint64_t{4} << 20);
+  EXPECT_EQ(t->vmm_page_bytes, uint64_t{8} << 20);
   EXPECT_EQ(t->vmm_small_block_max, uint64_t{1} << 20);
   ASSERT_THAT(Tuning({}), IsOk());
   EXPECT_FALSE(Tuning({})->bfc_min_split_bytes.has_value());
@@ -351,6 +353,9 @@ TEST(BenchFlagsTest, TuningKnobsAreStrict) {
       {"VGPU_VMM_SLAB_BYTES", "0"},
       {"VGPU_VMM_SMALL_BLOCK_MAX", "0"},
       {"VGPU_VMM_SMALL_BLOCK_MAX", "4MiB"},  // above the default 2 MiB slab
+      {"VGPU_VMM_PAGE_BYTES", "6MiB"},       // not a power of two
+      {"VGPU_VMM_PAGE_BYTES", "1MiB"},       // below the device's granule
+      {"VGPU_VMM_PAGE_BYTES", "2GiB"},       // above 1 GiB
   };
   for (const auto& [name, value] : bad) {
     EXPECT_THAT(Tuning({{name, value}}),

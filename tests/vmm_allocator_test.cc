@@ -1086,3 +1086,45 @@ TEST(VmmAllocatorRunsTest, CachedRangesShrinkAndGrowByWholeMappings) {
 
 }  // namespace
 }  // namespace vgpu
+
+// VmmOptions::page_bytes: the allocator's granule is a power-of-two multiple of the device's,
+// and each page is one physical allocation and one mapping (fewer driver calls on a card).
+namespace vgpu {
+namespace {
+
+TEST(VmmAllocatorPageTest, PagesAreWholeAllocationsOfSeveralDeviceGranules) {
+  VmmOptions o = Opts(64 * kG, /*growth=*/true);
+  o.page_bytes = 4 * kG;
+  Fake f = MakeFake(o);
+  ASSERT_EQ(f.alloc->granularity(), 4 * kG);
+  auto p = f.alloc->AllocateRaw(8 * kG);  // two pages
+  ASSERT_THAT(p.status(), IsOk());
+  EXPECT_EQ(f.backend->mapped_bytes(), 8 * kG);
+  auto first = At(f.backend.get(), *p, 0), second = At(f.backend.get(), *p, 4);
+  EXPECT_EQ(first.second, 0u);
+  EXPECT_EQ(second.second, 0u);
+  EXPECT_NE(first.first, second.first);
+  EXPECT_EQ(At(f.backend.get(), *p, 3), std::make_pair(first.first, 3 * kG));  // same page
+  auto small = f.alloc->AllocateRaw(1000);  // from a slab of one page
+  ASSERT_THAT(small.status(), IsOk());
+  ASSERT_THAT(f.alloc->Deallocate(*small), IsOk());
+  ASSERT_THAT(f.alloc->Deallocate(*p), IsOk());
+  ASSERT_THAT(f.alloc->Trim(), IsOk());
+  EXPECT_EQ(f.backend->mapped_bytes(), 0u);
+  EXPECT_EQ(f.backend->physical_bytes(), 0u);
+  EXPECT_THAT(CheckFakeVmm(f), IsOk());
+}
+
+TEST(VmmAllocatorPageTest, BadPagesAreInvalidArgument) {
+  FakeVmmExecutor backend(kG, 64 * kG);
+  for (uint64_t page : {kG / 2, 3 * kG, (uint64_t{1} << 41)}) {
+    VmmOptions o = Opts(64 * kG, true);
+    o.page_bytes = page;
+    EXPECT_THAT(VmmAllocator::Create(&backend, o).status(),
+                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("power-of-two multiple")))
+        << page;
+  }
+}
+
+}  // namespace
+}  // namespace vgpu

@@ -92,6 +92,18 @@ const Knob kKnobs[] = {
        t.vmm_slab_bytes = b;
        return absl::OkStatus();
      }},
+    {"VGPU_VMM_PAGE_BYTES", "--vmm-page-bytes",
+     "VMM: the allocator's granule, a power-of-two multiple of 2 MiB up to 1 GiB",
+     [](absl::string_view v, BenchTuning& t) -> absl::Status {
+       VGPU_ASSIGN_OR_RETURN(uint64_t b, SizeIn(v, kBenchVmmGranule, uint64_t{1} << 30));
+       if ((b & (b - 1)) != 0) {
+         return absl::InvalidArgumentError(absl::StrCat("must be a power-of-two multiple of ",
+                                                        FormatBytes(kBenchVmmGranule), ", not ",
+                                                        FormatBytes(b)));
+       }
+       t.vmm_page_bytes = b;
+       return absl::OkStatus();
+     }},
     {"VGPU_VMM_SMALL_BLOCK_MAX", "--vmm-small-block-max",
      "VMM: blocks below SIZE come from slabs (1 B .. the slab size)",
      [](absl::string_view v, BenchTuning& t) -> absl::Status {
@@ -110,7 +122,7 @@ absl::Status ReadKnob(const Knob& k, absl::string_view value, BenchTuning& t) {
 
 // The slab bounds the small blocks (the allocator checks it too, later and less clearly).
 absl::Status CheckTuning(const BenchTuning& t) {
-  const uint64_t slab = t.vmm_slab_bytes.value_or(kBenchVmmGranule);
+  const uint64_t slab = t.vmm_slab_bytes.value_or(t.vmm_page_bytes.value_or(kBenchVmmGranule));
   if (t.vmm_small_block_max && *t.vmm_small_block_max > slab) {
     return absl::InvalidArgumentError(
         absl::StrCat("VGPU_VMM_SMALL_BLOCK_MAX=", FormatBytes(*t.vmm_small_block_max),
@@ -166,6 +178,7 @@ void BenchTuning::ApplyTo(DeviceAllocatorOptions& options) const {
   options.bfc_min_split_fraction = bfc_min_split_fraction;
   options.bfc_park_slivers = bfc_park_slivers;
   options.vmm_slab_bytes = vmm_slab_bytes;
+  options.vmm_page_bytes = vmm_page_bytes;
   options.vmm_small_block_max = vmm_small_block_max;
 }
 
