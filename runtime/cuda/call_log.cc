@@ -4,8 +4,10 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <string_view>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -40,6 +42,20 @@ int LogFd() { return GetLog().fd; }
 }  // namespace
 
 bool Enabled() { return LogFd() >= 0; }
+
+bool TimesEnabled() {
+  static const bool on = [] {
+    const char* v = std::getenv(kCallLogTimesEnv);
+    return v != nullptr && std::string_view(v) == "1";
+  }();
+  return on;
+}
+
+int64_t NowNanos() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
 
 absl::Status OpenStatus() { return GetLog().status; }
 

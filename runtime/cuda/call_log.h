@@ -6,7 +6,9 @@
 //
 // The same lines come out against the CUDA simulator and against the real libraries, so a
 // run of one test on each can be compared with scripts/cuda-call-log-diff (which numbers
-// pointers and threads in order of first appearance). Generic over the function pointer
+// pointers and threads in order of first appearance). With VGPU_CUDA_CALL_LOG_TIMES=1 each
+// line also ends in the call's duration, " {12.345 us}" (what a call costs on a card;
+// scripts/cuda-call-log-diff --times sums them per entry point, and ignores them otherwise). Generic over the function pointer
 // type; needs no CUDA header (the loaders pass a namer for their result type).
 //
 // Formatting: integers in decimal; CUdeviceptr (unsigned long long) and pointers in hex,
@@ -34,6 +36,8 @@ namespace vgpu::cuda::call_log {
 
 // Environment variable naming the log file; the log is on when it is set and not empty.
 inline constexpr char kCallLogEnv[] = "VGPU_CUDA_CALL_LOG";
+// "1": each line also gives the call's duration.
+inline constexpr char kCallLogTimesEnv[] = "VGPU_CUDA_CALL_LOG_TIMES";
 
 // How many distinct implementations of one entry point (libraries loaded in one process)
 // can be logged; further ones are handed out unwrapped.
@@ -42,6 +46,10 @@ inline constexpr int kSlotsPerEntryPoint = 8;
 // True when VGPU_CUDA_CALL_LOG names a file that could be opened (read once per process; an
 // unwritable file leaves the log off, and OpenStatus says why).
 bool Enabled();
+// True when VGPU_CUDA_CALL_LOG_TIMES is "1" (read once per process).
+bool TimesEnabled();
+// Steady-clock nanoseconds, for the durations.
+int64_t NowNanos();
 // FailedPrecondition naming the file when VGPU_CUDA_CALL_LOG is set but cannot be opened;
 // OK otherwise. The cuda platform's Summary() reports it.
 absl::Status OpenStatus();
@@ -125,7 +133,9 @@ struct Logged<Tag, Slot, R (*)(A...)> {
   static inline ResultNamer<R> namer;
 
   static R Call(A... args) {
+    const int64_t start = TimesEnabled() ? NowNanos() : 0;
     R result = real.load(std::memory_order_acquire)(args...);
+    const int64_t took = TimesEnabled() ? NowNanos() - start : -1;
     const bool ok = namer.ok != nullptr ? namer.ok(result) : true;
     std::string text;
     if constexpr (std::is_same_v<R, const char*>) {
@@ -133,7 +143,12 @@ struct Logged<Tag, Slot, R (*)(A...)> {
     } else {
       text = namer.name != nullptr ? namer.name(result) : FormatArg(result, false);
     }
-    WriteLine(FormatCall(name, text, ok, args...));
+    std::string line = FormatCall(name, text, ok, args...);
+    if (took >= 0) {
+      absl::StrAppend(&line, " {", took / 1000, ".", absl::Dec(took % 1000, absl::kZeroPad3),
+                      " us}");
+    }
+    WriteLine(line);
     return result;
   }
 };
