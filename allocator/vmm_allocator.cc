@@ -158,9 +158,13 @@ absl::Status VmmAllocator::Init() {
                                                    FormatBytes(options_.memory_limit),
                                                    " is more than 2^31 granules"));
   }
+  // Without growth the whole limit is the allocator's anyway, so a cached range costs no
+  // memory, and on a card every eviction is an unmap and a later remap (docs/vmm.md): the
+  // cache may hold the whole limit and gives way only under pressure.
   cache_limit_granules_ = !options_.enable_cache ? 0
                           : options_.cache_bytes ? options_.cache_bytes / g
-                                                 : limit_granules_ / 4;
+                          : options_.allow_growth ? limit_granules_ / 4
+                                                  : limit_granules_;
   keep_granules_ = options_.pool_keep_bytes ? options_.pool_keep_bytes / g
                                             : std::max<uint64_t>(1, limit_granules_ / 64);
   // Half a granule: larger requests are stitched whole granules, which cannot fragment.
