@@ -70,7 +70,8 @@ struct VmmOptions {
   // The slab BFC's split rule (BFCOptions::min_split_fraction): small random sizes fragment
   // less at 0.125 than at BFC's default 0.25 (docs/vmm.md).
   double slab_min_split_fraction = 0.125;
-  // Mapped-but-free large ranges kept for reuse; 0 = limit / 4. Evicted on pressure.
+  // Mapped-but-free large ranges kept for reuse; 0 = limit / 4 with growth, the whole limit
+  // without (taken up front anyway). Evicted on pressure.
   uint64_t cache_bytes = 0;
   bool enable_cache = true;
   // With allow_growth the cache also stays within the room below (1 + 1/divisor) x the most
