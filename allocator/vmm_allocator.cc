@@ -524,8 +524,8 @@ absl::Status VmmAllocator::EnsureFreeGranulesLocked(uint64_t count) {
          cached_granules_ > CacheCapLocked()) {
     VGPU_RETURN_IF_ERROR(EvictOneLocked());
   }
-  while (mapped_granules_ + count > limit_granules_ && cached_granules_ > 0) {
-    VGPU_RETURN_IF_ERROR(EvictOneLocked());
+  if (mapped_granules_ + count > limit_granules_ && cached_granules_ > 0) {
+    VGPU_RETURN_IF_ERROR(EvictGranulesLocked(mapped_granules_ + count - limit_granules_));
   }
   if (mapped_granules_ + count > limit_granules_) {
     return absl::ResourceExhaustedError(absl::StrCat(
@@ -1051,6 +1051,35 @@ std::unique_ptr<VmmAllocator::Range> VmmAllocator::CacheTakeLocked(CacheMap::ite
   // An emptied bucket leaves the map; its node is kept for the next one.
   if (v.empty()) cache_nodes_.push_back(cache_.extract(it));
   return r;
+}
+
+absl::Status VmmAllocator::EvictGranulesLocked(uint64_t need) {
+  // From the largest cached range, as EvictOneLocked, but a range larger than what is needed
+  // gives up only its tail and stays cached, smaller: on a card an unmap costs per mapping,
+  // and the rest serves its size again after mapping the few granules it lacks
+  // (TakeCachedLocked grows a range of more than half the size).
+  while (need > 0 && cached_granules_ > 0) {
+    auto it = std::prev(cache_.end());
+    const Range& largest = *it->second.back();
+    const uint64_t own = largest.granules.size();
+    if (own <= need || largest.kept_tail != kNoGranule) {
+      const uint64_t freed = own + (largest.kept_tail != kNoGranule ? 1 : 0);
+      VGPU_RETURN_IF_ERROR(EvictOneLocked());
+      need = freed >= need ? 0 : need - freed;
+      continue;
+    }
+    std::unique_ptr<Range> range = CacheTakeLocked(it, it->second.size() - 1);
+    if (absl::Status s = ShrinkRangeLocked(range.get(), own - need); !s.ok()) {
+      UnmapRangeLocked(std::move(range)).IgnoreError();
+      return s;
+    }
+    ++cache_evictions_;
+    cached_granules_ += own - need;
+    cached_bytes_.store(cached_granules_ * granularity_, std::memory_order_relaxed);
+    CachePutLocked(own - need, std::move(range));
+    need = 0;
+  }
+  return absl::OkStatus();
 }
 
 absl::Status VmmAllocator::EvictOneLocked(const void* spare) {

@@ -130,8 +130,8 @@ class VmmAllocator final : public Allocator {
     uint64_t limit = 0;
     uint64_t cache_hits = 0;
     uint64_t cache_evictions = 0;
-    // Executor Map / Unmap calls: one per run of physically contiguous granules (a Map is one
-    // cuMemMap + one cuMemSetAccess on cuda), not one per granule.
+    // Executor MapAll / Unmap calls: one per block or cached range (a MapAll is one cuMemMap
+    // per granule + one cuMemSetAccess on cuda; an Unmap one cuMemUnmap).
     uint64_t map_calls = 0;
     uint64_t unmap_calls = 0;
     uint64_t shared = 0;  // granules split between two blocks (tail sharing), in `mapped`
@@ -281,6 +281,9 @@ class VmmAllocator final : public Allocator {
   absl::Status EnsureFreeGranulesLocked(uint64_t count) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Unmaps the largest cached range; the one at `spare` only when nothing else is cached.
   absl::Status EvictOneLocked(const void* spare = nullptr) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Frees at least `need` granules from the cache, shrinking the largest range rather than
+  // unmapping it when it is larger than that.
+  absl::Status EvictGranulesLocked(uint64_t need) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status GiveBackLocked(uint64_t keep) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The mapping cache's cap in granules: cache_limit_granules_, and with allow_growth (and a
   // divisor) at most the room left below (1 + 1/divisor) x the peak granules in blocks (at least

@@ -1128,3 +1128,37 @@ TEST(VmmAllocatorPageTest, BadPagesAreInvalidArgument) {
 
 }  // namespace
 }  // namespace vgpu
+
+// Under the limit's pressure the largest cached range gives up only the granules needed and
+// stays cached (on a card an unmap costs per mapping; the rest serves its size again).
+namespace vgpu {
+namespace {
+
+TEST(VmmAllocatorEvictionTest, PressureShrinksTheLargestCachedRangeInsteadOfUnmappingIt) {
+  Fake f = MakeFake(Opts(32 * kG, /*growth=*/false, /*cache=*/true));
+  auto big = f.alloc->AllocateRaw(24 * kG);
+  ASSERT_THAT(big.status(), IsOk());
+  ASSERT_THAT(f.alloc->Deallocate(*big), IsOk());  // cached, 24 granules
+  auto c = f.alloc->Granules();
+  ASSERT_EQ(c.cached, 24u);
+  // 12 granules: 8 from the pool, 4 from the cached range, which keeps 20.
+  auto p = f.alloc->AllocateRaw(12 * kG);
+  ASSERT_THAT(p.status(), IsOk());
+  c = f.alloc->Granules();
+  EXPECT_EQ(c.cached, 20u);
+  EXPECT_EQ(c.in_blocks, 12u);
+  EXPECT_EQ(c.mapped, 32u);
+  EXPECT_EQ(c.cache_evictions, 1u);
+  EXPECT_THAT(CheckFakeVmm(f), IsOk());
+  ASSERT_THAT(f.alloc->Deallocate(*p), IsOk());
+  // The shrunk range serves its old size again by mapping only what it lacks (4 granules).
+  const uint64_t maps = f.alloc->Granules().map_calls;
+  auto again = f.alloc->AllocateRaw(24 * kG);
+  ASSERT_THAT(again.status(), IsOk());
+  EXPECT_EQ(f.alloc->Granules().map_calls, maps + 1);
+  ASSERT_THAT(f.alloc->Deallocate(*again), IsOk());
+  EXPECT_THAT(CheckFakeVmm(f), IsOk());
+}
+
+}  // namespace
+}  // namespace vgpu
