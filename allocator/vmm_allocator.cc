@@ -743,22 +743,38 @@ absl::StatusOr<std::unique_ptr<VmmAllocator::Range>> VmmAllocator::MapSharedRang
     UnmapRangeLocked(std::move(range)).IgnoreError();
     return s;
   };
-  if (h > 0) {
-    const Granule& head = granules_[head_granule];
-    absl::Status s = executor_->Map(base, g, head.handle, 0);
+  char* tail_va = static_cast<char*>(range->ptr) + k * g;
+  if (!from_cache) {
+    // Head view, the k granules and the tail are contiguous: one MapAll (one cuMemSetAccess
+    // on a card, the costly call) for all of them. The pool's top k are the body and the one
+    // below them a fresh tail.
+    size_t n = 0;
+    map_handles_.resize(k + 2);
+    if (h > 0) map_handles_[n++] = granules_[head_granule].handle;
+    const size_t top = free_granules_.size();
+    for (uint64_t i = 0; i < k; ++i) map_handles_[n++] = granules_[free_granules_[top - 1 - i]].handle;
+    if (t > 0) {
+      map_handles_[n++] = granules_[fresh_tail ? free_granules_[top - 1 - k] : tail_granule].handle;
+    }
+    absl::Status s = executor_->MapAll(base, map_handles_.data(), n);
     if (!s.ok()) return give_up(s);
     ++map_calls_;
-  }
-  char* tail_va = static_cast<char*>(range->ptr) + k * g;
-  absl::Status s = from_cache ? absl::OkStatus() : GrowRangeLocked(range.get(), k);
-  if (s.ok() && t > 0 && !kept_tail) {
-    const uint32_t slot = fresh_tail ? free_granules_.back() : tail_granule;
-    s = executor_->Map(tail_va, g, granules_[slot].handle, 0);
-    if (s.ok()) ++map_calls_;
-  }
-  if (!s.ok()) {
-    if (h > 0) executor_->Unmap(base, g).IgnoreError();
-    return give_up(s);
+    AdoptPoolGranulesLocked(range.get(), k);
+  } else {
+    if (h > 0) {
+      absl::Status s = executor_->Map(base, g, granules_[head_granule].handle, 0);
+      if (!s.ok()) return give_up(s);
+      ++map_calls_;
+    }
+    if (t > 0 && !kept_tail) {
+      const uint32_t slot = fresh_tail ? free_granules_.back() : tail_granule;
+      absl::Status s = executor_->Map(tail_va, g, granules_[slot].handle, 0);
+      if (!s.ok()) {
+        if (h > 0) executor_->Unmap(base, g).IgnoreError();
+        return give_up(s);
+      }
+      ++map_calls_;
+    }
   }
   // Everything is mapped: take the head and tail.
   if (h > 0) {
@@ -915,20 +931,26 @@ absl::Status VmmAllocator::GrowRangeLocked(Range* range, uint64_t count) {
     map_handles_[k] = granules_[free_granules_[free_granules_.size() - 1 - k]].handle;
   }
   VGPU_RETURN_IF_ERROR(executor_->MapAll(base + old * g, map_handles_.data(), n));
+  ++map_calls_;
+  AdoptPoolGranulesLocked(range, n);
+  return absl::OkStatus();
+}
+
+void VmmAllocator::AdoptPoolGranulesLocked(Range* range, uint64_t n) {
+  const uint64_t g = granularity_;
+  char* at = static_cast<char*>(range->ptr) + range->granules.size() * g;
   for (uint64_t k = 0; k < n; ++k) {
     const uint32_t slot = free_granules_.back();
     free_granules_.pop_back();
     --runs_[granules_[slot].run].free;
     range->granules.push_back(slot);
   }
-  ++map_calls_;
   mapped_granules_ += n;
   regions_mapped_ += n;
   free_low_water_ = std::min<uint64_t>(free_low_water_, free_granules_.size());
   peak_mapped_ = std::max(peak_mapped_, mapped_granules_);
   mapped_bytes_.store(mapped_granules_ * g);
-  NotifyEvent(AllocatorEventKind::kMap, base + old * g, (count - old) * g);
-  return absl::OkStatus();
+  NotifyEvent(AllocatorEventKind::kMap, at, n * g);
 }
 
 absl::Status VmmAllocator::ShrinkRangeLocked(Range* range, uint64_t count) {

@@ -259,6 +259,8 @@ class VmmAllocator final : public Allocator {
   // Maps free granules at the end of `range` up to `count` (within its reservation), or
   // unmaps its tail down to `count`, one granule per call.
   absl::Status GrowRangeLocked(Range* range, uint64_t count) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Moves the pool's top `n` granules, already mapped at the range's end, into the range.
+  void AdoptPoolGranulesLocked(Range* range, uint64_t n) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status ShrinkRangeLocked(Range* range, uint64_t count) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   uint64_t CapacityOf(const Range& range) const;  // granules the reservation can hold
   // A fresh Range (from range_pool_ when it has one) / an unmapped one back to the pool.
