@@ -1135,9 +1135,9 @@ absl::Status VmmAllocator::EpochGiveBackLocked() {
 }
 
 absl::Status VmmAllocator::GiveBackLocked(uint64_t keep) {
-  // Granules are created in runs (one physical allocation each, EnsureFreeGranulesLocked) and a
-  // run goes back to the device only whole: wholly free runs are released, the ones handed out
-  // last first, until at most `keep` granules are free.
+  // A run is one physical allocation (one granule today, EnsureFreeGranulesLocked) and goes
+  // back to the device only whole: wholly free runs are released, the ones handed out last
+  // first, until at most `keep` granules are free.
   uint64_t left = free_granules_.size();
   bool released = false;
   for (size_t i = free_granules_.size(); i-- > 0 && left > keep;) {

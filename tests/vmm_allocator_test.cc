@@ -334,8 +334,8 @@ TEST(VmmAllocatorTest, GrowthGivesGranulesBackToTheDevice) {
       ASSERT_THAT(CheckFakeVmm(f), IsOk());
     }
   }
-  // 3 in use each step + the reserve of 2, or fewer: granules are created in runs (the 10 of
-  // `big` in one physical allocation) and a run goes back whole once all of it is free.
+  // 3 in use each step + the reserve of 2, or fewer (each granule is a physical allocation of
+  // its own and goes back on its own).
   EXPECT_LE(f.alloc->Granules().free, 5u);
   EXPECT_LE(f.backend->physical_bytes(), 6 * kG);
   EXPECT_LT(f.backend->physical_bytes(), 11 * kG);
