@@ -571,6 +571,9 @@ std::vector<testing::CatalogueCase> CommandLineCases() {
       {"L18", "a 100000-character value", "`vgpu-info --platform=zzz...`", kInvalid,
        "zzzzzzzz...: expected host, cuda or auto",
        info({"--platform=" + std::string(100000, 'z')})},
+      {"L19", "tuning knob: vmm page not a power-of-two multiple", "`VGPU_VMM_PAGE_BYTES=6MiB`",
+       kInvalid, "VGPU_VMM_PAGE_BYTES=\"6MiB\": must be a power-of-two multiple of 2 MiB",
+       knob("VGPU_VMM_PAGE_BYTES", "6MiB")},
   };
 }
 
