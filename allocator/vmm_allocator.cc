@@ -161,8 +161,8 @@ absl::Status VmmAllocator::Init() {
   // Without growth the whole limit is the allocator's anyway, so a cached range costs no
   // memory, and on a card every eviction is an unmap and a later remap (docs/vmm.md): the
   // cache may hold the whole limit and gives way only under pressure.
-  cache_limit_granules_ = !options_.enable_cache ? 0
-                          : options_.cache_bytes ? options_.cache_bytes / g
+  cache_limit_granules_ = !options_.enable_cache  ? 0
+                          : options_.cache_bytes  ? options_.cache_bytes / g
                           : options_.allow_growth ? limit_granules_ / 4
                                                   : limit_granules_;
   keep_granules_ = options_.pool_keep_bytes ? options_.pool_keep_bytes / g
@@ -221,8 +221,8 @@ absl::Status VmmAllocator::Init() {
         created_granules_ = 0;
         return absl::ResourceExhaustedError(absl::StrCat(
             name(), ": cannot take the whole limit of ", FormatBytes(limit_granules_ * g),
-            " from the device up front (allow_growth is off): granule ", i, " of ",
-            limit_granules_, ": ", h.status().message()));
+            " from the device up front (allow_growth is off): granule ", i, " of ", limit_granules_,
+            ": ", h.status().message()));
       }
       granules_.push_back(Granule{*h, static_cast<uint32_t>(i)});
       runs_.push_back(Run{*h, 1, 1});
@@ -752,7 +752,8 @@ absl::StatusOr<std::unique_ptr<VmmAllocator::Range>> VmmAllocator::MapSharedRang
     map_handles_.resize(k + 2);
     if (h > 0) map_handles_[n++] = granules_[head_granule].handle;
     const size_t top = free_granules_.size();
-    for (uint64_t i = 0; i < k; ++i) map_handles_[n++] = granules_[free_granules_[top - 1 - i]].handle;
+    for (uint64_t i = 0; i < k; ++i)
+      map_handles_[n++] = granules_[free_granules_[top - 1 - i]].handle;
     if (t > 0) {
       map_handles_[n++] = granules_[fresh_tail ? free_granules_[top - 1 - k] : tail_granule].handle;
     }

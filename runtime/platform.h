@@ -107,8 +107,7 @@ struct PhysicalMemoryHandle {
 
 // Executor::Map's rule for every platform: InvalidArgument unless the mapping covers the whole
 // allocation (offset 0, bytes == handle.bytes).
-absl::Status CheckMapsWholeAllocation(PhysicalMemoryHandle handle, uint64_t offset,
-                                      uint64_t bytes);
+absl::Status CheckMapsWholeAllocation(PhysicalMemoryHandle handle, uint64_t offset, uint64_t bytes);
 
 enum class Transpose { kNo, kYes };
 

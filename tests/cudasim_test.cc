@@ -499,7 +499,7 @@ TEST_F(CudasimTest, VirtualMemoryFollowsTheDriversRules) {
   EXPECT_EQ(sim_.cuMemMap(va + 4096, g, 0, h, 0), CUDA_ERROR_INVALID_VALUE);       // unaligned
   EXPECT_EQ(sim_.cuMemMap(va, g, g / 2, h, 0), CUDA_ERROR_INVALID_VALUE);          // offset
   EXPECT_EQ(sim_.cuMemMap(va + 3 * g, 2 * g, 0, h, 0), CUDA_ERROR_INVALID_VALUE);  // outside
-  ASSERT_EQ(sim_.cuMemMap(va, 2 * g, 0, h, 0), CUDA_SUCCESS);              // two granules, one call
+  ASSERT_EQ(sim_.cuMemMap(va, 2 * g, 0, h, 0), CUDA_SUCCESS);  // two granules, one call
   EXPECT_EQ(sim_.cuMemMap(va + g, 2 * g, 0, h, 0), CUDA_ERROR_INVALID_VALUE);  // overlaps
   EXPECT_EQ(sim_.Counter("map_calls"), maps + 1);
   // A mapping covers the whole allocation (cuda.h: offset "currently must be zero"; a real

@@ -129,8 +129,8 @@ absl::Status FakeVmmExecutor::Unmap(void* va, uint64_t bytes) {
   auto last_handle = handles_.find(last.first);
   if (first.second != 0 || last_handle == handles_.end() ||
       last.second + g != last_handle->second) {
-    return absl::InvalidArgumentError(absl::StrCat("fake-vmm Unmap: 0x", absl::Hex(v), " + ",
-                                                   bytes, " is not a run of whole mappings"));
+    return absl::InvalidArgumentError(absl::StrCat("fake-vmm Unmap: 0x", absl::Hex(v), " + ", bytes,
+                                                   " is not a run of whole mappings"));
   }
   for (uint64_t a = v; a < v + bytes; a += g) {
     auto it = granules_.find(a);

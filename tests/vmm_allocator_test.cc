@@ -83,10 +83,10 @@ TEST(FakeVmmBackendTest, ChecksLikeADriver) {
   EXPECT_THAT(b.Map(*va, 3 * kG, *h, 0), StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_THAT(b.Map(*va, kG, *h, 2 * kG), StatusIs(absl::StatusCode::kInvalidArgument));
   // A mapping covers its whole allocation (as cuMemMap on a real card).
-  EXPECT_THAT(b.Map(*va, kG, *h, kG), StatusIs(absl::StatusCode::kInvalidArgument,
-                                                HasSubstr("whole allocation")));
-  EXPECT_THAT(b.Map(*va, kG, *h, 0), StatusIs(absl::StatusCode::kInvalidArgument,
-                                               HasSubstr("whole allocation")));
+  EXPECT_THAT(b.Map(*va, kG, *h, kG),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("whole allocation")));
+  EXPECT_THAT(b.Map(*va, kG, *h, 0),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("whole allocation")));
   ASSERT_THAT(b.Map(*va, 2 * kG, *h, 0), IsOk());
   EXPECT_THAT(b.Map(*va, 2 * kG, *h, 0), StatusIs(absl::StatusCode::kFailedPrecondition));
   EXPECT_EQ(b.mapped_bytes(), 2 * kG);

@@ -8,8 +8,9 @@
 // run of one test on each can be compared with scripts/cuda-call-log-diff (which numbers
 // pointers and threads in order of first appearance). With VGPU_CUDA_CALL_LOG_TIMES=1 each
 // line also ends in the call's duration, " {12.345 us}" (what a call costs on a card;
-// scripts/cuda-call-log-diff --times sums them per entry point, and ignores them otherwise). Generic over the function pointer
-// type; needs no CUDA header (the loaders pass a namer for their result type).
+// scripts/cuda-call-log-diff --times sums them per entry point, and ignores them otherwise).
+// Generic over the function pointer type; needs no CUDA header (the loaders pass a namer for their
+// result type).
 //
 // Formatting: integers in decimal; CUdeviceptr (unsigned long long) and pointers in hex,
 // null as NULL; enums as their integer; const char* as a quoted string; a non-const pointer
