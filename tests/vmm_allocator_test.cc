@@ -70,6 +70,29 @@ std::pair<uint64_t, uint64_t> At(FakeVmmExecutor* b, void* p, uint64_t granule) 
   return t.ok() ? *t : std::pair<uint64_t, uint64_t>{0, 0};
 }
 
+// Executor::MapAll (the loop every platform without its own has): a refusal part way leaves
+// nothing of the call mapped.
+TEST(FakeVmmBackendTest, MapAllLeavesNothingMappedWhenOneMapFails) {
+  FakeVmmExecutor b(kG, 4 * kG);
+  auto va = b.ReserveAddressRange(2 * kG);
+  ASSERT_THAT(va.status(), IsOk());
+  auto h0 = b.CreatePhysicalMemory(kG), h1 = b.CreatePhysicalMemory(kG),
+       h2 = b.CreatePhysicalMemory(kG);
+  ASSERT_THAT(h2.status(), IsOk());
+  char* base = static_cast<char*>(*va);
+  ASSERT_THAT(b.Map(base + kG, kG, *h2, 0), IsOk());
+  const PhysicalMemoryHandle both[] = {*h0, *h1};
+  EXPECT_THAT(b.MapAll(base, both, 2), StatusIs(absl::StatusCode::kFailedPrecondition));
+  EXPECT_EQ(b.mapped_bytes(), kG);  // only h2's
+  EXPECT_THAT(b.Translate(base).status(), StatusIs(absl::StatusCode::kNotFound));
+  ASSERT_THAT(b.Unmap(base + kG, kG), IsOk());
+  ASSERT_THAT(b.MapAll(base, both, 2), IsOk());
+  EXPECT_EQ(b.mapped_bytes(), 2 * kG);
+  ASSERT_THAT(b.Unmap(base, 2 * kG), IsOk());
+  for (const auto& h : {h0, h1, h2}) EXPECT_THAT(b.ReleasePhysicalMemory(*h), IsOk());
+  EXPECT_THAT(b.FreeAddressRange(base, 2 * kG), IsOk());
+}
+
 TEST(FakeVmmBackendTest, ChecksLikeADriver) {
   FakeVmmExecutor b(kG, 4 * kG);
   EXPECT_THAT(b.ReserveAddressRange(kG + 1).status(), StatusIs(absl::StatusCode::kInvalidArgument));
