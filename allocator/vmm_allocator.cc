@@ -215,21 +215,16 @@ absl::Status VmmAllocator::Init() {
     for (uint64_t i = 0; i < limit_granules_; ++i) {
       absl::StatusOr<PhysicalMemoryHandle> h = executor_->CreatePhysicalMemory(g);
       if (!h.ok()) {
-        for (const Run& run : runs_) executor_->ReleasePhysicalMemory(run.handle).IgnoreError();
-        runs_.clear();
-        granules_.clear();
-        created_granules_ = 0;
+        GiveBackLocked(0).IgnoreError();  // what was made so far: all of it is free
         return absl::ResourceExhaustedError(absl::StrCat(
             name(), ": cannot take the whole limit of ", FormatBytes(limit_granules_ * g),
             " from the device up front (allow_growth is off): granule ", i, " of ", limit_granules_,
             ": ", h.status().message()));
       }
-      granules_.push_back(Granule{*h, static_cast<uint32_t>(i)});
-      runs_.push_back(Run{*h, 1, 1});
-      ++created_granules_;
+      free_granules_.push_back(AddGranuleLocked(*h));
     }
     // Reversed so pops hand them out in creation order.
-    for (uint64_t i = limit_granules_; i-- > 0;) free_granules_.push_back(static_cast<uint32_t>(i));
+    std::reverse(free_granules_.begin(), free_granules_.end());
   }
   return absl::OkStatus();
 }
@@ -539,7 +534,6 @@ absl::Status VmmAllocator::EnsureFreeGranulesLocked(uint64_t count) {
     }
     // One physical allocation per granule: a driver maps an allocation from its start only
     // (Executor::Map), and a granule may later be mapped alone, anywhere.
-    const uint64_t n = 1;
     absl::StatusOr<PhysicalMemoryHandle> h = executor_->CreatePhysicalMemory(granularity_);
     if (!h.ok()) {
       if (cached_granules_ > 0) {
@@ -549,31 +543,32 @@ absl::Status VmmAllocator::EnsureFreeGranulesLocked(uint64_t count) {
       return absl::ResourceExhaustedError(
           absl::StrCat("the device refused a new granule: ", h.status().message()));
     }
-    uint32_t run;
-    if (!free_run_slots_.empty()) {
-      run = free_run_slots_.back();
-      free_run_slots_.pop_back();
-      runs_[run] = Run{*h, n, n};
-    } else {
-      run = static_cast<uint32_t>(runs_.size());
-      runs_.push_back(Run{*h, n, n});
-    }
-    for (uint64_t k = n; k-- > 0;) {
-      const Granule granule{*h, run};
-      uint32_t slot;
-      if (!free_slots_.empty()) {
-        slot = free_slots_.back();
-        free_slots_.pop_back();
-        granules_[slot] = granule;
-      } else {
-        slot = static_cast<uint32_t>(granules_.size());
-        granules_.push_back(granule);
-      }
-      free_granules_.push_back(slot);
-    }
-    created_granules_ += n;
+    free_granules_.push_back(AddGranuleLocked(*h));
   }
   return absl::OkStatus();
+}
+
+uint32_t VmmAllocator::AddGranuleLocked(PhysicalMemoryHandle handle) {
+  uint32_t run;
+  if (!free_run_slots_.empty()) {
+    run = free_run_slots_.back();
+    free_run_slots_.pop_back();
+    runs_[run] = Run{handle, 1, 1};
+  } else {
+    run = static_cast<uint32_t>(runs_.size());
+    runs_.push_back(Run{handle, 1, 1});
+  }
+  uint32_t slot;
+  if (!free_slots_.empty()) {
+    slot = free_slots_.back();
+    free_slots_.pop_back();
+    granules_[slot] = Granule{handle, run};
+  } else {
+    slot = static_cast<uint32_t>(granules_.size());
+    granules_.push_back(Granule{handle, run});
+  }
+  ++created_granules_;
+  return slot;
 }
 
 void VmmAllocator::OpenParts::Init(uint64_t granularity, std::vector<SharedGranule>* granules) {
@@ -958,27 +953,24 @@ absl::Status VmmAllocator::ShrinkRangeLocked(Range* range, uint64_t count) {
   const uint64_t g = granularity_;
   char* base = static_cast<char*>(range->ptr);
   const uint64_t old = range->granules.size();
+  if (old <= count) return absl::OkStatus();
   // Unmapped memory must be out of every stream's use (on a GPU an access would fault): wait
   // for the streams that used the range. Granules in the pool are therefore always safe.
-  if (old > count && range->streams != 0) VGPU_RETURN_IF_ERROR(SynchronizeSlots(range->streams));
+  if (range->streams != 0) VGPU_RETURN_IF_ERROR(SynchronizeSlots(range->streams));
   // Every granule is a whole mapping (GrowRangeLocked), so the tail goes in one call.
-  if (old > count) {
-    VGPU_RETURN_IF_ERROR(executor_->Unmap(base + count * g, (old - count) * g));
-    ++unmap_calls_;
-    // From the end, so the pool (LIFO) hands them out again in their old order.
-    const uint32_t* own = range->granules.data();
-    for (uint64_t k = old; k-- > count;) {
-      ++runs_[granules_[own[k]].run].free;
-      free_granules_.push_back(own[k]);
-    }
-    range->granules.resize(count);
-    mapped_granules_ -= old - count;
-    regions_unmapped_ += old - count;
+  VGPU_RETURN_IF_ERROR(executor_->Unmap(base + count * g, (old - count) * g));
+  ++unmap_calls_;
+  // From the end, so the pool (LIFO) hands them out again in their old order.
+  const uint32_t* own = range->granules.data();
+  for (uint64_t k = old; k-- > count;) {
+    ++runs_[granules_[own[k]].run].free;
+    free_granules_.push_back(own[k]);
   }
-  if (old > count) {
-    mapped_bytes_.store(mapped_granules_ * g);
-    NotifyEvent(AllocatorEventKind::kUnmap, base + count * g, (old - count) * g);
-  }
+  range->granules.resize(count);
+  mapped_granules_ -= old - count;
+  regions_unmapped_ += old - count;
+  mapped_bytes_.store(mapped_granules_ * g);
+  NotifyEvent(AllocatorEventKind::kUnmap, base + count * g, (old - count) * g);
   return absl::OkStatus();
 }
 

@@ -281,6 +281,9 @@ class VmmAllocator final : public Allocator {
   // Makes `count` granules free (unmapped) in the pool, creating them (growth) or evicting
   // the cache as needed, within the limit.
   absl::Status EnsureFreeGranulesLocked(uint64_t count) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Records a new one-granule physical allocation (a run of its own); returns its slot, which
+  // the caller puts in the pool.
+  uint32_t AddGranuleLocked(PhysicalMemoryHandle handle) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Unmaps the largest cached range; the one at `spare` only when nothing else is cached.
   absl::Status EvictOneLocked(const void* spare = nullptr) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Frees at least `need` granules from the cache, shrinking the largest range rather than
