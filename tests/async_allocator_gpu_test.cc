@@ -4,11 +4,13 @@
 // and trimming gives it back to the card.
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
-#include "vgpu/allocator/async_allocator.h"
+#include "cuda_test_util.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "vgpu/allocator/async_allocator.h"
 #include "vgpu/runtime/bytes.h"
 #include "vgpu/runtime/platform.h"
 #include "vgpu/runtime/status_matchers.h"
@@ -23,11 +25,9 @@ using ::vgpu::testing::StatusIs;
 class AsyncGpuTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    auto p = GetPlatform("cuda");
-    if (!p.ok() || (*p)->DeviceCount() == 0) {
-      GTEST_SKIP() << (p.ok() ? (*p)->Summary() : p.status().ToString());
-    }
-    executor_ = *(*p)->GetExecutor(0);
+    std::string why;
+    executor_ = ::vgpu::testing::FirstCudaExecutor(&why);
+    if (executor_ == nullptr) GTEST_SKIP() << why;
     auto pool = executor_->CreateMemoryPool(MemoryPoolOptions{});
     if (!pool.ok()) GTEST_SKIP() << pool.status();
     auto s = executor_->CreateStream(StreamOptions{});

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <memory>
 #include <random>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -23,6 +24,19 @@
 #include "vgpu/runtime/status_matchers.h"
 
 namespace vgpu::testing {
+
+// The cuda platform's device 0, or null with the reason in `why` (no driver, no device): the
+// gpu-labelled tests GTEST_SKIP with it.
+inline Executor* FirstCudaExecutor(std::string* why) {
+  absl::StatusOr<Platform*> p = GetPlatform("cuda");
+  if (!p.ok() || (*p)->DeviceCount() == 0) {
+    *why = p.ok() ? (*p)->Summary() : p.status().ToString();
+    return nullptr;
+  }
+  absl::StatusOr<Executor*> e = (*p)->GetExecutor(0);
+  if (!e.ok()) *why = e.status().ToString();
+  return e.ok() ? *e : nullptr;
+}
 
 class CudaVsHostTest : public ::testing::Test {
  protected:

@@ -9,8 +9,10 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <string>
 #include <thread>
 
+#include "cuda_test_util.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "vgpu/allocator/factory.h"
@@ -38,13 +40,9 @@ template <class Kind>
 class StreamOrderGpuTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    auto p = GetPlatform("cuda");
-    if (!p.ok() || (*p)->DeviceCount() == 0) {
-      GTEST_SKIP() << (p.ok() ? (*p)->Summary() : p.status().ToString());
-    }
-    auto e = (*p)->GetExecutor(0);
-    ASSERT_THAT(e.status(), IsOk());
-    executor_ = *e;
+    std::string why;
+    executor_ = ::vgpu::testing::FirstCudaExecutor(&why);
+    if (executor_ == nullptr) GTEST_SKIP() << why;
     auto a = executor_->CreateStream(StreamOptions{});
     auto b = executor_->CreateStream(StreamOptions{});
     ASSERT_THAT(a.status(), IsOk());

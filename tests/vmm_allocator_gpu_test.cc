@@ -3,11 +3,13 @@
 // and the mapping cache reuses ranges.
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
-#include "vgpu/allocator/vmm_allocator.h"
+#include "cuda_test_util.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "vgpu/allocator/vmm_allocator.h"
 #include "vgpu/runtime/platform.h"
 #include "vgpu/runtime/status_matchers.h"
 #include "vgpu/tests/vmm_test_util.h"
@@ -25,13 +27,9 @@ using ::vgpu::testing::StitchScatteredGranules;
 class VmmGpuTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    auto p = GetPlatform("cuda");
-    if (!p.ok() || (*p)->DeviceCount() == 0) {
-      GTEST_SKIP() << (p.ok() ? (*p)->Summary() : p.status().ToString());
-    }
-    auto e = (*p)->GetExecutor(0);
-    ASSERT_THAT(e.status(), IsOk());
-    executor_ = *e;
+    std::string why;
+    executor_ = ::vgpu::testing::FirstCudaExecutor(&why);
+    if (executor_ == nullptr) GTEST_SKIP() << why;
     auto g = executor_->VirtualMemoryGranularity();
     if (!g.ok()) GTEST_SKIP() << g.status();
     granule_ = *g;
