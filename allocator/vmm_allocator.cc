@@ -746,12 +746,10 @@ absl::StatusOr<std::unique_ptr<VmmAllocator::Range>> VmmAllocator::MapSharedRang
     size_t n = 0;
     map_handles_.resize(k + 2);
     if (h > 0) map_handles_[n++] = granules_[head_granule].handle;
-    const size_t top = free_granules_.size();
-    for (uint64_t i = 0; i < k; ++i)
-      map_handles_[n++] = granules_[free_granules_[top - 1 - i]].handle;
-    if (t > 0) {
-      map_handles_[n++] = granules_[fresh_tail ? free_granules_[top - 1 - k] : tail_granule].handle;
-    }
+    const uint64_t from_pool = k + (fresh_tail ? 1 : 0);
+    PoolTopHandlesLocked(from_pool, &map_handles_[n]);
+    n += from_pool;
+    if (t > 0 && !fresh_tail) map_handles_[n++] = granules_[tail_granule].handle;
     absl::Status s = executor_->MapAll(base, map_handles_.data(), n);
     if (!s.ok()) return give_up(s);
     ++map_calls_;
@@ -923,13 +921,16 @@ absl::Status VmmAllocator::GrowRangeLocked(Range* range, uint64_t count) {
   // (on cuda one cuMemMap each and one cuMemSetAccess for the range, the costly part).
   const uint64_t n = count - old;
   map_handles_.resize(n);
-  for (uint64_t k = 0; k < n; ++k) {
-    map_handles_[k] = granules_[free_granules_[free_granules_.size() - 1 - k]].handle;
-  }
+  PoolTopHandlesLocked(n, map_handles_.data());
   VGPU_RETURN_IF_ERROR(executor_->MapAll(base + old * g, map_handles_.data(), n));
   ++map_calls_;
   AdoptPoolGranulesLocked(range, n);
   return absl::OkStatus();
+}
+
+void VmmAllocator::PoolTopHandlesLocked(uint64_t n, PhysicalMemoryHandle* out) const {
+  const size_t top = free_granules_.size();
+  for (uint64_t i = 0; i < n; ++i) out[i] = granules_[free_granules_[top - 1 - i]].handle;
 }
 
 void VmmAllocator::AdoptPoolGranulesLocked(Range* range, uint64_t n) {

@@ -259,6 +259,9 @@ class VmmAllocator final : public Allocator {
   // Maps free granules at the end of `range` up to `count` (within its reservation), or
   // unmaps its tail down to `count`, one granule per call.
   absl::Status GrowRangeLocked(Range* range, uint64_t count) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The handles of the pool's top `n` granules, in the order they come off the pool.
+  void PoolTopHandlesLocked(uint64_t n, PhysicalMemoryHandle* out) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Moves the pool's top `n` granules, already mapped at the range's end, into the range.
   void AdoptPoolGranulesLocked(Range* range, uint64_t n) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status ShrinkRangeLocked(Range* range, uint64_t count) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
