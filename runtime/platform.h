@@ -199,8 +199,8 @@ class Executor {
   virtual absl::Status Map(void* va, uint64_t bytes, PhysicalMemoryHandle handle,
                            uint64_t offset) = 0;
   // Maps `n` whole allocations back to back from `va`; on failure nothing stays mapped. The
-  // cuda platform sets access once for the whole range (on an H200: 31 us per
-  // cuMemSetAccess call, 0.2 us per 2 MiB when one call covers 512 mappings).
+  // cuda platform sets access once for the whole range (on an H200: 25-31 us per
+  // cuMemSetAccess call, 85-107 us when one call covers 512 mappings of 2 MiB).
   virtual absl::Status MapAll(void* va, const PhysicalMemoryHandle* handles, size_t n);
   virtual absl::Status Unmap(void* va, uint64_t bytes) = 0;
   // Whether the calls above work on this device (the vmm allocator needs them).
