@@ -10,6 +10,7 @@
 #include "vgpu/runtime/bytes.h"
 #include "vgpu/runtime/mutex.h"
 #include "vgpu/runtime/platform.h"
+#include "vgpu/runtime/status.h"
 
 namespace vgpu {
 
@@ -251,6 +252,14 @@ absl::Status Allocator::SynchronizeSlots(uint64_t mask) {
       first.Update(s->Synchronize());
   }
   return first;
+}
+
+absl::StatusOr<bool> Allocator::RecordSlotEvent(int slot, Event* event) {
+  StdMutexLock l(&slots_[slot].event_mu);
+  Stream* s = slots_[slot].stream.load(std::memory_order_acquire);
+  if (s == nullptr) return false;
+  VGPU_RETURN_IF_ERROR(s->RecordEvent(event));
+  return true;
 }
 
 absl::Status Allocator::WaitForSlots(int slot, uint64_t mask) {

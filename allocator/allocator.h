@@ -272,6 +272,11 @@ class Allocator {
   // The same for the slots in `mask`: before memory goes back to the device (an unmap), which
   // no stream may still be using.
   absl::Status SynchronizeSlots(uint64_t mask);
+  // Records `event` on slot `slot`'s stream, under the slot's lock so ReleaseStream cannot drop
+  // the stream meanwhile: true when recorded, false when the slot has no stream (host-synchronous
+  // or released: no work of it can be pending). For deferring an unmap until the streams that
+  // used the memory are done with it, without waiting on the host.
+  absl::StatusOr<bool> RecordSlotEvent(int slot, Event* event);
   // Waits for every stream this allocator has seen and forgets them all (the base destructor
   // does this; an allocator that owns a stream calls it before destroying the stream).
   void DetachStreams();

@@ -44,8 +44,14 @@ class VmmAllocator::SlabSubAllocator final : public SubAllocator {
   absl::StatusOr<void*> Alloc(uint64_t bytes, uint64_t alignment) override {
     if (bytes == 0) return absl::InvalidArgumentError(absl::StrCat(name(), ": empty slab"));
     StdMutexLock l(&owner_->mu_);
-    absl::StatusOr<std::unique_ptr<Range>> r = owner_->MapRangeLocked(
-        CeilDiv(bytes, owner_->granularity_), std::max(alignment, owner_->granularity_));
+    const uint64_t count = CeilDiv(bytes, owner_->granularity_);
+    const uint64_t align = std::max(alignment, owner_->granularity_);
+    absl::StatusOr<std::unique_ptr<Range>> r = owner_->MapRangeLocked(count, align);
+    if (!r.ok() && absl::IsResourceExhausted(r.status()) && !owner_->pending_.empty()) {
+      // Deferred frees hold memory until their streams are done: wait for them now.
+      VGPU_RETURN_IF_ERROR(owner_->ReapPendingLocked(/*wait=*/true));
+      r = owner_->MapRangeLocked(count, align);
+    }
     if (!r.ok()) {
       owner_->slab_refusal_ = std::string(r.status().message());  // for AllocateSmall's OOM
       return r.status();
@@ -233,6 +239,7 @@ VmmAllocator::~VmmAllocator() {
   // The slab BFC frees its regions through SlabSubAllocator, which takes mu_.
   slabs_.reset();
   StdMutexLock l(&mu_);
+  ReapPendingLocked(/*wait=*/true).IgnoreError();
   for (auto& [p, range] : blocks_) UnmapRangeLocked(std::move(range)).IgnoreError();
   blocks_.clear();
   for (auto& [p, range] : slab_ranges_) UnmapRangeLocked(std::move(range)).IgnoreError();
@@ -286,7 +293,19 @@ absl::StatusOr<void*> VmmAllocator::AllocateLarge(uint64_t bytes, uint64_t align
   };
   // Locked by hand: the retry below drops the lock in the middle.
   mu_.Lock();
-  std::unique_ptr<Range> range = share ? nullptr : TakeCachedLocked(count, alignment);
+  if (!pending_.empty()) {
+    if (absl::Status s = ReapPendingLocked(/*wait=*/false); !s.ok()) {
+      mu_.Unlock();
+      return s;
+    }
+  }
+  std::unique_ptr<Range> range;
+  // A block this stream freed that still waits for this stream's work fits as it is.
+  if (!pending_.empty() && alignment <= kDefaultAlignment) {
+    range = TakePendingLocked(share ? rounded : count * granularity_, slot);
+    if (range != nullptr) ++cache_hits_;
+  }
+  if (range == nullptr && !share) range = TakeCachedLocked(count, alignment);
   if (range != nullptr && !DropKeptTailLocked(range.get()).ok()) {
     UnmapRangeLocked(std::move(range)).IgnoreError();  // and map afresh below
   }
@@ -295,6 +314,14 @@ absl::StatusOr<void*> VmmAllocator::AllocateLarge(uint64_t bytes, uint64_t align
   if (range != nullptr) *wait_for = range->streams;
   if (range == nullptr) {
     absl::StatusOr<std::unique_ptr<Range>> r = map();
+    if (!r.ok() && absl::IsResourceExhausted(r.status()) && !pending_.empty()) {
+      // Deferred frees hold memory until their streams are done: wait for them now.
+      if (absl::Status s = ReapPendingLocked(/*wait=*/true); !s.ok()) {
+        mu_.Unlock();
+        return s;
+      }
+      r = map();
+    }
     if (!r.ok() && absl::IsResourceExhausted(r.status()) && slabs_ != nullptr) {
       // Empty slabs hold granules too: let the slab BFC give them back, then retry. Its lock
       // comes before ours, so ours is dropped meanwhile.
@@ -420,28 +447,116 @@ absl::Status VmmAllocator::FreeLarge(void* ptr, bool* found) {
   large_in_use_ -= range->footprint;
   ++num_frees_;
   NotifyEvent(AllocatorEventKind::kFree, ptr, range->footprint);
-  if (range->head != kNoGranule || range->tail != kNoGranule) {
-    // Its head and tail go back to their neighbours or the pool; its own granules, still
-    // mapped, are cached like any range (with room around them for a head and a tail).
-    --shared_blocks_;
-    VGPU_RETURN_IF_ERROR(UnmapSharedViewsLocked(range.get()));
-  }
-  const uint64_t cap = CacheCapLocked();
-  const bool cached = count > 0 && count <= cap;
+  const bool shared = range->head != kNoGranule || range->tail != kNoGranule;
+  if (shared) --shared_blocks_;
+  // Earlier deferred frees whose streams have finished since.
+  if (!pending_.empty()) VGPU_RETURN_IF_ERROR(ReapPendingLocked(/*wait=*/false));
   void* const range_ptr = range->ptr;
-  if (cached) {
-    cached_granules_ += count + (range->kept_tail != kNoGranule ? 1 : 0);
-    cached_bytes_.store(cached_granules_ * granularity_, std::memory_order_relaxed);
-    CachePutLocked(count, std::move(range));
-    while (cached_granules_ > cap) VGPU_RETURN_IF_ERROR(EvictOneLocked());
-  } else {
-    VGPU_RETURN_IF_ERROR(UnmapRangeLocked(std::move(range)));
+  bool cached = false;
+  // A free that unmaps (shared views; a range over the cache's cap) while the block's streams
+  // may still use it is deferred behind events instead of waiting for them here.
+  const bool unmaps = shared || count == 0 || count > CacheCapLocked();
+  if (!unmaps || !DeferFreeLocked(&range)) {
+    VGPU_RETURN_IF_ERROR(RetireLocked(std::move(range), &cached));
   }
   if (!options_.allow_growth) return absl::OkStatus();
   VGPU_RETURN_IF_ERROR(EpochGiveBackLocked());
   if (!IdleLocked()) return absl::OkStatus();
   l.Release();
   return GiveBackIfIdle(cached ? range_ptr : nullptr, cached ? count : 0);
+}
+
+absl::Status VmmAllocator::RetireLocked(std::unique_ptr<Range> range, bool* cached) {
+  if (range->head != kNoGranule || range->tail != kNoGranule) {
+    // Its head and tail go back to their neighbours or the pool; its own granules, still
+    // mapped, are cached like any range (with room around them for a head and a tail).
+    VGPU_RETURN_IF_ERROR(UnmapSharedViewsLocked(range.get()));
+  }
+  const uint64_t count = range->granules.size();
+  const uint64_t cap = CacheCapLocked();
+  *cached = count > 0 && count <= cap;
+  if (!*cached) return UnmapRangeLocked(std::move(range));
+  cached_granules_ += count + (range->kept_tail != kNoGranule ? 1 : 0);
+  cached_bytes_.store(cached_granules_ * granularity_, std::memory_order_relaxed);
+  CachePutLocked(count, std::move(range));
+  while (cached_granules_ > cap) VGPU_RETURN_IF_ERROR(EvictOneLocked());
+  return absl::OkStatus();
+}
+
+bool VmmAllocator::DeferFreeLocked(std::unique_ptr<Range>* range) {
+  PendingFree pf;
+  auto give_up = [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS {  // under mu_
+    for (std::unique_ptr<Event>& e : pf.events) event_pool_.push_back(std::move(e));
+    return false;
+  };
+  for (uint64_t m = (*range)->streams; m != 0; m &= m - 1) {
+    const int slot = std::countr_zero(m);
+    if (SlotStream(slot) == nullptr) continue;  // host-synchronous or released: nothing pending
+    std::unique_ptr<Event> e;
+    if (!event_pool_.empty()) {
+      e = std::move(event_pool_.back());
+      event_pool_.pop_back();
+    } else if (absl::StatusOr<std::unique_ptr<Event>> made = executor_->CreateEvent(); made.ok()) {
+      e = *std::move(made);
+    } else {
+      return give_up();  // the caller waits on the host instead
+    }
+    absl::StatusOr<bool> recorded = RecordSlotEvent(slot, e.get());
+    if (recorded.ok() && *recorded) {
+      pf.events.push_back(std::move(e));
+      pf.slots |= SlotBit(slot);
+      continue;
+    }
+    event_pool_.push_back(std::move(e));
+    if (!recorded.ok()) return give_up();
+    // Released meanwhile: ReleaseStream waited for its work.
+  }
+  if (pf.events.empty()) return false;
+  (*range)->streams = 0;  // once the events complete, no stream uses it
+  pending_granules_ += (*range)->granules.size();
+  pf.range = std::move(*range);
+  pending_.push_back(std::move(pf));
+  ++deferred_frees_;
+  return true;
+}
+
+std::unique_ptr<VmmAllocator::Range> VmmAllocator::TakePendingLocked(uint64_t footprint, int slot) {
+  // Newest first (the likeliest to match a loop), a few entries at most.
+  int looked = 0;
+  for (auto it = pending_.end(); it != pending_.begin() && looked < 8; ++looked) {
+    --it;
+    if (it->slots != SlotBit(slot) || it->range->footprint != footprint) continue;
+    for (std::unique_ptr<Event>& e : it->events) event_pool_.push_back(std::move(e));
+    std::unique_ptr<Range> range = std::move(it->range);
+    pending_.erase(it);
+    pending_granules_ -= range->granules.size();
+    return range;
+  }
+  return nullptr;
+}
+
+absl::Status VmmAllocator::ReapPendingLocked(bool wait) {
+  absl::Status first;
+  while (!pending_.empty()) {
+    PendingFree& pf = pending_.front();
+    for (const std::unique_ptr<Event>& e : pf.events) {
+      if (wait) {
+        // A failed stream's work is over too (its error is sticky): retire the block anyway.
+        first.Update(e->Synchronize());
+        continue;
+      }
+      absl::StatusOr<bool> done = e->Query();
+      if (!done.ok()) return done.status();
+      if (!*done) return absl::OkStatus();  // oldest first: the rest waits for it
+    }
+    for (std::unique_ptr<Event>& e : pf.events) event_pool_.push_back(std::move(e));
+    std::unique_ptr<Range> range = std::move(pf.range);
+    pending_.pop_front();
+    pending_granules_ -= range->granules.size();
+    bool cached = false;
+    first.Update(RetireLocked(std::move(range), &cached));
+  }
+  return first;
 }
 
 absl::Status VmmAllocator::DoDeallocate(void* ptr) {
@@ -493,6 +608,8 @@ absl::Status VmmAllocator::GiveBackIfIdle(const void* last_range, uint64_t last_
   if (slabs_ != nullptr) VGPU_RETURN_IF_ERROR(slabs_->ReleaseEmptyRegions(keep_slab).status());
   StdMutexLock l(&mu_);
   if (!IdleLocked()) return absl::OkStatus();  // busy again: the epoch rule applies
+  // Memory goes back to the device now: deferred frees wait for their streams.
+  VGPU_RETURN_IF_ERROR(ReapPendingLocked(/*wait=*/true));
   const uint64_t cache_keep = keep_granules_ > slab_granules_ ? keep_granules_ - slab_granules_ : 0;
   while (cached_granules_ > cache_keep) VGPU_RETURN_IF_ERROR(EvictOneLocked(last_range));
   VGPU_RETURN_IF_ERROR(GiveBackLocked(0));
@@ -1166,6 +1283,7 @@ absl::Status VmmAllocator::GiveBackLocked(uint64_t keep) {
 absl::Status VmmAllocator::Trim() {
   if (slabs_ != nullptr) slabs_->ReleaseEmptyRegions().IgnoreError();
   StdMutexLock l(&mu_);
+  VGPU_RETURN_IF_ERROR(ReapPendingLocked(/*wait=*/true));
   while (cached_granules_ > 0) VGPU_RETURN_IF_ERROR(EvictOneLocked());
   if (options_.allow_growth) VGPU_RETURN_IF_ERROR(GiveBackLocked(0));
   return absl::OkStatus();
@@ -1247,6 +1365,9 @@ VmmAllocator::GranuleCounts VmmAllocator::Granules() const {
   c.cache_evictions = cache_evictions_;
   c.map_calls = map_calls_;
   c.unmap_calls = unmap_calls_;
+  c.pending = pending_granules_;
+  c.pending_frees = pending_.size();
+  c.deferred_frees = deferred_frees_;
   c.shared = shared_count_;
   c.views = mapped_granules_ + double_mapped_;
   return c;
@@ -1263,16 +1384,19 @@ std::string VmmAllocator::DumpMemoryLog() const {
                     FormatBytes(g), ")\n  ", CombinedStatsLocked(slab).ToString(), "\n");
     absl::StrAppendFormat(&out,
                           "  granules: limit %d, created %d, mapped %d (blocks %d, cache %d, "
-                          "slabs %d), free in pool %d; cache hits %d, evictions %d\n",
+                          "slabs %d, deferred frees %d in %d), free in pool %d; cache hits %d, "
+                          "evictions %d\n",
                           limit_granules_, created_granules_, mapped_granules_, block_granules_,
-                          cached_granules_, slab_granules_, free_granules_.size(), cache_hits_,
-                          cache_evictions_);
+                          cached_granules_, slab_granules_, pending_granules_, pending_.size(),
+                          free_granules_.size(), cache_hits_, cache_evictions_);
     // Occupancy map by physical granule: B live block, C cached, S slab, . free, space =
     // given back to the device.
     std::string map(granules_.size(), ' ');
     for (uint32_t i : free_granules_) map[i] = '.';
     for (const auto& [p, r] : blocks_)
       for (uint32_t i : r->granules) map[i] = 'B';
+    for (const PendingFree& pf : pending_)  // still in use by their streams
+      for (uint32_t i : pf.range->granules) map[i] = 'B';
     for (size_t i = 0; i < shared_.size(); ++i)
       if (shared_[i].shared) map[i] = 'B';
     for (const auto& [p, r] : slab_ranges_)
@@ -1372,6 +1496,17 @@ absl::Status VmmAllocator::CheckInvariants() const {
     if (r->head != kNoGranule) ++upper_refs[r->head];
     if (r->tail != kNoGranule) ++lower_refs[r->tail];
   }
+  uint64_t n_pending = 0;
+  for (const PendingFree& pf : pending_) {
+    if (pf.range == nullptr || pf.events.empty()) return fail("a deferred free without events");
+    if (pf.range->streams != 0) return fail("deferred free at ", P(pf.range->ptr), " has streams");
+    VGPU_RETURN_IF_ERROR(visit(*pf.range, &n_pending));
+    if (pf.range->head != kNoGranule) ++upper_refs[pf.range->head];
+    if (pf.range->tail != kNoGranule) ++lower_refs[pf.range->tail];
+  }
+  if (n_pending != pending_granules_) {
+    return fail("deferred frees hold ", n_pending, " granules, counted ", pending_granules_);
+  }
   uint64_t both = 0, open_upper = 0, open_lower = 0, n_shared = 0;
   for (uint32_t i = 0; i < shared_.size(); ++i) {
     const SharedGranule& sg = shared_[i];
@@ -1420,9 +1555,9 @@ absl::Status VmmAllocator::CheckInvariants() const {
     return fail("granule counters blocks/cache/slabs ", block_granules_, "/", cached_granules_, "/",
                 slab_granules_, " but ranges hold ", n_blocks, "/", n_cache, "/", n_slabs);
   }
-  if (mapped_granules_ != n_blocks + n_cache + n_slabs + shared_count_) {
-    return fail("mapped ", mapped_granules_, " != blocks+cache+slabs+shared ",
-                n_blocks + n_cache + n_slabs + shared_count_);
+  if (mapped_granules_ != n_blocks + n_cache + n_slabs + shared_count_ + n_pending) {
+    return fail("mapped ", mapped_granules_, " != blocks+cache+slabs+shared+deferred ",
+                n_blocks + n_cache + n_slabs + shared_count_ + n_pending);
   }
   if (mapped_granules_ > limit_granules_) {
     return fail("mapped ", mapped_granules_, " granules over the limit of ", limit_granules_);

@@ -22,6 +22,12 @@
 // freed last first, so an alloc/free loop of one buffer does not go to the device every
 // iteration. Without growth the whole limit stays held from the device.
 //
+// Stream order: a free never waits on the host. One that would unmap memory (a tail-shared
+// block's views, a range the cache will not take) while the block's streams may still use it
+// records an event on each of them and parks the block, mapped, until the events complete
+// (retired by later large-path operations; waited for only when its memory is needed, at idle
+// give-back, Trim() and destruction). Granules() counts them.
+//
 // Thread safety: thread-safe (see allocator.h). One mutex guards the granule pool and large
 // blocks; the slab BFC has its own, and is always locked before ours, never after. Small
 // allocations and frees take only the slab BFC's lock, except when they need a new slab or
@@ -31,6 +37,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
 #include <string>
@@ -134,6 +141,11 @@ class VmmAllocator final : public Allocator {
     // per granule + one cuMemSetAccess on cuda; an Unmap one cuMemUnmap).
     uint64_t map_calls = 0;
     uint64_t unmap_calls = 0;
+    // Freed blocks whose unmap waits for their streams' events (deferred frees), and their
+    // granules (in `mapped`, in no block or cache); deferred_frees counts every such free.
+    uint64_t pending = 0;
+    uint64_t pending_frees = 0;
+    uint64_t deferred_frees = 0;
     uint64_t shared = 0;  // granules split between two blocks (tail sharing), in `mapped`
     // Granule mappings in virtual space: mapped + shared granules mapped in two ranges.
     uint64_t views = 0;
@@ -245,6 +257,31 @@ class VmmAllocator final : public Allocator {
   // Unmaps a shared-layout block's head and tail granules and updates them; its own granules
   // stay mapped (the caller caches or unmaps the rest).
   absl::Status UnmapSharedViewsLocked(Range* range) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Deferred frees (stream order without host waits): freeing a block whose memory would be
+  // unmapped (its shared head and tail views, or a range the cache will not take) while a
+  // stream that used it may still be running records an event on each such stream and parks
+  // the block here, mapped, instead of waiting on the host. Reaping retires the blocks whose
+  // events have completed (oldest first; `wait`: waits for all of them, when their memory is
+  // needed: an allocation that would fail, idle give-back, Trim, the destructor).
+  struct PendingFree {
+    std::unique_ptr<Range> range;
+    std::vector<std::unique_ptr<Event>> events;
+    uint64_t slots = 0;  // the stream slots the events were recorded on
+  };
+  // A parked block of exactly `footprint` bytes whose only stream is `slot`'s, taken back for
+  // a new block on that stream (its work is ordered after the old one's, as a cached block's
+  // is), so a same-stream loop reuses its memory instead of mapping more; null when none.
+  std::unique_ptr<Range> TakePendingLocked(uint64_t footprint, int slot)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Parks `*range` when a stream of its may still use it (true; *range is taken); false when no
+  // stream has work that could (or an event could not be made: the caller retires it now,
+  // waiting on the host as before).
+  bool DeferFreeLocked(std::unique_ptr<Range>* range) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status ReapPendingLocked(bool wait) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // What freeing a block does to its range once no stream uses it: its shared views unmapped
+  // (parts offered to neighbours), then its own granules cached (true in *cached) or unmapped.
+  absl::Status RetireLocked(std::unique_ptr<Range> range, bool* cached)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Unmaps a range's kept tail granule (if any) into the pool.
   absl::Status DropKeptTailLocked(Range* range) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A shared granule with both parts free goes back to the pool.
@@ -352,6 +389,10 @@ class VmmAllocator final : public Allocator {
   // Range objects of unmapped ranges, kept with their vectors' capacity for the next range.
   std::vector<std::unique_ptr<Range>> range_pool_ ABSL_GUARDED_BY(mu_);
   uint64_t cached_granules_ ABSL_GUARDED_BY(mu_) = 0;
+  std::deque<PendingFree> pending_ ABSL_GUARDED_BY(mu_);                 // oldest first
+  std::vector<std::unique_ptr<Event>> event_pool_ ABSL_GUARDED_BY(mu_);  // for PendingFree
+  uint64_t pending_granules_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t deferred_frees_ ABSL_GUARDED_BY(mu_) = 0;
   // why the pool last refused the slab BFC a slab ("" = it did not)
   std::string slab_refusal_ ABSL_GUARDED_BY(mu_);
   uint64_t block_granules_ ABSL_GUARDED_BY(mu_) = 0;

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <future>
 #include <memory>
 #include <random>
 #include <thread>
@@ -15,6 +16,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "vgpu/allocator/factory.h"
+#include "vgpu/allocator/vmm_allocator.h"
 #include "vgpu/devices/config.h"
 #include "vgpu/devices/runtime.h"
 #include "vgpu/runtime/host/host_platform.h"
@@ -405,6 +407,174 @@ TYPED_TEST(StreamOrderTest, GivingMemoryBackWaitsForTheStreams) {
   EXPECT_TRUE(intact.load());
   ASSERT_THAT(this->allocator_->Deallocate(*q), IsOk());
   EXPECT_THAT(this->allocator_->CheckInvariants(), IsOk());
+}
+
+// vmm frees that unmap memory (a tail-shared block's head and tail views; a range the cache
+// will not take) while the block's stream may still use it: deferred behind an event, not a
+// host wait, and the memory stays mapped until that stream is done.
+class VmmDeferredFreeTest : public StreamOrderTest<Vmm> {
+ protected:
+  static constexpr uint64_t kShared = kBlock + 256;  // not whole granules: tail sharing
+  VmmAllocator* vmm() { return dynamic_cast<VmmAllocator*>(allocator_.get()); }
+  std::unique_ptr<Allocator> MakeLimited(uint64_t limit) {
+    DeviceAllocatorOptions o;
+    o.kind = AllocatorKind::kVmm;
+    o.device_name = "/device:GPU:0";
+    o.memory_limit = limit;
+    o.allow_growth = false;
+    o.stream = a_.get();
+    auto a = CreateDeviceAllocator(executor_, o);
+    EXPECT_THAT(a.status(), IsOk());
+    return a.ok() ? *std::move(a) : nullptr;
+  }
+  // Fills `p` on A, then holds A in a host function until `open` is set, and checks it still
+  // holds the fill: false in *intact otherwise.
+  void HeldUse(void* p, std::atomic<bool>* open, std::atomic<bool>* intact) {
+    std::atomic<bool> started{false};
+    ASSERT_THAT(a_->Memset8(p, 0xAA, kShared), IsOk());
+    ASSERT_THAT(a_->LaunchHostFunc([p, open, intact, &started] {
+      started.store(true);
+      while (!open->load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      const auto* b = static_cast<const uint8_t*>(p);
+      bool same = true;
+      for (uint64_t i = 0; i < kShared; i += 4096) same &= b[i] == 0xAA;
+      same &= b[kShared - 1] == 0xAA;
+      intact->store(same);
+    }),
+                IsOk());
+    while (!started.load()) std::this_thread::yield();
+  }
+};
+
+TEST_F(VmmDeferredFreeTest, FreeReturnsWhileItsStreamStillUsesTheBlock) {
+  ASSERT_NE(vmm(), nullptr);
+  std::atomic<bool> open{false}, intact{false};
+  auto p = allocator_->AllocateRaw(kShared, a_.get());
+  ASSERT_THAT(p.status(), IsOk());
+  HeldUse(*p, &open, &intact);
+  // A is held until we open it: a free that waited for A would not return.
+  auto freed = std::async(std::launch::async, [&] { return allocator_->Deallocate(*p); });
+  const bool returned = freed.wait_for(std::chrono::seconds(10)) == std::future_status::ready;
+  if (!returned) {
+    open.store(true);  // let the waiting free finish before failing
+    EXPECT_THAT(freed.get(), IsOk());
+    FAIL() << "Deallocate waited on the host for the stream that used the block";
+  }
+  EXPECT_EQ(vmm()->Granules().pending_frees, 1u);
+  EXPECT_EQ(vmm()->Granules().deferred_frees, 1u);
+  // Meanwhile B allocates and writes blocks of the same size: none may be A's memory.
+  auto q = allocator_->AllocateRaw(kShared, b_.get());
+  ASSERT_THAT(q.status(), IsOk());
+  ASSERT_THAT(b_->Memset8(*q, 0x55, kShared), IsOk());
+  ASSERT_THAT(b_->Synchronize(), IsOk());
+  EXPECT_THAT(allocator_->CheckInvariants(), IsOk());
+  open.store(true);
+  EXPECT_THAT(freed.get(), IsOk());
+  ASSERT_THAT(a_->Synchronize(), IsOk());
+  EXPECT_TRUE(intact.load()) << "the block was unmapped or reused while its stream used it";
+  // The next free finds A's event complete and retires A's block (B's own free is deferred
+  // behind B's event in turn, until Trim waits for it).
+  ASSERT_THAT(allocator_->Deallocate(*q), IsOk());
+  EXPECT_EQ(vmm()->Granules().deferred_frees, 2u);
+  EXPECT_EQ(vmm()->Granules().pending_frees, 1u);
+  EXPECT_THAT(allocator_->CheckInvariants(), IsOk());
+  EXPECT_THAT(vmm()->Trim(), IsOk());
+  EXPECT_EQ(vmm()->Granules().pending_frees, 0u);
+  EXPECT_EQ(vmm()->Granules().pending, 0u);
+  EXPECT_THAT(allocator_->CheckInvariants(), IsOk());
+}
+
+TEST_F(VmmDeferredFreeTest, TheSameStreamTakesItsDeferredBlockBackAtOnce) {
+  ASSERT_NE(vmm(), nullptr);
+  std::atomic<bool> open{false}, intact{false};
+  auto p = allocator_->AllocateRaw(kShared, a_.get());
+  ASSERT_THAT(p.status(), IsOk());
+  HeldUse(*p, &open, &intact);
+  ASSERT_THAT(allocator_->Deallocate(*p), IsOk());
+  const uint64_t mapped = vmm()->Granules().mapped;
+  // A loop on A: the same size again is A's parked block (A's work runs in order), so no
+  // memory is mapped for it while A is still busy.
+  auto again = allocator_->AllocateRaw(kShared, a_.get());
+  ASSERT_THAT(again.status(), IsOk());
+  EXPECT_EQ(*again, *p);
+  EXPECT_EQ(vmm()->Granules().pending_frees, 0u);
+  EXPECT_EQ(vmm()->Granules().mapped, mapped);
+  // Another stream's block of that size gets other memory.
+  auto other = allocator_->AllocateRaw(kShared, b_.get());
+  ASSERT_THAT(other.status(), IsOk());
+  EXPECT_NE(*other, *p);
+  open.store(true);
+  ASSERT_THAT(a_->Synchronize(), IsOk());
+  EXPECT_TRUE(intact.load());
+  ASSERT_THAT(allocator_->Deallocate(*again), IsOk());
+  ASSERT_THAT(allocator_->Deallocate(*other), IsOk());
+  EXPECT_THAT(allocator_->CheckInvariants(), IsOk());
+}
+
+TEST_F(VmmDeferredFreeTest, AnAllocationThatNeedsTheMemoryWaitsForTheStream) {
+  // Three granules: the block (two whole granules and a shared tail) fills the limit, so B's
+  // block of the same size fits only once A is done with the first one.
+  allocator_ = MakeLimited(3 * kBlock / 2);
+  ASSERT_NE(vmm(), nullptr);
+  std::atomic<bool> intact{false};
+  auto p = allocator_->AllocateRaw(kShared, a_.get());
+  ASSERT_THAT(p.status(), IsOk());
+  std::atomic<bool> open{false};
+  HeldUse(*p, &open, &intact);
+  ASSERT_THAT(allocator_->Deallocate(*p), IsOk());
+  EXPECT_EQ(vmm()->Granules().pending_frees, 1u);
+  std::thread opener([&] {
+    std::this_thread::sleep_for(kSlow);
+    open.store(true);
+  });
+  auto q = allocator_->AllocateRaw(kShared, b_.get());  // waits for A's event
+  opener.join();
+  ASSERT_THAT(q.status(), IsOk());
+  EXPECT_EQ(vmm()->Granules().pending_frees, 0u);
+  ASSERT_THAT(b_->Memset8(*q, 0x55, kShared), IsOk());
+  ASSERT_THAT(b_->Synchronize(), IsOk());
+  ASSERT_THAT(a_->Synchronize(), IsOk());
+  EXPECT_TRUE(intact.load());
+  ASSERT_THAT(allocator_->Deallocate(*q), IsOk());
+  EXPECT_THAT(allocator_->CheckInvariants(), IsOk());
+}
+
+TEST_F(VmmDeferredFreeTest, GivingMemoryBackWaitsForDeferredFrees) {
+  allocator_ = Make(a_.get(), /*growth=*/true);
+  ASSERT_NE(vmm(), nullptr);
+  auto keep = allocator_->AllocateRaw(1 << 20, b_.get());  // not idle after the frees below
+  ASSERT_THAT(keep.status(), IsOk());
+  // Trim, idle give-back and the destructor each give memory back while A still uses a
+  // deferred block: each must wait for A (an unmapped block would fault A's host function).
+  for (int step = 0; step < 3; ++step) {
+    SCOPED_TRACE(step == 0 ? "Trim" : step == 1 ? "idle give-back" : "destructor");
+    // Without growth nothing is given back when idle: the free below stays deferred.
+    if (step == 2) allocator_ = Make(a_.get(), /*growth=*/false);
+    std::atomic<bool> open{false}, intact{false};
+    auto p = allocator_->AllocateRaw(kShared, a_.get());
+    ASSERT_THAT(p.status(), IsOk());
+    HeldUse(*p, &open, &intact);
+    ASSERT_THAT(allocator_->Deallocate(*p), IsOk());
+    EXPECT_EQ(vmm()->Granules().pending_frees, 1u);
+    std::thread opener([&] {
+      std::this_thread::sleep_for(kSlow);
+      open.store(true);
+    });
+    if (step == 0) {
+      EXPECT_THAT(vmm()->Trim(), IsOk());
+      EXPECT_EQ(vmm()->Granules().cached, 0u);
+    } else if (step == 1) {
+      ASSERT_THAT(allocator_->Deallocate(*keep), IsOk());  // the last block: idle
+    } else {
+      allocator_.reset();
+    }
+    opener.join();
+    EXPECT_TRUE(intact.load());
+    if (allocator_ != nullptr) {
+      EXPECT_EQ(vmm()->Granules().pending, 0u);
+      EXPECT_THAT(allocator_->CheckInvariants(), IsOk());
+    }
+  }
 }
 
 // A logical device's allocator is ordered on the device's stream: Allocate without a stream
