@@ -243,10 +243,13 @@ absl::Status Allocator::ReleaseStream(Stream* stream) {
   return s;
 }
 
-absl::Status Allocator::SynchronizeSlots(uint64_t mask) {
+absl::Status Allocator::SynchronizeSlotsSlow(uint64_t mask) {
   absl::Status first;
   for (; mask != 0; mask &= mask - 1) {
     const int i = std::countr_zero(mask);
+    // A slot without a stream (host-synchronous, or released: its work was waited for) has
+    // nothing pending; a stream that takes the slot later never used this memory.
+    if (slots_[i].stream.load(std::memory_order_acquire) == nullptr) continue;
     StdMutexLock l(&slots_[i].event_mu);
     if (Stream* s = slots_[i].stream.load(std::memory_order_acquire))
       first.Update(s->Synchronize());

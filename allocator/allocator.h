@@ -31,6 +31,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <bit>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -270,8 +271,18 @@ class Allocator {
   // trims); the first error, after trying all.
   absl::Status SynchronizeStreams() { return SynchronizeSlots(~uint64_t{0}); }
   // The same for the slots in `mask`: before memory goes back to the device (an unmap), which
-  // no stream may still be using.
-  absl::Status SynchronizeSlots(uint64_t mask);
+  // no stream may still be using. Inline when no slot of `mask` has a stream (host-synchronous
+  // use, as in vgpu-bench's replays): nothing to wait for, no lock taken.
+  absl::Status SynchronizeSlots(uint64_t mask) {
+    return SlotsHaveStreams(mask) ? SynchronizeSlotsSlow(mask) : absl::OkStatus();
+  }
+  // Whether any slot of `mask` has a stream (one whose work may still use memory).
+  bool SlotsHaveStreams(uint64_t mask) const {
+    for (; mask != 0; mask &= mask - 1) {
+      if (SlotStream(std::countr_zero(mask)) != nullptr) return true;
+    }
+    return false;
+  }
   // Records `event` on slot `slot`'s stream, under the slot's lock so ReleaseStream cannot drop
   // the stream meanwhile: true when recorded, false when the slot has no stream (host-synchronous
   // or released: no work of it can be pending). For deferring an unmap until the streams that
@@ -291,6 +302,7 @@ class Allocator {
  private:
   void NotifySlow(const std::string& allocator_name, const AllocatorEvent& e) const
       ABSL_LOCKS_EXCLUDED(observers_mu_);
+  absl::Status SynchronizeSlotsSlow(uint64_t mask);
   // The slot of `stream` (nullptr: 0), registering it on first use. Inline for the default
   // stream, the hot path.
   absl::StatusOr<int> SlotFor(Stream* stream) {

@@ -240,8 +240,9 @@ VmmAllocator::~VmmAllocator() {
   slabs_.reset();
   StdMutexLock l(&mu_);
   ReapPendingLocked(/*wait=*/true).IgnoreError();
-  for (auto& [p, range] : blocks_) UnmapRangeLocked(std::move(range)).IgnoreError();
-  blocks_.clear();
+  blocks_.Drain([&](std::unique_ptr<Range> range) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    UnmapRangeLocked(std::move(range)).IgnoreError();  // under mu_, held above
+  });
   for (auto& [p, range] : slab_ranges_) UnmapRangeLocked(std::move(range)).IgnoreError();
   slab_ranges_.clear();
   for (auto& [count, ranges] : cache_) {
@@ -356,7 +357,7 @@ absl::StatusOr<void*> VmmAllocator::AllocateLarge(uint64_t bytes, uint64_t align
   const uint64_t footprint = range->footprint;
   block_granules_ += range->granules.size();
   peak_block_granules_ = std::max(peak_block_granules_, block_granules_);
-  blocks_.emplace(p, std::move(range));
+  blocks_.Insert(p, std::move(range));
   uint64_t large = large_in_use_.fetch_add(footprint) + footprint;
   ++num_allocs_;
   AtomicMax(largest_alloc_, bytes);
@@ -437,11 +438,9 @@ std::unique_ptr<VmmAllocator::Range> VmmAllocator::TakeCachedLocked(uint64_t cou
 
 absl::Status VmmAllocator::FreeLarge(void* ptr, bool* found) {
   StdMutexLock l(&mu_);
-  auto b = blocks_.find(ptr);
-  *found = b != blocks_.end();
+  std::unique_ptr<Range> range = blocks_.Take(ptr);
+  *found = range != nullptr;
   if (!*found) return absl::OkStatus();
-  std::unique_ptr<Range> range = std::move(b->second);
-  blocks_.erase(b);
   const uint64_t count = range->granules.size();
   block_granules_ -= count;
   large_in_use_ -= range->footprint;
@@ -484,6 +483,7 @@ absl::Status VmmAllocator::RetireLocked(std::unique_ptr<Range> range, bool* cach
 }
 
 bool VmmAllocator::DeferFreeLocked(std::unique_ptr<Range>* range) {
+  if (!SlotsHaveStreams((*range)->streams)) return false;  // host-synchronous: nothing pending
   PendingFree pf;
   auto give_up = [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS {  // under mu_
     for (std::unique_ptr<Event>& e : pf.events) event_pool_.push_back(std::move(e));
@@ -1096,8 +1096,8 @@ absl::Status VmmAllocator::DoRecordStream(void* ptr, int slot) {
   {
     // Large blocks by the pointer handed out (with tail sharing it need not be on a granule).
     StdMutexLock l(&mu_);
-    if (auto b = blocks_.find(ptr); b != blocks_.end()) {
-      b->second->streams |= SlotBit(slot);
+    if (Range* b = blocks_.Find(ptr); b != nullptr) {
+      b->streams |= SlotBit(slot);
       return absl::OkStatus();
     }
   }
@@ -1393,8 +1393,9 @@ std::string VmmAllocator::DumpMemoryLog() const {
     // given back to the device.
     std::string map(granules_.size(), ' ');
     for (uint32_t i : free_granules_) map[i] = '.';
-    for (const auto& [p, r] : blocks_)
-      for (uint32_t i : r->granules) map[i] = 'B';
+    blocks_.ForEach([&](void*, const Range& r) {
+      for (uint32_t i : r.granules) map[i] = 'B';
+    });
     for (const PendingFree& pf : pending_)  // still in use by their streams
       for (uint32_t i : pf.range->granules) map[i] = 'B';
     for (size_t i = 0; i < shared_.size(); ++i)
@@ -1427,7 +1428,7 @@ std::string VmmAllocator::DumpMemoryLog() const {
       absl::StrAppendFormat(&out, "    %6d |%s|\n", i * per, map.substr(i, 64));
     }
     std::vector<std::pair<void*, const Range*>> sorted;
-    for (const auto& [p, r] : blocks_) sorted.emplace_back(p, r.get());
+    blocks_.ForEach([&](void* p, const Range& r) { sorted.emplace_back(p, &r); });
     std::sort(sorted.begin(), sorted.end());
     absl::StrAppend(&out, "  live large blocks: ", sorted.size(), "\n");
     for (size_t i = 0; i < sorted.size() && i < 64; ++i) {
@@ -1489,13 +1490,19 @@ absl::Status VmmAllocator::CheckInvariants() const {
     return absl::OkStatus();
   };
   absl::flat_hash_map<uint32_t, int> lower_refs, upper_refs;
-  for (const auto& [p, r] : blocks_) {
-    if (p != r->user_ptr) return fail("block key ", P(p), " != ptr ", P(r->user_ptr));
-    VGPU_RETURN_IF_ERROR(visit(*r, &n_blocks));
-    large += r->footprint;
-    if (r->head != kNoGranule) ++upper_refs[r->head];
-    if (r->tail != kNoGranule) ++lower_refs[r->tail];
-  }
+  absl::Status blocks_ok;
+  blocks_.ForEach([&](void* p, const Range& r) {
+    if (!blocks_ok.ok()) return;
+    if (p != r.user_ptr) {
+      blocks_ok = fail("block key ", P(p), " != ptr ", P(r.user_ptr));
+      return;
+    }
+    blocks_ok = visit(r, &n_blocks);
+    large += r.footprint;
+    if (r.head != kNoGranule) ++upper_refs[r.head];
+    if (r.tail != kNoGranule) ++lower_refs[r.tail];
+  });
+  VGPU_RETURN_IF_ERROR(blocks_ok);
   uint64_t n_pending = 0;
   for (const PendingFree& pf : pending_) {
     if (pf.range == nullptr || pf.events.empty()) return fail("a deferred free without events");

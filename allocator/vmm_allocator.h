@@ -50,6 +50,7 @@
 #include "vgpu/allocator/allocator.h"
 #include "vgpu/allocator/factory.h"
 #include "vgpu/allocator/locks.h"
+#include "vgpu/allocator/ptr_map.h"
 #include "vgpu/runtime/platform.h"
 
 namespace vgpu {
@@ -228,6 +229,58 @@ class VmmAllocator final : public Allocator {
     std::vector<uint64_t> top_;  // bit w: bits_[w] != 0
     size_t size_ = 0;
   };
+  // Live large blocks by the pointer handed out: a PtrMap (allocator/ptr_map.h) from the
+  // 256-byte-aligned pointer to a slot of owned ranges, cheaper per operation than a general
+  // hash map of owning pointers. Not thread-safe (under mu_).
+  class BlockTable {
+   public:
+    void Insert(void* p, std::unique_ptr<Range> range) {
+      uint32_t slot;
+      if (!free_.empty()) {
+        slot = free_.back();
+        free_.pop_back();
+        ranges_[slot] = std::move(range);
+      } else {
+        slot = static_cast<uint32_t>(ranges_.size());
+        ranges_.push_back(std::move(range));
+      }
+      index_.Insert(reinterpret_cast<uint64_t>(p), slot);
+    }
+    // The block at p, taken out of the table; null when there is none.
+    std::unique_ptr<Range> Take(void* p) {
+      const uint32_t slot = index_.Erase(reinterpret_cast<uint64_t>(p));
+      if (slot == PtrMap::kNotFound) return nullptr;
+      free_.push_back(slot);
+      return std::move(ranges_[slot]);
+    }
+    Range* Find(void* p) const {
+      const uint32_t slot = index_.Find(reinterpret_cast<uint64_t>(p));
+      return slot == PtrMap::kNotFound ? nullptr : ranges_[slot].get();
+    }
+    bool empty() const { return index_.empty(); }
+    size_t size() const { return index_.size(); }
+    // fn(pointer, Range&) for every block (unspecified order).
+    template <class Fn>
+    void ForEach(Fn fn) const {
+      index_.ForEach(
+          [&](uint64_t p, uint32_t slot) { fn(reinterpret_cast<void*>(p), *ranges_[slot]); });
+    }
+    // Takes every block out, calling fn(std::unique_ptr<Range>) for each.
+    template <class Fn>
+    void Drain(Fn fn) {
+      for (std::unique_ptr<Range>& r : ranges_) {
+        if (r != nullptr) fn(std::move(r));
+      }
+      ranges_.clear();
+      free_.clear();
+      index_ = PtrMap();
+    }
+
+   private:
+    PtrMap index_;
+    std::vector<std::unique_ptr<Range>> ranges_;  // null in free slots
+    std::vector<uint32_t> free_;
+  };
   class SlabSubAllocator;
   class SlabObserver;
   void NotePeak(uint64_t bytes);
@@ -379,7 +432,7 @@ class VmmAllocator final : public Allocator {
   uint64_t free_low_water_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t epoch_frees_ ABSL_GUARDED_BY(mu_) = 0;
   // live large blocks by ptr
-  absl::flat_hash_map<void*, std::unique_ptr<Range>> blocks_ ABSL_GUARDED_BY(mu_);
+  BlockTable blocks_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<void*, std::unique_ptr<Range>> slab_ranges_ ABSL_GUARDED_BY(mu_);
   // granule count -> ranges; only non-empty buckets are in the map (so the searches for a
   // larger / smaller / the largest size skip nothing), and an emptied bucket's node (with its

@@ -614,7 +614,14 @@ TEST_F(CudasimLibsTest, MissingWaitUpstreamIsCaught) {
       ASSERT_EQ(N()->AllReduce(buf[r], buf[r], 2, ncclFloat32, ncclSum, comms[r], stream_[r]),
                 ncclSuccess);
     }
-    ASSERT_EQ(N()->GroupEnd(), ncclSuccess);
+    const ncclResult_t ended = N()->GroupEnd();
+    // Without the wait the race may already be reported (a sticky context error) while
+    // GroupEnd still enqueues the last rank's work: a busy machine runs the streams first.
+    if (wait) {
+      ASSERT_EQ(ended, ncclSuccess);
+    } else {
+      ASSERT_TRUE(ended == ncclSuccess || ended == ncclUnhandledCudaError) << ended;
+    }
     Use(1);
     const CUresult sync1 = D()->StreamSynchronize(stream_[1]);
     Use(0);

@@ -106,7 +106,7 @@ absl::StatusOr<uint64_t> FakeAddressExecutor::VirtualMemoryGranularity() {
   return granularity_;
 }
 
-absl::Status FakeAddressExecutor::CheckGranular(const char* what, uint64_t bytes) const {
+absl::Status FakeAddressExecutor::CheckGranularSlow(const char* what, uint64_t bytes) const {
   // A mask for the usual power-of-two granule (a division costs more than the rest of a call).
   const bool pow2 = (granularity_ & (granularity_ - 1)) == 0;
   if (bytes == 0 || (pow2 ? (bytes & (granularity_ - 1)) : bytes % granularity_) != 0) {
