@@ -344,6 +344,8 @@ absl::StatusOr<void*> VmmAllocator::AllocateLarge(uint64_t bytes, uint64_t align
       return OomError(bytes, rounded, r.status().message());
     }
     range = *std::move(r);
+    // A shared-layout block's whole granules may be a cached range: the streams that used it.
+    *wait_for = range->streams;
   }
   range->requested = bytes;
   range->streams = SlotBit(slot);

@@ -511,6 +511,27 @@ TEST_F(VmmDeferredFreeTest, TheSameStreamTakesItsDeferredBlockBackAtOnce) {
   EXPECT_THAT(allocator_->CheckInvariants(), IsOk());
 }
 
+// A tail-shared block whose whole granules come from a cached range (here a whole-granule block
+// A freed while still using it) waits for the range's old streams like any cached reuse.
+TEST_F(VmmDeferredFreeTest, ATailSharedBlockOnACachedRangeWaitsForItsOldStream) {
+  ASSERT_NE(vmm(), nullptr);
+  std::atomic<bool> intact{false};
+  auto w = allocator_->AllocateRaw(kBlock, a_.get());  // whole granules: cached when freed
+  ASSERT_THAT(w.status(), IsOk());
+  SlowUse(a_.get(), *w, 0xAA, &intact);
+  ASSERT_THAT(allocator_->Deallocate(*w), IsOk());
+  EXPECT_EQ(vmm()->Granules().pending_frees, 0u);
+  auto q = allocator_->AllocateRaw(kShared, b_.get());
+  ASSERT_THAT(q.status(), IsOk());
+  EXPECT_EQ(*q, *w);  // the cached range is its body
+  ASSERT_THAT(b_->Memset8(*q, 0x55, kShared), IsOk());
+  ASSERT_THAT(b_->Synchronize(), IsOk());
+  ASSERT_THAT(a_->Synchronize(), IsOk());
+  EXPECT_TRUE(intact.load()) << "B wrote the cached range while A still used it";
+  ASSERT_THAT(allocator_->Deallocate(*q), IsOk());
+  EXPECT_THAT(allocator_->CheckInvariants(), IsOk());
+}
+
 TEST_F(VmmDeferredFreeTest, AnAllocationThatNeedsTheMemoryWaitsForTheStream) {
   // Three granules: the block (two whole granules and a shared tail) fills the limit, so B's
   // block of the same size fits only once A is done with the first one.
@@ -574,6 +595,66 @@ TEST_F(VmmDeferredFreeTest, GivingMemoryBackWaitsForDeferredFrees) {
       EXPECT_EQ(vmm()->Granules().pending, 0u);
       EXPECT_THAT(allocator_->CheckInvariants(), IsOk());
     }
+  }
+}
+
+// Random sizes (small, whole granules, tail-shared) on two streams that are often still busy,
+// so frees are parked, retired, taken back and waited for in every order: the bookkeeping
+// stays consistent after every operation, and everything is retired at the end.
+TEST_F(VmmDeferredFreeTest, RandomOperationsOnBusyStreamsKeepTheInvariants) {
+  for (bool growth : {false, true}) {
+    SCOPED_TRACE(growth ? "growth" : "no growth");
+    allocator_ = Make(a_.get(), growth);
+    ASSERT_NE(vmm(), nullptr);
+    std::mt19937 rng(growth ? 7 : 3);
+    struct Live {
+      void* p;
+      Stream* s;
+    };
+    std::vector<Live> live;
+    Stream* streams[2] = {a_.get(), b_.get()};
+    for (int op = 0; op < 400; ++op) {
+      Stream* s = streams[rng() % 2];
+      if (rng() % 8 == 0) {  // keep the stream busy for a moment
+        const auto us = std::chrono::microseconds(rng() % 300);
+        ASSERT_THAT(s->LaunchHostFunc([us] { std::this_thread::sleep_for(us); }), IsOk());
+      }
+      if (live.empty() || (live.size() < 12 && rng() % 2 == 0)) {
+        uint64_t bytes;
+        switch (rng() % 3) {
+          case 0:
+            bytes = 256 + rng() % (512 << 10);
+            break;  // slab
+          case 1:
+            bytes = uint64_t{2 << 20} * (1 + rng() % 4);
+            break;  // whole granules
+          default:
+            bytes = (1 << 20) + 256 * (1 + rng() % (40 << 12));
+            break;  // tail-shared
+        }
+        auto p = allocator_->AllocateRaw(bytes, s);
+        if (!p.ok()) {
+          ASSERT_TRUE(absl::IsResourceExhausted(p.status())) << p.status();
+          continue;
+        }
+        ASSERT_THAT(s->Memset8(*p, static_cast<uint8_t>(op), bytes), IsOk());
+        live.push_back({*p, s});
+      } else {
+        const size_t i = rng() % live.size();
+        ASSERT_THAT(allocator_->Deallocate(live[i].p), IsOk());
+        live[i] = live.back();
+        live.pop_back();
+      }
+      ASSERT_THAT(allocator_->CheckInvariants(), IsOk()) << "after operation " << op;
+    }
+    for (const Live& l : live) ASSERT_THAT(allocator_->Deallocate(l.p), IsOk());
+    EXPECT_GT(vmm()->Granules().deferred_frees, 0u);
+    EXPECT_THAT(vmm()->Trim(), IsOk());
+    EXPECT_EQ(vmm()->Granules().pending, 0u);
+    EXPECT_EQ(vmm()->Granules().pending_frees, 0u);
+    EXPECT_THAT(allocator_->CheckInvariants(), IsOk());
+    ASSERT_THAT(a_->Synchronize(), IsOk());
+    ASSERT_THAT(b_->Synchronize(), IsOk());
   }
 }
 
