@@ -598,8 +598,9 @@ TEST_F(VmmDeferredFreeTest, GivingMemoryBackWaitsForDeferredFrees) {
   }
 }
 
-// Random sizes (small, whole granules, tail-shared) on two streams that are often still busy,
-// so frees are parked, retired, taken back and waited for in every order: the bookkeeping
+// Random sizes (small, whole granules, tail-shared, a few repeated ones) on two streams that
+// are often still busy, some blocks used by both (RecordStream), so frees are parked, retired,
+// taken back and waited for in every order: the bookkeeping
 // stays consistent after every operation, and everything is retired at the end.
 TEST_F(VmmDeferredFreeTest, RandomOperationsOnBusyStreamsKeepTheInvariants) {
   for (bool growth : {false, true}) {
@@ -621,7 +622,14 @@ TEST_F(VmmDeferredFreeTest, RandomOperationsOnBusyStreamsKeepTheInvariants) {
       }
       if (live.empty() || (live.size() < 12 && rng() % 2 == 0)) {
         uint64_t bytes;
-        switch (rng() % 3) {
+        static const uint64_t kRepeated[3] = {(4 << 20) + 512, 6 << 20, 3 << 20};
+        switch (rng() % 5) {
+          case 3:
+            bytes = kRepeated[rng() % 3];
+            break;  // loops
+          case 4:
+            bytes = (1 << 20) + 256 * (1 + rng() % 16);
+            break;  // small heads
           case 0:
             bytes = 256 + rng() % (512 << 10);
             break;  // slab
@@ -639,6 +647,16 @@ TEST_F(VmmDeferredFreeTest, RandomOperationsOnBusyStreamsKeepTheInvariants) {
         }
         ASSERT_THAT(s->Memset8(*p, static_cast<uint8_t>(op), bytes), IsOk());
         live.push_back({*p, s});
+        if (rng() % 6 == 0) {  // the other stream uses it too, after the owner (RecordStream)
+          Stream* o = streams[rng() % 2];
+          auto ev = executor_->CreateEvent();
+          ASSERT_THAT(ev.status(), IsOk());
+          ASSERT_THAT(s->RecordEvent(ev->get()), IsOk());
+          ASSERT_THAT(o->WaitEvent(ev->get()), IsOk());
+          ASSERT_THAT(o->LaunchHostFunc([e = std::shared_ptr<Event>(std::move(*ev))] {}), IsOk());
+          ASSERT_THAT(allocator_->RecordStream(*p, o), IsOk());
+          ASSERT_THAT(o->Memset8(*p, 1, 256), IsOk());
+        }
       } else {
         const size_t i = rng() % live.size();
         ASSERT_THAT(allocator_->Deallocate(live[i].p), IsOk());
