@@ -49,6 +49,9 @@ BFCAllocator::BFCAllocator(std::unique_ptr<SubAllocator> sub_allocator, BFCOptio
 }
 
 BFCAllocator::~BFCAllocator() {
+  // The regions go back below: the streams that used them must be done first (the base
+  // destructor waits for them too, but only after this body).
+  SynchronizeStreams().IgnoreError();
   SpinLockGuard l(mu_);
   if (!live_.empty()) {
     ReportAllocatorError(absl::StrFormat("vgpu: %s destroyed with %zu live allocations (%s in use)",
@@ -325,6 +328,13 @@ uint64_t BFCAllocator::ReleaseEmptyRegionsLocked(uint64_t keep_bytes) {
       kept += r.size;
       regions_[out++] = r;
       continue;
+    }
+    // Memory going back to the device must be out of every stream's use: the free chunk's
+    // mask holds the streams of every block that was in it.
+    if (c.streams != 0) {
+      absl::Status synced = SynchronizeSlots(c.streams);
+      if (!synced.ok())
+        ReportAllocatorError(absl::StrCat("vgpu: ", name(), ": ", synced.ToString()));
     }
     BinRemove(r.first);
     DeleteChunk(r.first);
