@@ -617,6 +617,29 @@ TYPED_TEST(StreamOrderTest, DestructionWaitsForTheStreams) {
   }
 }
 
+// bfc's garbage collection gives a wholly free region back to the device before reporting an
+// OOM: the stream still using a block freed in it must be done with it first.
+class BfcStreamOrderTest : public StreamOrderTest<Bfc> {};
+TEST_F(BfcStreamOrderTest, GarbageCollectionWaitsForTheStreams) {
+  allocator_ = Make(a_.get(), /*growth=*/true);
+  ASSERT_NE(allocator_, nullptr);
+  std::atomic<bool> intact{false};
+  auto p = allocator_->AllocateRaw(kBlock, a_.get());  // a region of its own
+  ASSERT_THAT(p.status(), IsOk());
+  SlowUse(a_.get(), *p, 0xAA, &intact);
+  ASSERT_THAT(allocator_->Deallocate(*p), IsOk());
+  // Fits only once that region is given back.
+  const uint64_t big = kLimit - kBlock / 2;
+  auto q = allocator_->AllocateRaw(big, b_.get());
+  ASSERT_THAT(q.status(), IsOk());
+  EXPECT_EQ(allocator_->Stats().bytes_reserved, big);
+  ASSERT_THAT(b_->Memset8(*q, 0x55, big), IsOk());
+  ASSERT_THAT(b_->Synchronize(), IsOk());
+  ASSERT_THAT(a_->Synchronize(), IsOk());
+  EXPECT_TRUE(intact.load());
+  ASSERT_THAT(allocator_->Deallocate(*q), IsOk());
+}
+
 // Random sizes (small; whole vmm granules; not whole granules, so vmm shares tails; a few
 // repeated sizes) on two streams that are often still busy, some blocks used by both
 // (RecordStream after an event wait), so blocks are reused within and across streams, cached,
