@@ -310,9 +310,6 @@ absl::StatusOr<void*> VmmAllocator::AllocateLarge(uint64_t bytes, uint64_t align
   if (range != nullptr && !DropKeptTailLocked(range.get()).ok()) {
     UnmapRangeLocked(std::move(range)).IgnoreError();  // and map afresh below
   }
-  // A cached range brings the streams that used it. Granules from the pool and open parts of
-  // shared granules are out of every stream's use: the unmaps that freed them waited.
-  if (range != nullptr) *wait_for = range->streams;
   if (range == nullptr) {
     absl::StatusOr<std::unique_ptr<Range>> r = map();
     if (!r.ok() && absl::IsResourceExhausted(r.status()) && !pending_.empty()) {
@@ -344,9 +341,11 @@ absl::StatusOr<void*> VmmAllocator::AllocateLarge(uint64_t bytes, uint64_t align
       return OomError(bytes, rounded, r.status().message());
     }
     range = *std::move(r);
-    // A shared-layout block's whole granules may be a cached range: the streams that used it.
-    *wait_for = range->streams;
   }
+  // A cached range (taken above, or as a shared-layout block's whole granules) brings the
+  // streams that used it. Granules from the pool and open parts of shared granules are out of
+  // every stream's use: the unmaps that freed them waited.
+  *wait_for = range->streams;
   range->requested = bytes;
   range->streams = SlotBit(slot);
   if (range->head == kNoGranule && range->tail == kNoGranule) {
@@ -527,14 +526,18 @@ std::unique_ptr<VmmAllocator::Range> VmmAllocator::TakePendingLocked(uint64_t fo
   int looked = 0;
   for (auto it = pending_.end(); it != pending_.begin() && looked < 8; ++looked) {
     --it;
-    if (it->slots != SlotBit(slot) || it->range->footprint != footprint) continue;
-    for (std::unique_ptr<Event>& e : it->events) event_pool_.push_back(std::move(e));
-    std::unique_ptr<Range> range = std::move(it->range);
-    pending_.erase(it);
-    pending_granules_ -= range->granules.size();
-    return range;
+    if (it->slots == SlotBit(slot) && it->range->footprint == footprint) return UnparkLocked(it);
   }
   return nullptr;
+}
+
+std::unique_ptr<VmmAllocator::Range> VmmAllocator::UnparkLocked(
+    std::deque<PendingFree>::iterator it) {
+  for (std::unique_ptr<Event>& e : it->events) event_pool_.push_back(std::move(e));
+  std::unique_ptr<Range> range = std::move(it->range);
+  pending_.erase(it);
+  pending_granules_ -= range->granules.size();
+  return range;
 }
 
 absl::Status VmmAllocator::ReapPendingLocked(bool wait) {
@@ -551,12 +554,8 @@ absl::Status VmmAllocator::ReapPendingLocked(bool wait) {
       if (!done.ok()) return done.status();
       if (!*done) return absl::OkStatus();  // oldest first: the rest waits for it
     }
-    for (std::unique_ptr<Event>& e : pf.events) event_pool_.push_back(std::move(e));
-    std::unique_ptr<Range> range = std::move(pf.range);
-    pending_.pop_front();
-    pending_granules_ -= range->granules.size();
     bool cached = false;
-    first.Update(RetireLocked(std::move(range), &cached));
+    first.Update(RetireLocked(UnparkLocked(pending_.begin()), &cached));
   }
   return first;
 }

@@ -330,6 +330,9 @@ class VmmAllocator final : public Allocator {
   // stream has work that could (or an event could not be made: the caller retires it now,
   // waiting on the host as before).
   bool DeferFreeLocked(std::unique_ptr<Range>* range) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Takes a parked block out (its events back to the pool), for reuse or retirement.
+  std::unique_ptr<Range> UnparkLocked(std::deque<PendingFree>::iterator it)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status ReapPendingLocked(bool wait) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // What freeing a block does to its range once no stream uses it: its shared views unmapped
   // (parts offered to neighbours), then its own granules cached (true in *cached) or unmapped.
