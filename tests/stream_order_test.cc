@@ -428,33 +428,47 @@ class VmmDeferredFreeTest : public StreamOrderTest<Vmm> {
     EXPECT_THAT(a.status(), IsOk());
     return a.ok() ? *std::move(a) : nullptr;
   }
-  // Fills `p` on A, then holds A in a host function until `open` is set, and checks it still
-  // holds the fill: false in *intact otherwise.
-  void HeldUse(void* p, std::atomic<bool>* open, std::atomic<bool>* intact) {
+  // A tail-shared block on A, filled, then held in a host function on A until `open` is set,
+  // which checks it still holds the fill (false in *intact otherwise); null on failure.
+  void* HeldBlock(std::atomic<bool>* open, std::atomic<bool>* intact) {
+    auto block = allocator_->AllocateRaw(kShared, a_.get());
+    EXPECT_THAT(block.status(), IsOk());
+    if (!block.ok()) return nullptr;
+    void* p = *block;
     std::atomic<bool> started{false};
-    ASSERT_THAT(a_->Memset8(p, 0xAA, kShared), IsOk());
-    ASSERT_THAT(a_->LaunchHostFunc([p, open, intact, &started] {
-      started.store(true);
-      while (!open->load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-      const auto* b = static_cast<const uint8_t*>(p);
-      bool same = true;
-      for (uint64_t i = 0; i < kShared; i += 4096) same &= b[i] == 0xAA;
-      same &= b[kShared - 1] == 0xAA;
-      intact->store(same);
-    }),
-                IsOk());
+    absl::Status s = a_->Memset8(p, 0xAA, kShared);
+    if (s.ok()) {
+      s = a_->LaunchHostFunc([p, open, intact, &started] {
+        started.store(true);
+        while (!open->load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        const auto* b = static_cast<const uint8_t*>(p);
+        bool same = true;
+        for (uint64_t i = 0; i < kShared; i += 4096) same &= b[i] == 0xAA;
+        same &= b[kShared - 1] == 0xAA;
+        intact->store(same);
+      });
+    }
+    EXPECT_THAT(s, IsOk());
+    if (!s.ok()) return nullptr;
     while (!started.load()) std::this_thread::yield();
+    return p;
+  }
+  // Sets `open` after kSlow, from another thread (for a wait that blocks this one).
+  static std::thread OpenLater(std::atomic<bool>* open) {
+    return std::thread([open] {
+      std::this_thread::sleep_for(kSlow);
+      open->store(true);
+    });
   }
 };
 
 TEST_F(VmmDeferredFreeTest, FreeReturnsWhileItsStreamStillUsesTheBlock) {
   ASSERT_NE(vmm(), nullptr);
   std::atomic<bool> open{false}, intact{false};
-  auto p = allocator_->AllocateRaw(kShared, a_.get());
-  ASSERT_THAT(p.status(), IsOk());
-  HeldUse(*p, &open, &intact);
+  void* p = HeldBlock(&open, &intact);
+  ASSERT_NE(p, nullptr);
   // A is held until we open it: a free that waited for A would not return.
-  auto freed = std::async(std::launch::async, [&] { return allocator_->Deallocate(*p); });
+  auto freed = std::async(std::launch::async, [&] { return allocator_->Deallocate(p); });
   const bool returned = freed.wait_for(std::chrono::seconds(10)) == std::future_status::ready;
   if (!returned) {
     open.store(true);  // let the waiting free finish before failing
@@ -488,22 +502,21 @@ TEST_F(VmmDeferredFreeTest, FreeReturnsWhileItsStreamStillUsesTheBlock) {
 TEST_F(VmmDeferredFreeTest, TheSameStreamTakesItsDeferredBlockBackAtOnce) {
   ASSERT_NE(vmm(), nullptr);
   std::atomic<bool> open{false}, intact{false};
-  auto p = allocator_->AllocateRaw(kShared, a_.get());
-  ASSERT_THAT(p.status(), IsOk());
-  HeldUse(*p, &open, &intact);
-  ASSERT_THAT(allocator_->Deallocate(*p), IsOk());
+  void* p = HeldBlock(&open, &intact);
+  ASSERT_NE(p, nullptr);
+  ASSERT_THAT(allocator_->Deallocate(p), IsOk());
   const uint64_t mapped = vmm()->Granules().mapped;
   // A loop on A: the same size again is A's parked block (A's work runs in order), so no
   // memory is mapped for it while A is still busy.
   auto again = allocator_->AllocateRaw(kShared, a_.get());
   ASSERT_THAT(again.status(), IsOk());
-  EXPECT_EQ(*again, *p);
+  EXPECT_EQ(*again, p);
   EXPECT_EQ(vmm()->Granules().pending_frees, 0u);
   EXPECT_EQ(vmm()->Granules().mapped, mapped);
   // Another stream's block of that size gets other memory.
   auto other = allocator_->AllocateRaw(kShared, b_.get());
   ASSERT_THAT(other.status(), IsOk());
-  EXPECT_NE(*other, *p);
+  EXPECT_NE(*other, p);
   open.store(true);
   ASSERT_THAT(a_->Synchronize(), IsOk());
   EXPECT_TRUE(intact.load());
@@ -539,16 +552,12 @@ TEST_F(VmmDeferredFreeTest, AnAllocationThatNeedsTheMemoryWaitsForTheStream) {
   allocator_ = MakeLimited(3 * kBlock / 2);
   ASSERT_NE(vmm(), nullptr);
   std::atomic<bool> intact{false};
-  auto p = allocator_->AllocateRaw(kShared, a_.get());
-  ASSERT_THAT(p.status(), IsOk());
   std::atomic<bool> open{false};
-  HeldUse(*p, &open, &intact);
-  ASSERT_THAT(allocator_->Deallocate(*p), IsOk());
+  void* p = HeldBlock(&open, &intact);
+  ASSERT_NE(p, nullptr);
+  ASSERT_THAT(allocator_->Deallocate(p), IsOk());
   EXPECT_EQ(vmm()->Granules().pending_frees, 1u);
-  std::thread opener([&] {
-    std::this_thread::sleep_for(kSlow);
-    open.store(true);
-  });
+  std::thread opener = OpenLater(&open);
   auto q = allocator_->AllocateRaw(kShared, b_.get());  // waits for A's event
   opener.join();
   ASSERT_THAT(q.status(), IsOk());
@@ -573,15 +582,11 @@ TEST_F(VmmDeferredFreeTest, GivingMemoryBackWaitsForDeferredFrees) {
     // Without growth nothing is given back when idle: the free below stays deferred.
     if (step == 2) allocator_ = Make(a_.get(), /*growth=*/false);
     std::atomic<bool> open{false}, intact{false};
-    auto p = allocator_->AllocateRaw(kShared, a_.get());
-    ASSERT_THAT(p.status(), IsOk());
-    HeldUse(*p, &open, &intact);
-    ASSERT_THAT(allocator_->Deallocate(*p), IsOk());
+    void* p = HeldBlock(&open, &intact);
+    ASSERT_NE(p, nullptr);
+    ASSERT_THAT(allocator_->Deallocate(p), IsOk());
     EXPECT_EQ(vmm()->Granules().pending_frees, 1u);
-    std::thread opener([&] {
-      std::this_thread::sleep_for(kSlow);
-      open.store(true);
-    });
+    std::thread opener = OpenLater(&open);
     if (step == 0) {
       EXPECT_THAT(vmm()->Trim(), IsOk());
       EXPECT_EQ(vmm()->Granules().cached, 0u);
