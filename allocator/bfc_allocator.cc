@@ -158,7 +158,7 @@ uint32_t BFCAllocator::TreapMerge(uint32_t l, uint32_t r) {
 
 void BFCAllocator::BinInsert(uint32_t c) {
   const int t = TreeFor(chunks_[c].size);
-  chunks_[c].bin = static_cast<int8_t>(t);
+  chunks_[c].bin = static_cast<int16_t>(t);
   MarkTree(t);
   // Down to the first node c outranks, then c takes its place with the subtree split under it.
   const uint32_t priority = chunks_[c].priority;
@@ -256,9 +256,7 @@ uint32_t BFCAllocator::FindChunkLocked(uint64_t size) const {
 }
 
 uint64_t BFCAllocator::LargestFreeLocked() const {
-  int i = tree_mask_[1] != 0   ? 127 - std::countl_zero(tree_mask_[1])
-          : tree_mask_[0] != 0 ? 63 - std::countl_zero(tree_mask_[0])
-                               : -1;
+  const int i = LastTree();
   if (i < 0) return 0;
   uint32_t n = roots_[i];
   while (chunks_[n].right != kNone) n = chunks_[n].right;

@@ -74,6 +74,27 @@ TEST(BFCAllocatorTest, BinsBySizeClass) {
   EXPECT_EQ(BFCAllocator::RoundedBytes(257), 512u);
 }
 
+// Free chunks live in kSubBins trees per bin; the best fit takes the first chunk of the next
+// non-empty tree, so tree indices must never decrease with size and must refine the bins.
+TEST(BFCAllocatorTest, TreesRefineTheBinsInSizeOrder) {
+  int last = 0;
+  for (uint64_t size = 256; size <= (uint64_t{1} << 42);
+       size += std::max<uint64_t>(256, size / 97)) {
+    const uint64_t rounded = BFCAllocator::RoundedBytes(size);
+    const int t = BFCAllocator::TreeFor(rounded);
+    ASSERT_GE(t, last) << rounded;
+    ASSERT_LT(t, BFCAllocator::kNumTrees) << rounded;
+    ASSERT_EQ(t / BFCAllocator::kSubBins, BFCAllocator::BinFor(rounded)) << rounded;
+    last = t;
+  }
+  // Within a bin, sizes a sub-bin apart are in different trees (the trees stay small).
+  const uint64_t octave = uint64_t{1} << 20;
+  EXPECT_EQ(BFCAllocator::TreeFor(octave) + 1,
+            BFCAllocator::TreeFor(octave + octave / BFCAllocator::kSubBins));
+  EXPECT_EQ(BFCAllocator::TreeFor(2 * octave - 256), BFCAllocator::TreeFor(2 * octave) - 1);
+  EXPECT_EQ(BFCAllocator::TreeFor(uint64_t{1} << 40), BFCAllocator::kNumTrees - 1);
+}
+
 TEST(BFCAllocatorTest, GrowthOffTakesTheWholeLimitUpFront) {
   Fixture f = Make(64 * kMiB, /*growth=*/false);
   ASSERT_THAT(f.bfc->init_status(), IsOk());
