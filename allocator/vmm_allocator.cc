@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <chrono>
 #include <string_view>
 #include <utility>
 
@@ -173,6 +174,9 @@ absl::Status VmmAllocator::Init() {
                                                   : limit_granules_;
   keep_granules_ = options_.pool_keep_bytes ? options_.pool_keep_bytes / g
                                             : std::max<uint64_t>(1, limit_granules_ / 64);
+  epoch_len_ = std::clamp<uint64_t>(options_.give_back_epoch, 1, uint64_t{1} << 40);
+  epoch_interval_ns_ =
+      std::min<uint64_t>(options_.give_back_interval_ms, uint64_t{1} << 32) * 1000000;
   // Half a granule: larger requests are stitched whole granules, which cannot fragment.
   // random_mixed's min limit: 1.075x at G/2 and 1.07x at G with fixed one-granule slabs
   // (1.085x and 1.095x with doubling slabs); G/2 keeps 1-2 MiB blocks out of the slabs.
@@ -615,6 +619,7 @@ absl::Status VmmAllocator::GiveBackIfIdle(const void* last_range, uint64_t last_
   while (cached_granules_ > cache_keep) VGPU_RETURN_IF_ERROR(EvictOneLocked(last_range));
   VGPU_RETURN_IF_ERROR(GiveBackLocked(0));
   epoch_frees_ = 0;
+  epoch_start_ns_ = 0;
   free_low_water_ = 0;
   return absl::OkStatus();
 }
@@ -686,6 +691,8 @@ uint32_t VmmAllocator::AddGranuleLocked(PhysicalMemoryHandle handle) {
     granules_.push_back(Granule{handle, run});
   }
   ++created_granules_;
+  ++epoch_created_;
+  ++granule_creates_;
   return slot;
 }
 
@@ -1233,14 +1240,48 @@ absl::Status VmmAllocator::EvictOneLocked(const void* spare) {
   return absl::InternalError(absl::StrCat(name(), ": nothing to evict from the mapping cache"));
 }
 
+namespace {
+int64_t SteadyNowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+}  // namespace
+
 absl::Status VmmAllocator::EpochGiveBackLocked() {
-  if (++epoch_frees_ < std::max<uint64_t>(1, options_.give_back_epoch)) return absl::OkStatus();
+  if (++epoch_frees_ < epoch_len_) return absl::OkStatus();
+  // Time is read once per epoch of frees, not per free.
+  const int64_t now = epoch_interval_ns_ != 0 ? SteadyNowNs() : 0;
+  if (epoch_interval_ns_ != 0) {
+    if (epoch_start_ns_ == 0) epoch_start_ns_ = now;
+    if (static_cast<uint64_t>(now - epoch_start_ns_) < epoch_interval_ns_) {
+      epoch_frees_ = 0;  // look again after as many frees; the low water keeps falling
+      return absl::OkStatus();
+    }
+  }
   // Granules that were free through the whole epoch were not needed: give them back, keeping
-  // a small reserve. Waiting an epoch avoids returning and recreating granules every step.
+  // a small reserve. Waiting an epoch avoids returning and recreating granules every step;
+  // when that happens anyway (granules given back were created again: the workload's step is
+  // longer than the epoch), the epoch doubles. On a card each such granule costs a cuMemCreate
+  // and a cuMemRelease (~18 us together, docs/gpu-results.md).
   epoch_frees_ = 0;
+  epoch_start_ns_ = now;
+  const uint64_t recreated = std::min(epoch_created_, epoch_returned_);
+  epoch_returned_ -= recreated;
+  epoch_created_ = 0;
+  if (recreated > 0) {
+    const uint64_t base = std::clamp<uint64_t>(options_.give_back_epoch, 1, uint64_t{1} << 40);
+    const uint64_t base_ns =
+        std::min<uint64_t>(options_.give_back_interval_ms, uint64_t{1} << 32) * 1000000;
+    epoch_len_ = std::min(epoch_len_ * 2, base << 10);
+    epoch_interval_ns_ = std::min(epoch_interval_ns_ * 2, base_ns << 6);
+    ++epoch_doublings_;
+  }
   if (free_low_water_ > keep_granules_) {
+    const uint64_t before = created_granules_;
     VGPU_RETURN_IF_ERROR(
         GiveBackLocked(free_granules_.size() - (free_low_water_ - keep_granules_)));
+    epoch_returned_ += before - created_granules_;
   }
   free_low_water_ = free_granules_.size();
   return absl::OkStatus();
@@ -1355,6 +1396,11 @@ VmmAllocator::GranuleCounts VmmAllocator::Granules() const {
   StdMutexLock l(&mu_);
   GranuleCounts c;
   c.created = created_granules_;
+  c.granule_creates = granule_creates_;
+  if (options_.allow_growth) {
+    c.give_back_epoch = epoch_len_;
+    c.give_back_interval_ms = epoch_interval_ns_ / 1000000;
+  }
   c.mapped = mapped_granules_;
   c.in_blocks = block_granules_;
   c.cached = cached_granules_;

@@ -94,8 +94,9 @@ struct VmmOptions {
   // granule. Such blocks are unmapped when freed, not cached. false: every large block is whole
   // granules (docs/vmm.md measures both).
   bool share_tail_granules = true;
-  // With allow_growth, granules that stayed free in the pool through a whole epoch of
-  // `give_back_epoch` frees (of large blocks and of slabs) go back to the device, except
+  // With allow_growth, granules that stayed free in the pool through a whole epoch (at least
+  // `give_back_epoch` frees, of large blocks and of slabs, and `give_back_interval_ms`) go back
+  // to the device, except
   // `pool_keep_bytes` of them (0 = limit / 64, at least one granule). When nothing is
   // allocated, everything goes back (cache, empty slabs, all granules) except
   // `pool_keep_bytes` kept mapped: the cached range of the large block freed last, or one empty
@@ -103,6 +104,10 @@ struct VmmOptions {
   // that reserve too.
   uint64_t pool_keep_bytes = 0;
   uint64_t give_back_epoch = 256;
+  // The epoch's least duration (0: frees alone): a loop whose step is shorter does not give
+  // back and create the same granules every step. Both double (up to 1024x and 64x) whenever
+  // granules an epoch gave back are created again, so a longer step stops doing it too.
+  uint64_t give_back_interval_ms = 1000;
 };
 
 class VmmAllocator final : public Allocator {
@@ -148,6 +153,11 @@ class VmmAllocator final : public Allocator {
     uint64_t pending_frees = 0;
     uint64_t deferred_frees = 0;
     uint64_t shared = 0;  // granules split between two blocks (tail sharing), in `mapped`
+    // Granules created from the device so far (each a CreatePhysicalMemory, later released),
+    // and the give-back epoch now (growth only; VmmOptions::give_back_epoch, doubled on churn).
+    uint64_t granule_creates = 0;
+    uint64_t give_back_epoch = 0;
+    uint64_t give_back_interval_ms = 0;
     // Granule mappings in virtual space: mapped + shared granules mapped in two ranges.
     uint64_t views = 0;
   };
@@ -434,6 +444,15 @@ class VmmAllocator final : public Allocator {
   // fewest free granules during this give-back epoch
   uint64_t free_low_water_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t epoch_frees_ ABSL_GUARDED_BY(mu_) = 0;
+  // The adaptive epoch (EpochGiveBackLocked): its frees and duration, when it began, granules
+  // given back by epochs and not created again since, and granules created in this epoch.
+  uint64_t epoch_len_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t epoch_interval_ns_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t epoch_start_ns_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t epoch_returned_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t epoch_created_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t granule_creates_ ABSL_GUARDED_BY(mu_) = 0;  // every CreatePhysicalMemory
+  uint64_t epoch_doublings_ ABSL_GUARDED_BY(mu_) = 0;
   // live large blocks by ptr
   BlockTable blocks_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<void*, std::unique_ptr<Range>> slab_ranges_ ABSL_GUARDED_BY(mu_);

@@ -336,6 +336,7 @@ TEST(VmmAllocatorTest, GrowthGivesGranulesBackToTheDevice) {
   VmmOptions o = Opts(64 * kG, true, /*cache=*/false);
   o.pool_keep_bytes = 2 * kG;
   o.give_back_epoch = 4;
+  o.give_back_interval_ms = 0;  // epochs of frees alone
   Fake f = MakeFake(o, 64 * kG);
   EXPECT_EQ(f.backend->physical_bytes(), 0u);  // nothing up front
   auto keep = f.alloc->AllocateRaw(kG);
@@ -372,6 +373,70 @@ TEST(VmmAllocatorTest, GrowthGivesGranulesBackToTheDevice) {
   ASSERT_THAT(again.status(), IsOk());
   EXPECT_THAT(CheckFakeVmm(f), IsOk());
   ASSERT_THAT(f.alloc->Deallocate(*again), IsOk());
+}
+
+// A step longer than the give-back epoch: an 8-granule block lives through 12 frees of a
+// 1-granule block, then is freed, so every epoch of 4 frees sees 7 granules idle and gives them
+// back, and the next step creates them again. The epoch doubles until it spans a step, then
+// the loop stops going to the device; nothing else changes.
+TEST(VmmAllocatorTest, GiveBackEpochGrowsWhenGivenBackGranulesAreCreatedAgain) {
+  VmmOptions o = Opts(64 * kG, true, /*cache=*/false);
+  o.pool_keep_bytes = kG;
+  o.give_back_epoch = 4;
+  o.give_back_interval_ms = 0;
+  Fake f = MakeFake(o, 64 * kG);
+  auto anchor = f.alloc->AllocateRaw(kG);  // keeps the allocator from going idle
+  ASSERT_THAT(anchor.status(), IsOk());
+  auto step = [&] {
+    auto big = f.alloc->AllocateRaw(8 * kG);
+    ASSERT_THAT(big.status(), IsOk());
+    ASSERT_THAT(f.alloc->Deallocate(*big), IsOk());
+    for (int i = 0; i < 12; ++i) {
+      auto p = f.alloc->AllocateRaw(kG);
+      ASSERT_THAT(p.status(), IsOk());
+      ASSERT_THAT(f.alloc->Deallocate(*p), IsOk());
+    }
+    ASSERT_THAT(CheckFakeVmm(f), IsOk());
+  };
+  for (int i = 0; i < 3; ++i) step();
+  const uint64_t early = f.alloc->Granules().granule_creates;
+  EXPECT_GT(early, 9u + 7u);  // at least one step created its block's granules again
+  for (int i = 0; i < 20; ++i) step();
+  const VmmAllocator::GranuleCounts c1 = f.alloc->Granules();
+  EXPECT_GT(c1.give_back_epoch, 4u);
+  for (int i = 0; i < 20; ++i) step();
+  const VmmAllocator::GranuleCounts c2 = f.alloc->Granules();
+  EXPECT_EQ(c2.granule_creates, c1.granule_creates);  // steady: no more trips to the device
+  EXPECT_LE(c2.give_back_epoch, 4u << 10);
+  // Idle give-back is unchanged: everything but the reserve goes back at once.
+  ASSERT_THAT(f.alloc->Deallocate(*anchor), IsOk());
+  EXPECT_LE(f.backend->physical_bytes(), kG);
+  EXPECT_THAT(CheckFakeVmm(f), IsOk());
+}
+
+// With the default interval an epoch also lasts at least a second: a fast loop gives nothing
+// back by epoch (its granules are made once), yet going idle still returns everything.
+TEST(VmmAllocatorTest, GiveBackEpochLastsAtLeastItsInterval) {
+  VmmOptions o = Opts(64 * kG, true, /*cache=*/false);
+  o.pool_keep_bytes = kG;
+  o.give_back_epoch = 4;
+  o.give_back_interval_ms = 60 * 60 * 1000;  // an hour: never within this test
+  Fake f = MakeFake(o, 64 * kG);
+  auto anchor = f.alloc->AllocateRaw(kG);
+  ASSERT_THAT(anchor.status(), IsOk());
+  auto big = f.alloc->AllocateRaw(10 * kG);
+  ASSERT_THAT(big.status(), IsOk());
+  ASSERT_THAT(f.alloc->Deallocate(*big), IsOk());
+  for (int i = 0; i < 200; ++i) {
+    auto p = f.alloc->AllocateRaw(kG);
+    ASSERT_THAT(p.status(), IsOk());
+    ASSERT_THAT(f.alloc->Deallocate(*p), IsOk());
+  }
+  EXPECT_EQ(f.backend->physical_bytes(), 11 * kG);  // an hour has not passed
+  EXPECT_EQ(f.alloc->Granules().granule_creates, 11u);
+  ASSERT_THAT(f.alloc->Deallocate(*anchor), IsOk());
+  EXPECT_LE(f.backend->physical_bytes(), kG);
+  EXPECT_THAT(CheckFakeVmm(f), IsOk());
 }
 
 TEST(VmmAllocatorTest, GrowthStopsWhenTheCardIsFull) {

@@ -17,6 +17,7 @@
 #include "vgpu/allocator/memory_history.h"
 #include "vgpu/allocator/trace.h"
 #include "vgpu/allocator/trace_import.h"
+#include "vgpu/allocator/vmm_allocator.h"
 #include "vgpu/runtime/bytes.h"
 #include "vgpu/runtime/json.h"
 #include "vgpu/runtime/status.h"
@@ -125,6 +126,9 @@ struct TimedReplay {
   // Device map / unmap calls (vmm: Map/Unmap, one cuMemMap/cuMemUnmap each; bfc: regions taken
   // from and given back to the sub-allocator) per 1000 trace events, run 0.
   double map_calls_per_kop = 0, unmap_calls_per_kop = 0;
+  // vmm only: physical granules created from the device (cuMemCreate on cuda, each released
+  // later) per 1000 trace events, run 0: with growth, what going to the device costs.
+  std::optional<double> granule_creates_per_kop;
   // Reserved (mapped) bytes right after the last free of run 0, when the allocator is idle:
   // what it did not give back (vmm with growth keeps a reserve of pool_keep_bytes).
   uint64_t idle_reserved = 0;
@@ -168,6 +172,10 @@ absl::StatusOr<TimedReplay> RunTimed(const Trace& trace, const BenchAllocatorSpe
       } else {
         out.map_calls_per_kop = static_cast<double>(stats.regions_mapped) / kops;
         out.unmap_calls_per_kop = static_cast<double>(stats.regions_unmapped) / kops;
+      }
+      if (const auto* vmm = dynamic_cast<const VmmAllocator*>(&allocator)) {
+        out.granule_creates_per_kop =
+            static_cast<double>(vmm->Granules().granule_creates) / kops;
       }
       if (stats.mapping_granularity > 0) {  // vmm: regions are granules
         const double gib = static_cast<double>(stats.regions_mapped) *
@@ -459,11 +467,13 @@ int RunReplay(const BenchArgs& args) {
   NullOr(w, "min_limit_ratio", scan.min_limit_ratio);
   NullOr(w, "first_fit_ratio", scan.first_fit_ratio);
   w.Field("peak_rss_bytes", peak_rss);
-  // Issue 13 (vmm only): contiguous granules map in one call; 512 per GiB would be one per
+  // vmm only: contiguous granules map in one call; 512 per GiB would be one per
   // 2 MiB granule.
   if (map_calls_per_gib) w.Field("vmm_map_calls_per_gib", *map_calls_per_gib);
   w.Field("map_calls_per_kop", timed->map_calls_per_kop);
   w.Field("unmap_calls_per_kop", timed->unmap_calls_per_kop);
+  if (timed->granule_creates_per_kop)
+    w.Field("granule_creates_per_kop", *timed->granule_creates_per_kop);
   w.Field("idle_reserved_bytes", timed->idle_reserved);
   // Imported workloads (allocator/trace_import.h) say where they came from; a vgpu trace's
   // line keeps its keys.
