@@ -174,9 +174,12 @@ absl::Status VmmAllocator::Init() {
                                                   : limit_granules_;
   keep_granules_ = options_.pool_keep_bytes ? options_.pool_keep_bytes / g
                                             : std::max<uint64_t>(1, limit_granules_ / 64);
-  epoch_len_ = std::clamp<uint64_t>(options_.give_back_epoch, 1, uint64_t{1} << 40);
-  epoch_interval_ns_ =
-      std::min<uint64_t>(options_.give_back_interval_ms, uint64_t{1} << 32) * 1000000;
+  {
+    StdMutexLock l(&mu_);  // not shared yet; for the analysis
+    epoch_len_ = std::clamp<uint64_t>(options_.give_back_epoch, 1, uint64_t{1} << 40);
+    epoch_interval_ns_ =
+        std::min<uint64_t>(options_.give_back_interval_ms, uint64_t{1} << 32) * 1000000;
+  }
   // Half a granule: larger requests are stitched whole granules, which cannot fragment.
   // random_mixed's min limit: 1.075x at G/2 and 1.07x at G with fixed one-granule slabs
   // (1.085x and 1.095x with doubling slabs); G/2 keeps 1-2 MiB blocks out of the slabs.
