@@ -11,6 +11,9 @@
 # trace is absent (../shared is beside the repository in CI).
 bench=$1 trace=$2 allocator=$3 growth=$4 min_bar=$5 ns_bar=$6 res_bar=${7:-}
 if [ ! -f "$trace" ]; then echo "SKIPPED: $trace is absent"; exit 0; fi
+# OpenBLAS (linked in for the host platform's kernels, unused by a replay) spins a thread per
+# core for its first ~0.1 s, which is most of a replay: one thread keeps it from competing.
+export OPENBLAS_NUM_THREADS=1
 flag=""
 [ "$growth" = on ] && flag=--allow-growth
 json=$("$bench" replay "$trace" --allocator "$allocator" --min-limit $flag --no-baseline 2>/dev/null | tail -n 1)
