@@ -909,7 +909,7 @@ absl::StatusOr<std::unique_ptr<VmmAllocator::Range>> VmmAllocator::MapSharedRang
   if (kept_tail) {
     const uint32_t slot = range->kept_tail;
     range->kept_tail = kNoGranule;
-    if (shared_.size() <= slot) shared_.resize(granules_.size());
+    if (shared_.size() <= slot) shared_.resize(granules_.capacity());  // once per growth
     shared_[slot] = SharedGranule{t, true, true, false, 0, kNoGranule, kNoGranule};
     ++shared_count_;
     open_upper_.Insert(g - t, slot);
@@ -919,7 +919,7 @@ absl::StatusOr<std::unique_ptr<VmmAllocator::Range>> VmmAllocator::MapSharedRang
     free_granules_.pop_back();
     --runs_[granules_[slot].run].free;
     const uint64_t split = t;  // a multiple of 256: the next block's head starts there
-    if (shared_.size() <= slot) shared_.resize(granules_.size());
+    if (shared_.size() <= slot) shared_.resize(granules_.capacity());  // once per growth
     shared_[slot] = SharedGranule{split, true, true, false, 0, kNoGranule, kNoGranule};
     ++shared_count_;
     open_upper_.Insert(g - split, slot);
