@@ -439,6 +439,33 @@ TEST(VmmAllocatorTest, GiveBackEpochLastsAtLeastItsInterval) {
   EXPECT_THAT(CheckFakeVmm(f), IsOk());
 }
 
+// Extreme epoch settings neither overflow nor stop give-back at idle: 0 frees means 1, and an
+// epoch or interval near 2^64 is clamped (doubling saturates).
+TEST(VmmAllocatorTest, ExtremeGiveBackEpochSettingsAreClamped) {
+  for (uint64_t epoch : {uint64_t{0}, uint64_t{1}, ~uint64_t{0}}) {
+    for (uint64_t interval : {uint64_t{0}, ~uint64_t{0}}) {
+      VmmOptions o = Opts(64 * kG, true, /*cache=*/false);
+      o.pool_keep_bytes = kG;
+      o.give_back_epoch = epoch;
+      o.give_back_interval_ms = interval;
+      Fake f = MakeFake(o, 64 * kG);
+      auto anchor = f.alloc->AllocateRaw(kG);
+      ASSERT_THAT(anchor.status(), IsOk());
+      for (int step = 0; step < 30; ++step) {
+        auto big = f.alloc->AllocateRaw((step % 5 + 2) * kG);
+        ASSERT_THAT(big.status(), IsOk());
+        ASSERT_THAT(f.alloc->Deallocate(*big), IsOk());
+      }
+      const VmmAllocator::GranuleCounts c = f.alloc->Granules();
+      EXPECT_GE(c.give_back_epoch, 1u) << epoch << " " << interval;
+      EXPECT_LE(c.give_back_epoch, uint64_t{1} << 50) << epoch << " " << interval;
+      EXPECT_THAT(CheckFakeVmm(f), IsOk());
+      ASSERT_THAT(f.alloc->Deallocate(*anchor), IsOk());
+      EXPECT_LE(f.backend->physical_bytes(), kG) << epoch << " " << interval;
+    }
+  }
+}
+
 TEST(VmmAllocatorTest, GrowthStopsWhenTheCardIsFull) {
   Fake f = MakeFake(Opts(64 * kG, true, /*cache=*/false), /*capacity=*/4 * kG);
   auto a = f.alloc->AllocateRaw(3 * kG);
