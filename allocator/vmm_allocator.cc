@@ -176,9 +176,8 @@ absl::Status VmmAllocator::Init() {
                                             : std::max<uint64_t>(1, limit_granules_ / 64);
   {
     StdMutexLock l(&mu_);  // not shared yet; for the analysis
-    epoch_len_ = std::clamp<uint64_t>(options_.give_back_epoch, 1, uint64_t{1} << 40);
-    epoch_interval_ns_ =
-        std::min<uint64_t>(options_.give_back_interval_ms, uint64_t{1} << 32) * 1000000;
+    epoch_len_ = BaseEpochLen();
+    epoch_interval_ns_ = BaseEpochIntervalNs();
   }
   // Half a granule: larger requests are stitched whole granules, which cannot fragment.
   // random_mixed's min limit: 1.075x at G/2 and 1.07x at G with fixed one-granule slabs
@@ -1273,12 +1272,8 @@ absl::Status VmmAllocator::EpochGiveBackLocked() {
   epoch_returned_ -= recreated;
   epoch_created_ = 0;
   if (recreated > 0) {
-    const uint64_t base = std::clamp<uint64_t>(options_.give_back_epoch, 1, uint64_t{1} << 40);
-    const uint64_t base_ns =
-        std::min<uint64_t>(options_.give_back_interval_ms, uint64_t{1} << 32) * 1000000;
-    epoch_len_ = std::min(epoch_len_ * 2, base << 10);
-    epoch_interval_ns_ = std::min(epoch_interval_ns_ * 2, base_ns << 6);
-    ++epoch_doublings_;
+    epoch_len_ = std::min(epoch_len_ * 2, BaseEpochLen() << 10);
+    epoch_interval_ns_ = std::min(epoch_interval_ns_ * 2, BaseEpochIntervalNs() << 6);
   }
   if (free_low_water_ > keep_granules_) {
     const uint64_t before = created_granules_;

@@ -35,6 +35,7 @@
 #ifndef VGPU_ALLOCATOR_VMM_ALLOCATOR_H_
 #define VGPU_ALLOCATOR_VMM_ALLOCATOR_H_
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <deque>
@@ -154,7 +155,8 @@ class VmmAllocator final : public Allocator {
     uint64_t deferred_frees = 0;
     uint64_t shared = 0;  // granules split between two blocks (tail sharing), in `mapped`
     // Granules created from the device so far (each a CreatePhysicalMemory, later released),
-    // and the give-back epoch now (growth only; VmmOptions::give_back_epoch, doubled on churn).
+    // and the give-back epoch now, in frees and milliseconds (growth only; VmmOptions'
+    // give_back_epoch and give_back_interval_ms, doubled on churn).
     uint64_t granule_creates = 0;
     uint64_t give_back_epoch = 0;
     uint64_t give_back_interval_ms = 0;
@@ -452,7 +454,14 @@ class VmmAllocator final : public Allocator {
   uint64_t epoch_returned_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t epoch_created_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t granule_creates_ ABSL_GUARDED_BY(mu_) = 0;  // every CreatePhysicalMemory
-  uint64_t epoch_doublings_ ABSL_GUARDED_BY(mu_) = 0;
+  // The epoch as configured (clamped so that doubling cannot overflow): where it starts and
+  // what its doublings are bounded by (1024x frees, 64x duration).
+  uint64_t BaseEpochLen() const {
+    return std::clamp<uint64_t>(options_.give_back_epoch, 1, uint64_t{1} << 40);
+  }
+  uint64_t BaseEpochIntervalNs() const {
+    return std::min<uint64_t>(options_.give_back_interval_ms, uint64_t{1} << 32) * 1000000;
+  }
   // live large blocks by ptr
   BlockTable blocks_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<void*, std::unique_ptr<Range>> slab_ranges_ ABSL_GUARDED_BY(mu_);

@@ -64,6 +64,22 @@ VmmOptions Opts(uint64_t limit, bool growth, bool cache = true) {
   return o;
 }
 
+// The give-back epoch tests: growth, no cache, a one-granule reserve, and the epoch given.
+VmmOptions EpochOpts(uint64_t epoch, uint64_t interval_ms) {
+  VmmOptions o = Opts(64 * kG, true, /*cache=*/false);
+  o.pool_keep_bytes = kG;
+  o.give_back_epoch = epoch;
+  o.give_back_interval_ms = interval_ms;
+  return o;
+}
+
+// Allocates `bytes` and frees it at once.
+void AllocFree(Fake& f, uint64_t bytes) {
+  auto p = f.alloc->AllocateRaw(bytes);
+  ASSERT_THAT(p.status(), IsOk());
+  ASSERT_THAT(f.alloc->Deallocate(*p), IsOk());
+}
+
 std::pair<uint64_t, uint64_t> At(FakeVmmExecutor* b, void* p, uint64_t granule) {
   auto t = b->Translate(static_cast<char*>(p) + granule * kG);
   EXPECT_THAT(t.status(), IsOk());
@@ -380,22 +396,12 @@ TEST(VmmAllocatorTest, GrowthGivesGranulesBackToTheDevice) {
 // back, and the next step creates them again. The epoch doubles until it spans a step, then
 // the loop stops going to the device; nothing else changes.
 TEST(VmmAllocatorTest, GiveBackEpochGrowsWhenGivenBackGranulesAreCreatedAgain) {
-  VmmOptions o = Opts(64 * kG, true, /*cache=*/false);
-  o.pool_keep_bytes = kG;
-  o.give_back_epoch = 4;
-  o.give_back_interval_ms = 0;
-  Fake f = MakeFake(o, 64 * kG);
+  Fake f = MakeFake(EpochOpts(4, 0), 64 * kG);
   auto anchor = f.alloc->AllocateRaw(kG);  // keeps the allocator from going idle
   ASSERT_THAT(anchor.status(), IsOk());
   auto step = [&] {
-    auto big = f.alloc->AllocateRaw(8 * kG);
-    ASSERT_THAT(big.status(), IsOk());
-    ASSERT_THAT(f.alloc->Deallocate(*big), IsOk());
-    for (int i = 0; i < 12; ++i) {
-      auto p = f.alloc->AllocateRaw(kG);
-      ASSERT_THAT(p.status(), IsOk());
-      ASSERT_THAT(f.alloc->Deallocate(*p), IsOk());
-    }
+    AllocFree(f, 8 * kG);
+    for (int i = 0; i < 12; ++i) AllocFree(f, kG);
     ASSERT_THAT(CheckFakeVmm(f), IsOk());
   };
   for (int i = 0; i < 3; ++i) step();
@@ -417,21 +423,11 @@ TEST(VmmAllocatorTest, GiveBackEpochGrowsWhenGivenBackGranulesAreCreatedAgain) {
 // With the default interval an epoch also lasts at least a second: a fast loop gives nothing
 // back by epoch (its granules are made once), yet going idle still returns everything.
 TEST(VmmAllocatorTest, GiveBackEpochLastsAtLeastItsInterval) {
-  VmmOptions o = Opts(64 * kG, true, /*cache=*/false);
-  o.pool_keep_bytes = kG;
-  o.give_back_epoch = 4;
-  o.give_back_interval_ms = 60 * 60 * 1000;  // an hour: never within this test
-  Fake f = MakeFake(o, 64 * kG);
+  Fake f = MakeFake(EpochOpts(4, 60 * 60 * 1000), 64 * kG);  // an hour: never within the test
   auto anchor = f.alloc->AllocateRaw(kG);
   ASSERT_THAT(anchor.status(), IsOk());
-  auto big = f.alloc->AllocateRaw(10 * kG);
-  ASSERT_THAT(big.status(), IsOk());
-  ASSERT_THAT(f.alloc->Deallocate(*big), IsOk());
-  for (int i = 0; i < 200; ++i) {
-    auto p = f.alloc->AllocateRaw(kG);
-    ASSERT_THAT(p.status(), IsOk());
-    ASSERT_THAT(f.alloc->Deallocate(*p), IsOk());
-  }
+  AllocFree(f, 10 * kG);
+  for (int i = 0; i < 200; ++i) AllocFree(f, kG);
   EXPECT_EQ(f.backend->physical_bytes(), 11 * kG);  // an hour has not passed
   EXPECT_EQ(f.alloc->Granules().granule_creates, 11u);
   ASSERT_THAT(f.alloc->Deallocate(*anchor), IsOk());
@@ -444,18 +440,10 @@ TEST(VmmAllocatorTest, GiveBackEpochLastsAtLeastItsInterval) {
 TEST(VmmAllocatorTest, ExtremeGiveBackEpochSettingsAreClamped) {
   for (uint64_t epoch : {uint64_t{0}, uint64_t{1}, ~uint64_t{0}}) {
     for (uint64_t interval : {uint64_t{0}, ~uint64_t{0}}) {
-      VmmOptions o = Opts(64 * kG, true, /*cache=*/false);
-      o.pool_keep_bytes = kG;
-      o.give_back_epoch = epoch;
-      o.give_back_interval_ms = interval;
-      Fake f = MakeFake(o, 64 * kG);
+      Fake f = MakeFake(EpochOpts(epoch, interval), 64 * kG);
       auto anchor = f.alloc->AllocateRaw(kG);
       ASSERT_THAT(anchor.status(), IsOk());
-      for (int step = 0; step < 30; ++step) {
-        auto big = f.alloc->AllocateRaw((step % 5 + 2) * kG);
-        ASSERT_THAT(big.status(), IsOk());
-        ASSERT_THAT(f.alloc->Deallocate(*big), IsOk());
-      }
+      for (int step = 0; step < 30; ++step) AllocFree(f, (step % 5 + 2) * kG);
       const VmmAllocator::GranuleCounts c = f.alloc->Granules();
       EXPECT_GE(c.give_back_epoch, 1u) << epoch << " " << interval;
       EXPECT_LE(c.give_back_epoch, uint64_t{1} << 50) << epoch << " " << interval;
