@@ -222,18 +222,18 @@ absl::Status VmmAllocator::Init() {
     // from its start only (Executor::Map), so granules that are mapped one by one, anywhere,
     // are allocated one by one.
     granules_.reserve(limit_granules_);
-    runs_.reserve(limit_granules_);
     free_granules_.reserve(limit_granules_);
-    for (uint64_t i = 0; i < limit_granules_; ++i) {
-      absl::StatusOr<PhysicalMemoryHandle> h = executor_->CreatePhysicalMemory(g);
-      if (!h.ok()) {
+    while (free_granules_.size() < limit_granules_) {
+      const uint64_t i = free_granules_.size();
+      absl::StatusOr<size_t> made =
+          CreateGranulesLocked(std::min<uint64_t>(limit_granules_ - i, 1024));
+      if (!made.ok()) {
         GiveBackLocked(0).IgnoreError();  // what was made so far: all of it is free
         return absl::ResourceExhaustedError(absl::StrCat(
             name(), ": cannot take the whole limit of ", FormatBytes(limit_granules_ * g),
             " from the device up front (allow_growth is off): granule ", i, " of ", limit_granules_,
-            ": ", h.status().message()));
+            ": ", made.status().message()));
       }
-      free_granules_.push_back(AddGranuleLocked(*h));
     }
     // Reversed so pops hand them out in creation order.
     std::reverse(free_granules_.begin(), free_granules_.end());
@@ -659,38 +659,36 @@ absl::Status VmmAllocator::EnsureFreeGranulesLocked(uint64_t count) {
     }
     // One physical allocation per granule: a driver maps an allocation from its start only
     // (Executor::Map), and a granule may later be mapped alone, anywhere.
-    absl::StatusOr<PhysicalMemoryHandle> h = executor_->CreatePhysicalMemory(granularity_);
-    if (!h.ok()) {
+    absl::StatusOr<size_t> made = CreateGranulesLocked(count - free_granules_.size());
+    if (!made.ok()) {
       if (cached_granules_ > 0) {
         VGPU_RETURN_IF_ERROR(EvictOneLocked());
         continue;
       }
       return absl::ResourceExhaustedError(
-          absl::StrCat("the device refused a new granule: ", h.status().message()));
+          absl::StrCat("the device refused a new granule: ", made.status().message()));
     }
-    free_granules_.push_back(AddGranuleLocked(*h));
   }
   return absl::OkStatus();
 }
 
+absl::StatusOr<size_t> VmmAllocator::CreateGranulesLocked(size_t n) {
+  handle_buffer_.resize(n);
+  VGPU_ASSIGN_OR_RETURN(size_t made,
+                        executor_->CreatePhysicalMemories(granularity_, n, handle_buffer_.data()));
+  for (size_t i = 0; i < made; ++i) free_granules_.push_back(AddGranuleLocked(handle_buffer_[i]));
+  return made;
+}
+
 uint32_t VmmAllocator::AddGranuleLocked(PhysicalMemoryHandle handle) {
-  uint32_t run;
-  if (!free_run_slots_.empty()) {
-    run = free_run_slots_.back();
-    free_run_slots_.pop_back();
-    runs_[run] = Run{handle, 1, 1};
-  } else {
-    run = static_cast<uint32_t>(runs_.size());
-    runs_.push_back(Run{handle, 1, 1});
-  }
   uint32_t slot;
   if (!free_slots_.empty()) {
     slot = free_slots_.back();
     free_slots_.pop_back();
-    granules_[slot] = Granule{handle, run};
+    granules_[slot] = Granule{handle};
   } else {
     slot = static_cast<uint32_t>(granules_.size());
-    granules_.push_back(Granule{handle, run});
+    granules_.push_back(Granule{handle});
   }
   ++created_granules_;
   ++epoch_created_;
@@ -916,7 +914,6 @@ absl::StatusOr<std::unique_ptr<VmmAllocator::Range>> VmmAllocator::MapSharedRang
   } else if (fresh_tail) {
     const uint32_t slot = free_granules_.back();
     free_granules_.pop_back();
-    --runs_[granules_[slot].run].free;
     const uint64_t split = t;  // a multiple of 256: the next block's head starts there
     if (shared_.size() <= slot) shared_.resize(granules_.capacity());  // once per growth
     shared_[slot] = SharedGranule{split, true, true, false, 0, kNoGranule, kNoGranule};
@@ -949,7 +946,6 @@ void VmmAllocator::ReleaseSharedLocked(uint32_t granule) {
   sg = SharedGranule{};
   --shared_count_;
   free_granules_.push_back(granule);
-  ++runs_[granules_[granule].run].free;
   --mapped_granules_;
   ++regions_unmapped_;
   mapped_bytes_.store(mapped_granules_ * g);
@@ -1066,7 +1062,6 @@ void VmmAllocator::AdoptPoolGranulesLocked(Range* range, uint64_t n) {
   for (uint64_t k = 0; k < n; ++k) {
     const uint32_t slot = free_granules_.back();
     free_granules_.pop_back();
-    --runs_[granules_[slot].run].free;
     range->granules.push_back(slot);
   }
   mapped_granules_ += n;
@@ -1090,10 +1085,7 @@ absl::Status VmmAllocator::ShrinkRangeLocked(Range* range, uint64_t count) {
   ++unmap_calls_;
   // From the end, so the pool (LIFO) hands them out again in their old order.
   const uint32_t* own = range->granules.data();
-  for (uint64_t k = old; k-- > count;) {
-    ++runs_[granules_[own[k]].run].free;
-    free_granules_.push_back(own[k]);
-  }
+  for (uint64_t k = old; k-- > count;) free_granules_.push_back(own[k]);
   range->granules.resize(count);
   mapped_granules_ -= old - count;
   regions_unmapped_ += old - count;
@@ -1136,7 +1128,6 @@ absl::Status VmmAllocator::DropKeptTailLocked(Range* range) {
   absl::Status s = executor_->Unmap(va, g);
   ++unmap_calls_;
   free_granules_.push_back(slot);
-  ++runs_[granules_[slot].run].free;
   --mapped_granules_;
   ++regions_unmapped_;
   mapped_bytes_.store(mapped_granules_ * g);
@@ -1286,38 +1277,25 @@ absl::Status VmmAllocator::EpochGiveBackLocked() {
 }
 
 absl::Status VmmAllocator::GiveBackLocked(uint64_t keep) {
-  // A run is one physical allocation (one granule today, EnsureFreeGranulesLocked) and goes
-  // back to the device only whole: wholly free runs are released, the ones handed out last
-  // first, until at most `keep` granules are free.
-  uint64_t left = free_granules_.size();
-  bool released = false;
-  for (size_t i = free_granules_.size(); i-- > 0 && left > keep;) {
-    Run& run = runs_[granules_[free_granules_[i]].run];
-    if (run.free != run.total || run.total == 0) continue;
-    VGPU_RETURN_IF_ERROR(executor_->ReleasePhysicalMemory(run.handle));
-    left -= run.total;
-    run.total = 0;  // released; its slot is recycled below
-    released = true;
+  // Every pooled granule is free and its own physical allocation (EnsureFreeGranulesLocked):
+  // the ones the pool would hand out next go back first, until at most `keep` are left.
+  if (free_granules_.size() <= keep) return absl::OkStatus();
+  const size_t n = free_granules_.size() - keep;
+  handle_buffer_.resize(n);
+  for (size_t i = 0; i < n; ++i) {
+    handle_buffer_[i] = granules_[free_granules_[free_granules_.size() - 1 - i]].handle;
   }
-  if (!released) return absl::OkStatus();
-  size_t out = 0;
-  for (uint32_t slot : free_granules_) {
-    const uint32_t r = granules_[slot].run;
-    if (runs_[r].total == 0) {
-      if (runs_[r].free != 0) {  // first granule of a released run: recycle the run's slot
-        runs_[r] = Run{};
-        free_run_slots_.push_back(r);
-      }
-      granules_[slot] = Granule{};
-      free_slots_.push_back(slot);
-      --created_granules_;
-    } else {
-      free_granules_[out++] = slot;
-    }
+  size_t released = 0;
+  absl::Status s = executor_->ReleasePhysicalMemories(handle_buffer_.data(), n, &released);
+  for (size_t i = 0; i < released; ++i) {  // only what went back leaves the pool
+    const uint32_t slot = free_granules_.back();
+    free_granules_.pop_back();
+    granules_[slot] = Granule{};
+    free_slots_.push_back(slot);
+    --created_granules_;
   }
-  free_granules_.resize(out);
   free_low_water_ = std::min<uint64_t>(free_low_water_, free_granules_.size());
-  return absl::OkStatus();
+  return s;
 }
 
 absl::Status VmmAllocator::Trim() {

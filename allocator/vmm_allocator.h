@@ -168,14 +168,6 @@ class VmmAllocator final : public Allocator {
  private:
   struct Granule {
     PhysicalMemoryHandle handle;  // the granule's own physical allocation, mapped from 0
-    uint32_t run = 0;             // index into runs_
-  };
-  // One physical allocation (one granule since a driver maps an allocation from its start
-  // only; the bookkeeping allows more).
-  struct Run {
-    PhysicalMemoryHandle handle;
-    uint64_t total = 0;  // granules
-    uint64_t free = 0;   // of them in free_granules_
   };
   // A virtual range mapped onto granules: a live large block, a cached one, or a slab.
   struct Range {
@@ -391,6 +383,9 @@ class VmmAllocator final : public Allocator {
   absl::Status EnsureFreeGranulesLocked(uint64_t count) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Records a new one-granule physical allocation (a run of its own); returns its slot, which
   // the caller puts in the pool.
+  // Up to n new granules into the pool in one executor call (each its own allocation); how
+  // many, or the device's refusal when none.
+  absl::StatusOr<size_t> CreateGranulesLocked(size_t n) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   uint32_t AddGranuleLocked(PhysicalMemoryHandle handle) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Unmaps the largest cached range; the one at `spare` only when nothing else is cached.
   absl::Status EvictOneLocked(const void* spare = nullptr) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -438,9 +433,7 @@ class VmmAllocator final : public Allocator {
   std::vector<Granule> granules_ ABSL_GUARDED_BY(mu_);
   std::vector<uint32_t> free_slots_ ABSL_GUARDED_BY(mu_);  // holes in granules_ (given back)
   std::vector<PhysicalMemoryHandle> map_handles_ ABSL_GUARDED_BY(mu_);  // MapAll scratch
-  std::vector<Run> runs_ ABSL_GUARDED_BY(mu_);
-  std::vector<uint32_t> free_run_slots_ ABSL_GUARDED_BY(mu_);  // holes in runs_
-  std::vector<uint32_t> free_granules_ ABSL_GUARDED_BY(mu_);   // created and unmapped (LIFO)
+  std::vector<uint32_t> free_granules_ ABSL_GUARDED_BY(mu_);  // created and unmapped (LIFO)
   uint64_t mapped_granules_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t created_granules_ ABSL_GUARDED_BY(mu_) = 0;
   // fewest free granules during this give-back epoch
@@ -453,7 +446,9 @@ class VmmAllocator final : public Allocator {
   int64_t epoch_start_ns_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t epoch_returned_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t epoch_created_ ABSL_GUARDED_BY(mu_) = 0;
-  uint64_t granule_creates_ ABSL_GUARDED_BY(mu_) = 0;  // every CreatePhysicalMemory
+  uint64_t granule_creates_ ABSL_GUARDED_BY(mu_) = 0;  // every granule created
+  // Handles of one create or release batch (kept for its capacity).
+  std::vector<PhysicalMemoryHandle> handle_buffer_ ABSL_GUARDED_BY(mu_);
   // The epoch as configured (clamped so that doubling cannot overflow): where it starts and
   // what its doublings are bounded by (1024x frees, 64x duration).
   uint64_t BaseEpochLen() const {

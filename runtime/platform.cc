@@ -3,6 +3,7 @@
 #include "absl/strings/str_cat.h"
 #include "vgpu/runtime/fault_injector.h"
 #include "vgpu/runtime/nccl.h"
+#include "vgpu/runtime/status.h"
 
 namespace vgpu {
 
@@ -13,6 +14,29 @@ absl::Status CheckMapsWholeAllocation(PhysicalMemoryHandle handle, uint64_t offs
       "Map: ", bytes, " bytes at offset ", offset, " of a ", handle.bytes,
       "-byte physical allocation; a mapping covers a whole allocation (offset 0, its size), "
       "as cuMemMap requires on a real card"));
+}
+
+absl::StatusOr<size_t> Executor::CreatePhysicalMemories(uint64_t bytes, size_t n,
+                                                        PhysicalMemoryHandle* out) {
+  for (size_t i = 0; i < n; ++i) {
+    absl::StatusOr<PhysicalMemoryHandle> h = CreatePhysicalMemory(bytes);
+    if (!h.ok()) {
+      if (i == 0) return h.status();
+      return i;
+    }
+    out[i] = *h;
+  }
+  return n;
+}
+
+absl::Status Executor::ReleasePhysicalMemories(const PhysicalMemoryHandle* handles, size_t n,
+                                               size_t* released) {
+  *released = 0;
+  for (size_t i = 0; i < n; ++i) {
+    VGPU_RETURN_IF_ERROR(ReleasePhysicalMemory(handles[i]));
+    ++*released;
+  }
+  return absl::OkStatus();
 }
 
 absl::Status Executor::MapAll(void* va, const PhysicalMemoryHandle* handles, size_t n) {

@@ -191,6 +191,17 @@ class Executor {
   virtual absl::Status FreeAddressRange(void* va, uint64_t bytes) = 0;
   virtual absl::StatusOr<PhysicalMemoryHandle> CreatePhysicalMemory(uint64_t bytes) = 0;
   virtual absl::Status ReleasePhysicalMemory(PhysicalMemoryHandle handle) = 0;
+  // Up to `n` separate allocations of `bytes` each into out[0..n) (one handle each, so each
+  // can later be mapped alone). Stops at the first refusal: returns how many were made, at
+  // least one, or that refusal when none was (0 when n is 0). The default calls
+  // CreatePhysicalMemory n times (what cuda does: the driver has no batch call); a device that
+  // can account for a batch at once overrides it.
+  virtual absl::StatusOr<size_t> CreatePhysicalMemories(uint64_t bytes, size_t n,
+                                                        PhysicalMemoryHandle* out);
+  // Releases handles[0..n) in order; stops at the first error, which it returns, with
+  // *released set to how many went back before it.
+  virtual absl::Status ReleasePhysicalMemories(const PhysicalMemoryHandle* handles, size_t n,
+                                               size_t* released);
   // Maps [va, va+bytes) onto the handle's whole memory, readable and writable from this
   // device. The mapping covers the whole allocation (CheckMapsWholeAllocation): cuMemMap's
   // offset "currently must be zero", and an H200 (driver 580) answers CUDA_ERROR_NOT_SUPPORTED

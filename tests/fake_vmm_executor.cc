@@ -74,6 +74,18 @@ absl::Status FakeVmmExecutor::ReleasePhysicalMemory(PhysicalMemoryHandle handle)
   return absl::OkStatus();
 }
 
+absl::StatusOr<size_t> FakeVmmExecutor::CreatePhysicalMemories(uint64_t bytes, size_t n,
+                                                               PhysicalMemoryHandle* out) {
+  if (!checked_) return FakeAddressExecutor::CreatePhysicalMemories(bytes, n, out);
+  return Executor::CreatePhysicalMemories(bytes, n, out);
+}
+
+absl::Status FakeVmmExecutor::ReleasePhysicalMemories(const PhysicalMemoryHandle* handles, size_t n,
+                                                      size_t* released) {
+  if (!checked_) return FakeAddressExecutor::ReleasePhysicalMemories(handles, n, released);
+  return Executor::ReleasePhysicalMemories(handles, n, released);
+}
+
 absl::Status FakeVmmExecutor::Map(void* va, uint64_t bytes, PhysicalMemoryHandle handle,
                                   uint64_t offset) {
   if (!checked_) return FakeAddressExecutor::Map(va, bytes, handle, offset);

@@ -20,8 +20,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-#include "vgpu/runtime/mutex.h"
 #include "vgpu/allocator/vmm_allocator.h"
+#include "vgpu/runtime/mutex.h"
 #include "vgpu/tools/vgpu_bench.h"
 
 namespace vgpu::testing {
@@ -39,6 +39,11 @@ class FakeVmmExecutor : public bench::FakeAddressExecutor {
   absl::Status FreeAddressRange(void* va, uint64_t bytes) override;
   absl::StatusOr<PhysicalMemoryHandle> CreatePhysicalMemory(uint64_t bytes) override;
   absl::Status ReleasePhysicalMemory(PhysicalMemoryHandle handle) override;
+  // Checked: one by one through the two above (Executor's loops); else the fast batch.
+  absl::StatusOr<size_t> CreatePhysicalMemories(uint64_t bytes, size_t n,
+                                                PhysicalMemoryHandle* out) override;
+  absl::Status ReleasePhysicalMemories(const PhysicalMemoryHandle* handles, size_t n,
+                                       size_t* released) override;
   absl::Status Map(void* va, uint64_t bytes, PhysicalMemoryHandle handle, uint64_t offset) override;
   // Checked: one checked Map per allocation (Executor's loop), so each is verified.
   absl::Status MapAll(void* va, const PhysicalMemoryHandle* handles, size_t n) override;

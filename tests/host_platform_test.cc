@@ -35,8 +35,7 @@ INSTANTIATE_TEST_SUITE_P(Host, PlatformConformance,
 TEST(ParseHostDevices, Grammar) {
   EXPECT_THAT(ParseHostDevices("2x16GiB"), IsOkAndHolds(ElementsAre(16 * kGiB, 16 * kGiB)));
   EXPECT_THAT(ParseHostDevices("16GiB,8GiB"), IsOkAndHolds(ElementsAre(16 * kGiB, 8 * kGiB)));
-  EXPECT_THAT(ParseHostDevices("1x8GiB, 2X1GiB"),
-              IsOkAndHolds(ElementsAre(8 * kGiB, kGiB, kGiB)));
+  EXPECT_THAT(ParseHostDevices("1x8GiB, 2X1GiB"), IsOkAndHolds(ElementsAre(8 * kGiB, kGiB, kGiB)));
   EXPECT_THAT(ParseHostDevices("512MiB"), IsOkAndHolds(ElementsAre(512 * kMiB)));
 }
 
@@ -71,6 +70,16 @@ TEST(HostPlatform, CapacityIsHardAndAccountedPerDevice) {
   // Physical VMM memory counts against the same capacity.
   EXPECT_THAT(e1->CreatePhysicalMemory(kHostVmmGranularity),
               StatusIs(absl::StatusCode::kResourceExhausted));
+  // A batch stops at the capacity with what it made (Executor's loop).
+  PhysicalMemoryHandle h[16];
+  EXPECT_THAT(e0->CreatePhysicalMemories(kHostVmmGranularity, 16, h),
+              IsOkAndHolds(16 * kMiB / kHostVmmGranularity));
+  EXPECT_THAT(e0->CreatePhysicalMemories(kHostVmmGranularity, 1, h).status(),
+              StatusIs(absl::StatusCode::kResourceExhausted));
+  size_t released = 0;
+  EXPECT_THAT(e0->ReleasePhysicalMemories(h, 16 * kMiB / kHostVmmGranularity, &released), IsOk());
+  EXPECT_EQ(released, 16 * kMiB / kHostVmmGranularity);
+  EXPECT_EQ(e0->Describe()->free_bytes, 16 * kMiB);
   EXPECT_THAT(e0->Free(*b), StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_THAT(e0->Free(*a), IsOk());
   EXPECT_THAT(e1->Free(*b), IsOk());
@@ -99,7 +108,8 @@ TEST(HostPlatform, ConcurrentAllocationNeverOvercommits) {
   for (auto& t : threads) t.join();
   EXPECT_EQ(ok_count.load(), 64);  // exactly capacity / 4 MiB
   EXPECT_EQ(e->Describe()->free_bytes, 0u);
-  for (auto& v : got) for (void* ptr : v) EXPECT_THAT(e->Free(ptr), IsOk());
+  for (auto& v : got)
+    for (void* ptr : v) EXPECT_THAT(e->Free(ptr), IsOk());
   EXPECT_EQ(e->Describe()->free_bytes, 256 * kMiB);
 }
 
@@ -111,7 +121,8 @@ TEST(HostPlatform, FaultInjection) {
   f.fail_allocate_at = f.allocate_calls.load() + 2;
   auto a = e->Allocate(kMiB);
   ASSERT_THAT(a, IsOk());
-  EXPECT_THAT(e->Allocate(kMiB), StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("injected")));
+  EXPECT_THAT(e->Allocate(kMiB),
+              StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("injected")));
   auto b = e->Allocate(kMiB);  // only the k-th fails
   ASSERT_THAT(b, IsOk());
   EXPECT_EQ(e->Describe()->free_bytes, 62 * kMiB);  // the failed one took nothing
@@ -159,7 +170,8 @@ TEST(HostPlatform, NoSmPartitions) {
   ASSERT_THAT(p, IsOk());
   Executor* e = *(*p)->GetExecutor(0);
   std::vector<int> counts = {8, 8};
-  EXPECT_THAT(e->PartitionSms(counts), StatusIs(absl::StatusCode::kUnimplemented, HasSubstr("cuda")));
+  EXPECT_THAT(e->PartitionSms(counts),
+              StatusIs(absl::StatusCode::kUnimplemented, HasSubstr("cuda")));
   EXPECT_THAT(e->CreateStream(StreamOptions{.sm_partition = 0}),
               StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_EQ(e->Describe()->total_bytes, kHostDefaultDeviceBytes);

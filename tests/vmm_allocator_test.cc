@@ -32,6 +32,7 @@ using ::vgpu::testing::CreateFakeVmmAllocator;
 using ::vgpu::testing::FakeVmmExecutor;
 using ::vgpu::testing::FreeStitchedBlock;
 using ::vgpu::testing::IsOk;
+using ::vgpu::testing::IsOkAndHolds;
 using ::vgpu::testing::MakeVmmAllocator;
 using ::vgpu::testing::StatusIs;
 using ::vgpu::testing::StitchedBlock;
@@ -107,6 +108,46 @@ TEST(FakeVmmBackendTest, MapAllLeavesNothingMappedWhenOneMapFails) {
   ASSERT_THAT(b.Unmap(base, 2 * kG), IsOk());
   for (const auto& h : {h0, h1, h2}) EXPECT_THAT(b.ReleasePhysicalMemory(*h), IsOk());
   EXPECT_THAT(b.FreeAddressRange(base, 2 * kG), IsOk());
+}
+
+// Executor::CreatePhysicalMemories / ReleasePhysicalMemories: a batch stops at the first
+// refusal with what it made, separate handles each; checked (the base's loops over the
+// single calls) and unchecked (the bench device's one-update fast path) alike.
+TEST(FakeVmmBackendTest, BatchCreateStopsAtTheCapacityAndReleasesInOrder) {
+  for (bool checked : {true, false}) {
+    SCOPED_TRACE(checked ? "checked" : "unchecked");
+    FakeVmmExecutor b(kG, 5 * kG, checked);
+    PhysicalMemoryHandle h[8];
+    EXPECT_THAT(b.CreatePhysicalMemories(kG, 0, h), IsOkAndHolds(0u));
+    EXPECT_THAT(b.CreatePhysicalMemories(kG + 1, 2, h).status(),
+                StatusIs(absl::StatusCode::kInvalidArgument));
+    EXPECT_THAT(b.CreatePhysicalMemories(kG, 3, h), IsOkAndHolds(3u));
+    EXPECT_THAT(b.CreatePhysicalMemories(kG, 4, h + 3), IsOkAndHolds(2u));  // room for two
+    EXPECT_EQ(b.physical_bytes(), 5 * kG);
+    EXPECT_THAT(b.CreatePhysicalMemories(kG, 1, h + 5).status(),
+                StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("already created")));
+    for (int i = 0; i < 5; ++i) {
+      EXPECT_EQ(h[i].bytes, kG);
+      for (int j = 0; j < i; ++j) EXPECT_NE(h[i].value, h[j].value);
+    }
+    size_t released = 99;
+    EXPECT_THAT(b.ReleasePhysicalMemories(h, 2, &released), IsOk());
+    EXPECT_EQ(released, 2u);
+    EXPECT_EQ(b.physical_bytes(), 3 * kG);
+    if (checked) {
+      // A handle the device does not know stops the batch: the ones before it went back.
+      const PhysicalMemoryHandle bad[] = {h[2], h[0], h[3]};
+      EXPECT_THAT(b.ReleasePhysicalMemories(bad, 3, &released),
+                  StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("unknown handle")));
+      EXPECT_EQ(released, 1u);
+      EXPECT_EQ(b.physical_bytes(), 2 * kG);
+      EXPECT_THAT(b.ReleasePhysicalMemories(h + 3, 2, &released), IsOk());
+    } else {
+      EXPECT_THAT(b.ReleasePhysicalMemories(h + 2, 3, &released), IsOk());
+      EXPECT_EQ(released, 3u);
+    }
+    EXPECT_EQ(b.physical_bytes(), 0u);
+  }
 }
 
 TEST(FakeVmmBackendTest, ChecksLikeADriver) {

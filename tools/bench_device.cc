@@ -1,5 +1,7 @@
 // vgpu-bench's address-only device (in vgpu_tools_lib, so the tests' checked fake can build on
 // it): see FakeAddressExecutor in tools/vgpu_bench.h.
+#include <algorithm>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <utility>
@@ -154,6 +156,35 @@ absl::StatusOr<PhysicalMemoryHandle> FakeAddressExecutor::CreatePhysicalMemory(u
 
 absl::Status FakeAddressExecutor::ReleasePhysicalMemory(PhysicalMemoryHandle handle) {
   physical_bytes_ -= handle.bytes;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<size_t> FakeAddressExecutor::CreatePhysicalMemories(uint64_t bytes, size_t n,
+                                                                   PhysicalMemoryHandle* out) {
+  if (n == 0) return 0;
+  VGPU_RETURN_IF_ERROR(CheckGranular("CreatePhysicalMemory", bytes));
+  n = std::min<uint64_t>(n, UINT64_MAX / bytes);  // so n * bytes cannot wrap
+  uint64_t created = physical_bytes_.load(std::memory_order_relaxed);
+  size_t k;
+  do {
+    k = n;
+    if (physical_capacity_ != 0) {
+      const uint64_t room = created < physical_capacity_ ? physical_capacity_ - created : 0;
+      k = std::min<uint64_t>(n, room / bytes);
+      if (k == 0) return RefuseCreate(bytes, created);
+    }
+  } while (!physical_bytes_.compare_exchange_weak(created, created + k * bytes));
+  const uint64_t first = next_handle_.fetch_add(k);
+  for (size_t i = 0; i < k; ++i) out[i] = PhysicalMemoryHandle{first + i, bytes};
+  return k;
+}
+
+absl::Status FakeAddressExecutor::ReleasePhysicalMemories(const PhysicalMemoryHandle* handles,
+                                                          size_t n, size_t* released) {
+  uint64_t total = 0;
+  for (size_t i = 0; i < n; ++i) total += handles[i].bytes;
+  physical_bytes_ -= total;
+  *released = n;
   return absl::OkStatus();
 }
 

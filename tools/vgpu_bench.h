@@ -118,6 +118,11 @@ class FakeAddressExecutor : public Executor {
   absl::Status FreeAddressRange(void* va, uint64_t bytes) override;
   absl::StatusOr<PhysicalMemoryHandle> CreatePhysicalMemory(uint64_t bytes) override;
   absl::Status ReleasePhysicalMemory(PhysicalMemoryHandle handle) override;
+  // One capacity update and one handle range for the whole batch.
+  absl::StatusOr<size_t> CreatePhysicalMemories(uint64_t bytes, size_t n,
+                                                PhysicalMemoryHandle* out) override;
+  absl::Status ReleasePhysicalMemories(const PhysicalMemoryHandle* handles, size_t n,
+                                       size_t* released) override;
   absl::Status Map(void* va, uint64_t bytes, PhysicalMemoryHandle handle, uint64_t offset) override;
   absl::Status MapAll(void* va, const PhysicalMemoryHandle* handles, size_t n) override;
   absl::Status Unmap(void* va, uint64_t bytes) override;
