@@ -124,13 +124,19 @@ void BFCAllocator::MergeWithNext(uint32_t c) {
 }
 
 void BFCAllocator::TreapSplit(uint32_t t, uint32_t c, uint32_t* l, uint32_t* r) {
+  // The nodes taken are hung under c's children links (owner c) and then under each other.
+  uint32_t l_owner = c, r_owner = c;
   while (t != kNone) {
     if (KeyLess(t, c)) {
       *l = t;
+      chunks_[t].parent = l_owner;
+      l_owner = t;
       l = &chunks_[t].right;
       t = *l;
     } else {
       *r = t;
+      chunks_[t].parent = r_owner;
+      r_owner = t;
       r = &chunks_[t].left;
       t = *r;
     }
@@ -138,21 +144,26 @@ void BFCAllocator::TreapSplit(uint32_t t, uint32_t c, uint32_t* l, uint32_t* r) 
   *l = *r = kNone;
 }
 
-uint32_t BFCAllocator::TreapMerge(uint32_t l, uint32_t r) {
+uint32_t BFCAllocator::TreapMerge(uint32_t l, uint32_t r, uint32_t parent) {
   uint32_t root;
   uint32_t* link = &root;
   while (l != kNone && r != kNone) {
     if (chunks_[l].priority >= chunks_[r].priority) {
       *link = l;
+      chunks_[l].parent = parent;
+      parent = l;
       link = &chunks_[l].right;
       l = *link;
     } else {
       *link = r;
+      chunks_[r].parent = parent;
+      parent = r;
       link = &chunks_[r].left;
       r = *link;
     }
   }
   *link = l != kNone ? l : r;
+  if (*link != kNone) chunks_[*link].parent = parent;
   return root;
 }
 
@@ -163,10 +174,13 @@ void BFCAllocator::BinInsert(uint32_t c) {
   // Down to the first node c outranks, then c takes its place with the subtree split under it.
   const uint32_t priority = chunks_[c].priority;
   uint32_t* link = &roots_[t];
+  uint32_t parent = kNone;
   while (*link != kNone && chunks_[*link].priority > priority) {
+    parent = *link;
     link = KeyLess(c, *link) ? &chunks_[*link].left : &chunks_[*link].right;
   }
   TreapSplit(*link, c, &chunks_[c].left, &chunks_[c].right);
+  chunks_[c].parent = parent;
   *link = c;
 }
 
@@ -203,10 +217,14 @@ void BFCAllocator::BinRemove(uint32_t c) {
     --parked_count_;
     return;
   }
-  uint32_t* link = &roots_[t];
-  while (*link != c) link = KeyLess(c, *link) ? &chunks_[*link].left : &chunks_[*link].right;
-  *link = TreapMerge(chunks_[c].left, chunks_[c].right);
-  chunks_[c].left = chunks_[c].right = kNone;
+  // The parent link finds c's link without a walk from the root (whose records are cold when
+  // a free coalesces with a neighbour).
+  const uint32_t parent = chunks_[c].parent;
+  uint32_t* link = parent == kNone             ? &roots_[t]
+                   : chunks_[parent].left == c ? &chunks_[parent].left
+                                               : &chunks_[parent].right;
+  *link = TreapMerge(chunks_[c].left, chunks_[c].right, parent);
+  chunks_[c].left = chunks_[c].right = chunks_[c].parent = kNone;
   chunks_[c].bin = -1;
   if (roots_[t] == kNone) UnmarkTree(t);
 }
@@ -661,6 +679,10 @@ absl::Status BFCAllocator::CheckInvariants() const {
       } else if ((ch.left != kNone && chunks_[ch.left].priority > ch.priority) ||
                  (ch.right != kNone && chunks_[ch.right].priority > ch.priority)) {
         broken = absl::StrCat("breaks the heap order below ", P(ch.ptr));
+      } else if ((ch.parent == kNone) != (roots_[b] == c) ||
+                 (ch.left != kNone && chunks_[ch.left].parent != c) ||
+                 (ch.right != kNone && chunks_[ch.right].parent != c)) {
+        broken = absl::StrCat("has a wrong parent link at ", P(ch.ptr));
       }
       last = c;
       ++binned;

@@ -147,8 +147,9 @@ class BFCAllocator final : public Allocator {
     uint32_t next = kNone;
     uint32_t left = kNone;  // treap children (free chunks only)
     uint32_t right = kNone;
-    uint32_t priority = 0;  // treap heap key, drawn when the record is (re)used
-    int16_t bin = -1;       // tree index; -1: not in a tree
+    uint32_t parent = kNone;  // treap parent; kNone for a root
+    uint32_t priority = 0;    // treap heap key, drawn when the record is (re)used
+    int16_t bin = -1;         // tree index; -1: not in a tree
     bool in_use = false;
   };
   struct Region {
@@ -215,8 +216,8 @@ class BFCAllocator final : public Allocator {
   // Splits treap t into keys below chunk c's (into *l) and above (into *r).
   void TreapSplit(uint32_t t, uint32_t c, uint32_t* l, uint32_t* r)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Joins two treaps whose keys are all ordered l < r.
-  uint32_t TreapMerge(uint32_t l, uint32_t r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Joins two treaps whose keys are all ordered l < r; the root is hung under `parent`.
+  uint32_t TreapMerge(uint32_t l, uint32_t r, uint32_t parent) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Calls fn(chunk) for each chunk of tree t in (size, address) order; false if it is broken
   // (a cycle or more nodes than records).
   template <class Fn>
