@@ -25,6 +25,14 @@ void AtomicMax(std::atomic<uint64_t>& a, uint64_t v) {
   }
 }
 
+// For an atomic that only writers holding one lock change (readers take no lock): a plain
+// load and store, without the locked read-modify-write (~20 cycles on x86) it does not need.
+uint64_t AddUnderLock(std::atomic<uint64_t>& a, uint64_t delta) {
+  const uint64_t v = a.load(std::memory_order_relaxed) + delta;
+  a.store(v, std::memory_order_relaxed);
+  return v;
+}
+
 // "host-vmm:0": the device the granules come from, for names and dumps.
 std::string VmmDeviceName(const Executor* executor) {
   const Platform* p = executor->platform();
@@ -358,14 +366,14 @@ absl::StatusOr<void*> VmmAllocator::AllocateLarge(uint64_t bytes, uint64_t align
     range->user_ptr = range->ptr;
     range->footprint = range->granules.size() * granularity_;
   } else {
-    ++shared_blocks_;
+    AddUnderLock(shared_blocks_, 1);
   }
   void* p = range->user_ptr;
   const uint64_t footprint = range->footprint;
   block_granules_ += range->granules.size();
   peak_block_granules_ = std::max(peak_block_granules_, block_granules_);
   blocks_.Insert(p, std::move(range));
-  uint64_t large = large_in_use_.fetch_add(footprint) + footprint;
+  const uint64_t large = AddUnderLock(large_in_use_, footprint);
   ++num_allocs_;
   AtomicMax(largest_alloc_, bytes);
   NotePeak(large + small_in_use_.load(std::memory_order_relaxed));
@@ -450,11 +458,11 @@ absl::Status VmmAllocator::FreeLarge(void* ptr, bool* found) {
   if (!*found) return absl::OkStatus();
   const uint64_t count = range->granules.size();
   block_granules_ -= count;
-  large_in_use_ -= range->footprint;
+  AddUnderLock(large_in_use_, 0 - range->footprint);
   ++num_frees_;
   NotifyEvent(AllocatorEventKind::kFree, ptr, range->footprint);
   const bool shared = range->head != kNoGranule || range->tail != kNoGranule;
-  if (shared) --shared_blocks_;
+  if (shared) AddUnderLock(shared_blocks_, 0 - uint64_t{1});
   // Earlier deferred frees whose streams have finished since.
   if (!pending_.empty()) VGPU_RETURN_IF_ERROR(ReapPendingLocked(/*wait=*/false));
   void* const range_ptr = range->ptr;

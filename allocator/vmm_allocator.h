@@ -483,7 +483,8 @@ class VmmAllocator final : public Allocator {
   OpenParts open_upper_ ABSL_GUARDED_BY(mu_);  // lower part live, upper free: block heads
   OpenParts open_lower_ ABSL_GUARDED_BY(mu_);  // upper part live, lower free: block tails
   uint64_t double_mapped_ ABSL_GUARDED_BY(mu_) = 0;
-  std::atomic<uint64_t> shared_blocks_{0};  // live blocks with a head or tail
+  // Live blocks with a head or tail. Written under mu_ only (AddUnderLock), read without it.
+  std::atomic<uint64_t> shared_blocks_{0};
   uint64_t slab_granules_ ABSL_GUARDED_BY(mu_) = 0;
   // Stats of the large path (the slab BFC keeps its own). Not AllocatorCounters: in-use bytes
   // span both paths and the small one never takes mu_, so they are the atomics below.
@@ -492,7 +493,7 @@ class VmmAllocator final : public Allocator {
   uint64_t num_ooms_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t peak_mapped_ ABSL_GUARDED_BY(mu_) = 0;
   // Atomics: the small path never takes mu_; the slab BFC reports through SlabObserver.
-  std::atomic<uint64_t> large_in_use_{0};
+  std::atomic<uint64_t> large_in_use_{0};  // written under mu_ only (AddUnderLock)
   std::atomic<uint64_t> small_in_use_{0};
   std::atomic<uint64_t> peak_in_use_{0};
   std::atomic<uint64_t> largest_alloc_{0};
