@@ -932,7 +932,7 @@ absl::StatusOr<std::unique_ptr<VmmAllocator::Range>> VmmAllocator::MapSharedRang
     ++regions_mapped_;
     free_low_water_ = std::min<uint64_t>(free_low_water_, free_granules_.size());
     peak_mapped_ = std::max(peak_mapped_, mapped_granules_);
-    mapped_bytes_.store(mapped_granules_ * g);
+    mapped_bytes_.store(mapped_granules_ * g, std::memory_order_relaxed);
     NotifyEvent(AllocatorEventKind::kMap, tail_va, g);
   } else if (t > 0) {
     range->tail = tail_granule;
@@ -956,7 +956,7 @@ void VmmAllocator::ReleaseSharedLocked(uint32_t granule) {
   free_granules_.push_back(granule);
   --mapped_granules_;
   ++regions_unmapped_;
-  mapped_bytes_.store(mapped_granules_ * g);
+  mapped_bytes_.store(mapped_granules_ * g, std::memory_order_relaxed);
 }
 
 absl::Status VmmAllocator::UnmapSharedViewsLocked(Range* range) {
@@ -1076,7 +1076,7 @@ void VmmAllocator::AdoptPoolGranulesLocked(Range* range, uint64_t n) {
   regions_mapped_ += n;
   free_low_water_ = std::min<uint64_t>(free_low_water_, free_granules_.size());
   peak_mapped_ = std::max(peak_mapped_, mapped_granules_);
-  mapped_bytes_.store(mapped_granules_ * g);
+  mapped_bytes_.store(mapped_granules_ * g, std::memory_order_relaxed);
   NotifyEvent(AllocatorEventKind::kMap, at, n * g);
 }
 
@@ -1097,7 +1097,7 @@ absl::Status VmmAllocator::ShrinkRangeLocked(Range* range, uint64_t count) {
   range->granules.resize(count);
   mapped_granules_ -= old - count;
   regions_unmapped_ += old - count;
-  mapped_bytes_.store(mapped_granules_ * g);
+  mapped_bytes_.store(mapped_granules_ * g, std::memory_order_relaxed);
   NotifyEvent(AllocatorEventKind::kUnmap, base + count * g, (old - count) * g);
   return absl::OkStatus();
 }
@@ -1138,7 +1138,7 @@ absl::Status VmmAllocator::DropKeptTailLocked(Range* range) {
   free_granules_.push_back(slot);
   --mapped_granules_;
   ++regions_unmapped_;
-  mapped_bytes_.store(mapped_granules_ * g);
+  mapped_bytes_.store(mapped_granules_ * g, std::memory_order_relaxed);
   NotifyEvent(AllocatorEventKind::kUnmap, va, g);
   return s;
 }
