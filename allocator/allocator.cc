@@ -164,6 +164,15 @@ AllocatorStats Allocator::Stats() const {
   return s;
 }
 
+void Allocator::ResetPeakStats() { DoResetPeakStats(); }
+
+absl::StatusOr<uint64_t> Allocator::ReleaseCachedMemory() {
+  const uint64_t before = DoStats().bytes_reserved;
+  VGPU_RETURN_IF_ERROR(DoReleaseCachedMemory());
+  const uint64_t after = DoStats().bytes_reserved;
+  return before > after ? before - after : 0;  // other threads may have grown it meanwhile
+}
+
 absl::Status Allocator::RecordStream(void* ptr, Stream* stream) {
   if (ptr == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat(name(), ": RecordStream of a null pointer"));

@@ -102,6 +102,11 @@ struct AllocatorCounters {
     stats.bytes_reserved -= bytes;
     ++stats.regions_unmapped;
   }
+  // ResetPeakStats: the peaks start again from the current values.
+  void ResetPeaks() {
+    stats.peak_bytes_in_use = stats.bytes_in_use;
+    stats.peak_bytes_reserved = stats.bytes_reserved;
+  }
   // Live allocations by the counts (allocs - frees), for CheckInvariants.
   uint64_t live() const { return stats.num_allocs - stats.num_frees; }
 
@@ -238,6 +243,19 @@ class Allocator {
   virtual std::string name() const = 0;
   // The allocator's numbers (DoStats) with the stream-order counters this base keeps.
   AllocatorStats Stats() const;
+  // Peaks start again from now (TensorFlow's tf.config.experimental.reset_memory_stats,
+  // PyTorch's torch.cuda.reset_peak_memory_stats): peak_bytes_in_use and peak_bytes_reserved
+  // become the current in-use and reserved bytes. Counts (allocations, frees, OOMs, map
+  // calls, stream waits) keep counting.
+  void ResetPeakStats();
+  // Gives cached memory that holds no live block back (PyTorch's torch.cuda.empty_cache):
+  // bfc with growth returns its wholly free regions to the device (growth off took its limit
+  // up front and keeps it, as TensorFlow's BFC does); vmm unmaps its mapping cache and empty
+  // slabs and, with growth, returns every free granule to the device (without growth the
+  // granules stay created for later blocks); async trims its pool. Live blocks are untouched;
+  // memory goes back only after the streams that used it are done. Returns how far
+  // Stats().bytes_reserved fell.
+  absl::StatusOr<uint64_t> ReleaseCachedMemory();
   // Bins, chunks and an occupancy map; for OOM reports and debugging.
   virtual std::string DumpMemoryLog() const { return name() + ": no memory log\n"; }
   // Walks all bookkeeping; Internal error describing the first inconsistency.
@@ -324,6 +342,9 @@ class Allocator {
   // Everything in AllocatorStats but the stream-order counters, which Stats() adds (an
   // allocator over another one reports that one's in them).
   virtual AllocatorStats DoStats() const = 0;
+  // ResetPeakStats' and ReleaseCachedMemory's work (an allocator over another one forwards).
+  virtual void DoResetPeakStats() = 0;
+  virtual absl::Status DoReleaseCachedMemory() = 0;
   // Counted by WaitForSlots and AllocateRaw; Stats() adds them.
   std::atomic<uint64_t> cross_stream_reuses_{0};
   std::atomic<uint64_t> stream_waits_{0};

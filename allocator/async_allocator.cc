@@ -222,6 +222,14 @@ AllocatorStats AsyncAllocator::StatsLocked() const {
   return counters_.stats;
 }
 
+void AsyncAllocator::DoResetPeakStats() {
+  StdMutexLock l(&mu_);
+  RefreshReservedLocked();
+  counters_.ResetPeaks();
+}
+
+absl::Status AsyncAllocator::DoReleaseCachedMemory() { return Trim(); }
+
 AllocatorStats AsyncAllocator::DoStats() const {
   StdMutexLock l(&mu_);
   return StatsLocked();

@@ -80,6 +80,8 @@ class AsyncAllocator final : public Allocator {
   absl::StatusOr<void*> DoAllocate(const AllocationRequest& request, uint64_t* wait_for) override;
   absl::Status DoDeallocate(void* ptr) override;
   AllocatorStats DoStats() const override;
+  void DoResetPeakStats() override;
+  absl::Status DoReleaseCachedMemory() override;
   absl::Status DoRecordStream(void* ptr, int slot) override;
   // The stream of `slot` (slot 0 is the allocator's own); the allocator's own too for a slot
   // whose stream was released since (ReleaseStream waited for its work first).

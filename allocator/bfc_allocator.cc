@@ -371,6 +371,16 @@ absl::StatusOr<uint64_t> BFCAllocator::ReleaseEmptyRegions(uint64_t keep_bytes) 
   return ReleaseEmptyRegionsLocked(keep_bytes);
 }
 
+void BFCAllocator::DoResetPeakStats() {
+  SpinLockGuard l(mu_);
+  counters_.ResetPeaks();
+}
+
+absl::Status BFCAllocator::DoReleaseCachedMemory() {
+  if (!options_.allow_growth) return absl::OkStatus();
+  return ReleaseEmptyRegions().status();
+}
+
 // ---------------------------------------------------------------------------------------------
 // Allocate / free.
 

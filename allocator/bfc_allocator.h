@@ -161,6 +161,9 @@ class BFCAllocator final : public Allocator {
   absl::StatusOr<void*> DoAllocate(const AllocationRequest& request, uint64_t* wait_for) override;
   absl::Status DoDeallocate(void* ptr) override;
   AllocatorStats DoStats() const override ABSL_LOCKS_EXCLUDED(mu_);
+  void DoResetPeakStats() override ABSL_LOCKS_EXCLUDED(mu_);
+  // Growth on: ReleaseEmptyRegions(); growth off keeps its one region (the whole limit).
+  absl::Status DoReleaseCachedMemory() override ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status DoRecordStream(void* ptr, int slot) override;
 
   absl::StatusOr<void*> AllocateLocked(const AllocationRequest& request, uint64_t* wait_for)

@@ -1338,6 +1338,16 @@ absl::Status VmmAllocator::OomError(uint64_t bytes, uint64_t rounded, absl::stri
        "stitches any free granules, so large blocks never fail from fragmentation."});
 }
 
+void VmmAllocator::DoResetPeakStats() {
+  StdMutexLock l(&mu_);
+  peak_mapped_ = mapped_granules_;
+  peak_in_use_.store(large_in_use_.load() + small_in_use_.load(), std::memory_order_relaxed);
+  // The small path raises the peak without mu_: one that raced the store above is seen now.
+  NotePeak(large_in_use_.load() + small_in_use_.load());
+}
+
+absl::Status VmmAllocator::DoReleaseCachedMemory() { return Trim(); }
+
 AllocatorStats VmmAllocator::CombinedStatsLocked(const AllocatorStats& slab) const {
   AllocatorStats s;
   const uint64_t g = granularity_;

@@ -298,6 +298,8 @@ class VmmAllocator final : public Allocator {
   absl::StatusOr<void*> DoAllocate(const AllocationRequest& request, uint64_t* wait_for) override;
   absl::Status DoDeallocate(void* ptr) override;
   AllocatorStats DoStats() const override;
+  void DoResetPeakStats() override;
+  absl::Status DoReleaseCachedMemory() override;
   absl::Status DoRecordStream(void* ptr, int slot) override;
   void OnReleaseStream(Stream* stream) override;
 

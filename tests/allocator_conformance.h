@@ -21,6 +21,7 @@
 #define VGPU_TESTS_ALLOCATOR_CONFORMANCE_H_
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <memory>
 #include <random>
@@ -292,10 +293,90 @@ TYPED_TEST_P(AllocatorConformance, ConcurrentUse) {
       for (auto& [p, n] : mine) EXPECT_THAT(a.Deallocate(p), IsOk());
     });
   }
+  // Meanwhile a fifth thread empties the cache and restarts the peaks (what a training loop's
+  // monitoring does between steps), which must neither race nor disturb the blocks.
+  std::atomic<bool> done{false};
+  std::thread housekeeping([&a, &done] {
+    while (!done.load()) {
+      EXPECT_THAT(a.ReleaseCachedMemory().status(), IsOk());
+      a.ResetPeakStats();
+      const AllocatorStats s = a.Stats();
+      EXPECT_LE(s.bytes_in_use, s.bytes_reserved);
+      std::this_thread::yield();
+    }
+  });
   for (auto& t : threads) t.join();
+  done = true;
+  housekeeping.join();
   AllocatorStats s = a.Stats();
   EXPECT_EQ(s.num_allocs, s.num_frees);
   EXPECT_EQ(s.bytes_in_use, 0u);
+}
+
+// ResetPeakStats (TensorFlow's reset_memory_stats, PyTorch's reset_peak_memory_stats): the
+// peaks restart from the current values, then track again; the counts keep counting.
+TYPED_TEST_P(AllocatorConformance, ResetPeakStatsRestartsThePeaks) {
+  Allocator& a = *this->allocator_;
+  auto big = a.AllocateRaw(8 << 20);
+  auto small = a.AllocateRaw(1 << 20);
+  ASSERT_THAT(big, IsOk());
+  ASSERT_THAT(small, IsOk());
+  ASSERT_THAT(a.Deallocate(*big), IsOk());
+  const AllocatorStats before = a.Stats();
+  EXPECT_GE(before.peak_bytes_in_use, uint64_t{9} << 20);
+  a.ResetPeakStats();
+  AllocatorStats s = a.Stats();
+  EXPECT_EQ(s.peak_bytes_in_use, s.bytes_in_use);
+  EXPECT_GE(s.bytes_in_use, uint64_t{1} << 20);
+  EXPECT_LT(s.peak_bytes_in_use, uint64_t{8} << 20);  // the small block's, not the big one's
+  EXPECT_EQ(s.peak_bytes_reserved, s.bytes_reserved);
+  EXPECT_EQ(s.num_allocs, before.num_allocs);
+  EXPECT_EQ(s.num_frees, before.num_frees);
+  auto more = a.AllocateRaw(2 << 20);
+  ASSERT_THAT(more, IsOk());
+  s = a.Stats();
+  EXPECT_GE(s.peak_bytes_in_use, uint64_t{3} << 20);
+  EXPECT_GE(s.peak_bytes_in_use, s.bytes_in_use);
+  EXPECT_GE(s.peak_bytes_reserved, s.bytes_reserved);
+  EXPECT_THAT(a.Deallocate(*more), IsOk());
+  EXPECT_THAT(a.Deallocate(*small), IsOk());
+}
+
+// ReleaseCachedMemory (PyTorch's empty_cache): what it reports is what Stats' reserved bytes
+// fell by, live blocks keep their place and contents, and the allocator works on after it.
+TYPED_TEST_P(AllocatorConformance, ReleaseCachedMemoryKeepsLiveBlocks) {
+  Allocator& a = *this->allocator_;
+  std::vector<void*> blocks;
+  for (uint64_t bytes : {uint64_t{1} << 10, uint64_t{3} << 20, uint64_t{5} << 20,
+                         uint64_t{300} << 10, uint64_t{7} << 20}) {
+    auto p = a.AllocateRaw(bytes);
+    ASSERT_THAT(p, IsOk());
+    blocks.push_back(*p);
+  }
+  if (TypeParam::kRealMemory) std::memset(blocks[2], 0x5a, 5 << 20);
+  for (int i : {1, 3, 4}) ASSERT_THAT(a.Deallocate(blocks[i]), IsOk());
+  const AllocatorStats before = a.Stats();
+  absl::StatusOr<uint64_t> released = a.ReleaseCachedMemory();
+  ASSERT_THAT(released, IsOk());
+  AllocatorStats after = a.Stats();
+  EXPECT_EQ(*released, before.bytes_reserved - after.bytes_reserved);
+  EXPECT_EQ(after.bytes_in_use, before.bytes_in_use);
+  EXPECT_GE(after.bytes_reserved, after.bytes_in_use);
+  EXPECT_THAT(CheckAllocator<TypeParam>(a), IsOk());
+  if (TypeParam::kRealMemory) {
+    const unsigned char* b = static_cast<const unsigned char*>(blocks[2]);
+    EXPECT_EQ(b[0], 0x5a);
+    EXPECT_EQ(b[(5 << 20) - 1], 0x5a);
+  }
+  EXPECT_THAT(a.Deallocate(blocks[0]), IsOk());
+  EXPECT_THAT(a.Deallocate(blocks[2]), IsOk());
+  released = a.ReleaseCachedMemory();
+  ASSERT_THAT(released, IsOk());
+  after = a.Stats();
+  EXPECT_EQ(after.bytes_in_use, 0u);
+  auto again = a.AllocateRaw(4 << 20);
+  ASSERT_THAT(again, IsOk());
+  EXPECT_THAT(a.Deallocate(*again), IsOk());
 }
 
 TYPED_TEST_P(AllocatorConformance, RandomOpsKeepInvariants) {
@@ -324,6 +405,7 @@ REGISTER_TYPED_TEST_SUITE_P(AllocatorConformance, DistinctAlignedBlocks, ZeroByt
                             LargeAlignments, BadAlignmentIsInvalidArgument,
                             FillsToTheLimitThenFailsCleanly, BadPointersChangeNothing,
                             StatsTrackUsage, DeviceBufferFreesOnDestruction, ConcurrentUse,
+                            ResetPeakStatsRestartsThePeaks, ReleaseCachedMemoryKeepsLiveBlocks,
                             RandomOpsKeepInvariants);
 
 }  // namespace vgpu::testing

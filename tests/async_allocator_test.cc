@@ -68,6 +68,8 @@ class WithStream : public Allocator {
   }
   std::string name() const override { return inner_->name(); }
   AllocatorStats DoStats() const override { return inner_->Stats(); }
+  void DoResetPeakStats() override { inner_->ResetPeakStats(); }
+  absl::Status DoReleaseCachedMemory() override { return inner_->ReleaseCachedMemory().status(); }
   std::string DumpMemoryLog() const override { return inner_->DumpMemoryLog(); }
   absl::Status CheckInvariants() const override { return inner_->CheckInvariants(); }
 
@@ -256,6 +258,26 @@ TEST_F(AsyncAllocatorTest, FullCardTrimsThePoolAndRetriesOnce) {
   ASSERT_THAT(exec_->Free(*raw), IsOk());
   ASSERT_THAT(allocator_->Trim(), IsOk());
   EXPECT_EQ(allocator_->Stats().bytes_reserved, 0u);
+  EXPECT_EQ(CardFree(), 64 * kMiB);
+}
+
+// ReleaseCachedMemory (PyTorch's empty_cache) trims the pool: the card gets the cached blocks
+// back, a live block keeps its memory.
+TEST_F(AsyncAllocatorTest, ReleaseCachedMemoryTrimsThePool) {
+  MakeCard(64 * kMiB);
+  MakeAllocator(48 * kMiB);
+  auto live = allocator_->AllocateRaw(10 * kMiB);
+  auto cached = allocator_->AllocateRaw(20 * kMiB);
+  ASSERT_THAT(live, IsOk());
+  ASSERT_THAT(cached, IsOk());
+  ASSERT_THAT(allocator_->Deallocate(*cached), IsOk());
+  ASSERT_THAT(stream_->Synchronize(), IsOk());
+  EXPECT_EQ(allocator_->Stats().bytes_reserved, 30 * kMiB);
+  EXPECT_THAT(allocator_->ReleaseCachedMemory(), IsOkAndHolds(20 * kMiB));
+  EXPECT_EQ(allocator_->Stats().bytes_reserved, 10 * kMiB);
+  EXPECT_EQ(CardFree(), 54 * kMiB);
+  ASSERT_THAT(allocator_->Deallocate(*live), IsOk());
+  EXPECT_THAT(allocator_->ReleaseCachedMemory(), IsOkAndHolds(10 * kMiB));
   EXPECT_EQ(CardFree(), 64 * kMiB);
 }
 

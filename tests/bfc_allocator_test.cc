@@ -315,6 +315,33 @@ TEST(BFCAllocatorTest, GarbageCollectsEmptyRegionsBeforeOom) {
   Free(*f.bfc, c);
 }
 
+// ReleaseCachedMemory (PyTorch's empty_cache): with growth, wholly free regions go back to the
+// sub-allocator and regions holding a live block stay; without growth the one region (the
+// whole limit, taken up front) stays.
+TEST(BFCAllocatorTest, ReleaseCachedMemoryReturnsWhollyFreeRegions) {
+  Fixture f = Make(64 * kMiB, true);
+  void* a = Alloc(*f.bfc, kMiB + kMiB / 2);  // region 2 MiB
+  void* b = Alloc(*f.bfc, 3 * kMiB);         // region 4 MiB
+  void* c = Alloc(*f.bfc, 7 * kMiB);         // region 8 MiB
+  Free(*f.bfc, a);
+  Free(*f.bfc, c);
+  EXPECT_EQ(f.fake->regions_outstanding(), 3u);
+  EXPECT_THAT(f.bfc->ReleaseCachedMemory(), IsOkAndHolds(10 * kMiB));
+  EXPECT_EQ(f.fake->regions_outstanding(), 1u);
+  EXPECT_EQ(f.fake->bytes_outstanding(), 4 * kMiB);
+  EXPECT_EQ(f.bfc->Stats().bytes_reserved, 4 * kMiB);
+  EXPECT_THAT(f.bfc->CheckInvariants(), IsOk());
+  Free(*f.bfc, b);
+  EXPECT_THAT(f.bfc->ReleaseCachedMemory(), IsOkAndHolds(4 * kMiB));
+  EXPECT_EQ(f.fake->bytes_outstanding(), 0u);
+  Free(*f.bfc, Alloc(*f.bfc, 5 * kMiB));  // grows again
+
+  Fixture off = Make(16 * kMiB, false);
+  Free(*off.bfc, Alloc(*off.bfc, 3 * kMiB));
+  EXPECT_THAT(off.bfc->ReleaseCachedMemory(), IsOkAndHolds(0u));
+  EXPECT_EQ(off.fake->bytes_outstanding(), 16 * kMiB);
+}
+
 TEST(BFCAllocatorTest, NoGarbageCollectionWhenDisabled) {
   auto fake = std::make_unique<FakeSubAllocator>();
   BFCOptions o{.name = "GPU:0", .memory_limit = 8 * kMiB, .allow_growth = true};

@@ -389,6 +389,32 @@ TEST(VmmAllocatorTest, CacheIsEvictedBeforeTheLimitIsHit) {
   EXPECT_THAT(CheckFakeVmm(h), IsOk());
 }
 
+// ReleaseCachedMemory (PyTorch's empty_cache) is Trim: with growth, an idle allocator's
+// reserve and cache go back to the device too; live blocks keep their granules.
+TEST(VmmAllocatorTest, ReleaseCachedMemoryGivesTheReserveBack) {
+  VmmOptions o = Opts(64 * kG, true);
+  o.pool_keep_bytes = 4 * kG;
+  Fake f = MakeFake(o, 64 * kG);
+  auto keep = f.alloc->AllocateRaw(2 * kG);
+  auto big = f.alloc->AllocateRaw(6 * kG);
+  ASSERT_THAT(keep.status(), IsOk());
+  ASSERT_THAT(big.status(), IsOk());
+  ASSERT_THAT(f.alloc->Deallocate(*big), IsOk());  // cached or pooled, still on the device
+  EXPECT_EQ(f.backend->physical_bytes(), 8 * kG);
+  const uint64_t reserved = f.alloc->Stats().bytes_reserved;
+  absl::StatusOr<uint64_t> released = f.alloc->ReleaseCachedMemory();
+  ASSERT_THAT(released, IsOk());
+  EXPECT_EQ(*released, reserved - 2 * kG);
+  EXPECT_EQ(f.alloc->Stats().bytes_reserved, 2 * kG);
+  EXPECT_EQ(f.backend->physical_bytes(), 2 * kG);  // only the live block's granules
+  ASSERT_THAT(CheckFakeVmm(f), IsOk());
+  ASSERT_THAT(f.alloc->Deallocate(*keep), IsOk());  // idle: keeps its reserve of 4 granules
+  EXPECT_GT(f.backend->physical_bytes(), 0u);
+  EXPECT_THAT(f.alloc->ReleaseCachedMemory(), IsOkAndHolds(2 * kG));
+  EXPECT_EQ(f.backend->physical_bytes(), 0u);
+  ASSERT_THAT(CheckFakeVmm(f), IsOk());
+}
+
 TEST(VmmAllocatorTest, GrowthGivesGranulesBackToTheDevice) {
   VmmOptions o = Opts(64 * kG, true, /*cache=*/false);
   o.pool_keep_bytes = 2 * kG;
