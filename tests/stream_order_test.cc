@@ -410,6 +410,28 @@ TYPED_TEST(StreamOrderTest, GivingMemoryBackWaitsForTheStreams) {
   EXPECT_THAT(this->allocator_->CheckInvariants(), IsOk());
 }
 
+// ReleaseCachedMemory (PyTorch's empty_cache) right after a stream-ordered free: the memory
+// goes back to the device only once the freeing stream's work on it is done, so when the
+// call returns having released something, A's slow use has finished, and saw its data.
+TYPED_TEST(StreamOrderTest, ReleasingCachedMemoryWaitsForTheStreams) {
+  this->allocator_ = this->Make(this->a_.get(), /*growth=*/true);
+  std::atomic<bool> intact{false};
+  auto p = this->allocator_->AllocateRaw(kBlock, this->a_.get());
+  ASSERT_THAT(p.status(), IsOk());
+  this->SlowUse(this->a_.get(), *p, 0xAA, &intact);
+  ASSERT_THAT(this->allocator_->Deallocate(*p), IsOk());
+  const uint64_t reserved = this->allocator_->Stats().bytes_reserved;
+  absl::StatusOr<uint64_t> released = this->allocator_->ReleaseCachedMemory();
+  ASSERT_THAT(released.status(), IsOk());
+  // Something went back (the block's memory, unless a free path returned it already, which
+  // had to wait the same way), and A was done with it by then.
+  EXPECT_TRUE(*released > 0 || reserved == 0);
+  EXPECT_TRUE(intact.load());
+  EXPECT_EQ(this->allocator_->Stats().bytes_in_use, 0u);
+  ASSERT_THAT(this->a_->Synchronize(), IsOk());
+  EXPECT_THAT(this->allocator_->CheckInvariants(), IsOk());
+}
+
 // vmm frees that unmap memory (a tail-shared block's head and tail views; a range the cache
 // will not take) while the block's stream may still use it: deferred behind an event, not a
 // host wait, and the memory stays mapped until that stream is done.
