@@ -65,8 +65,8 @@ struct AllocatorStats {
   uint64_t num_ooms = 0;
   uint64_t regions_mapped = 0;    // regions (or granule mappings) taken from the device
   uint64_t regions_unmapped = 0;  // and given back
-  // vmm: the granule its regions are counted in, and the executor Map / Unmap calls made (one
-  // per run of physically contiguous granules); 0 for allocators without mappings.
+  // vmm: the granule its regions are counted in, and the executor Map / MapAll / Unmap calls
+  // made (a block's granules are mapped in one call); 0 for allocators without mappings.
   uint64_t mapping_granularity = 0;
   uint64_t map_calls = 0;
   uint64_t unmap_calls = 0;

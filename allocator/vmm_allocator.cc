@@ -681,10 +681,10 @@ absl::Status VmmAllocator::EnsureFreeGranulesLocked(uint64_t count) {
 }
 
 absl::StatusOr<size_t> VmmAllocator::CreateGranulesLocked(size_t n) {
-  handle_buffer_.resize(n);
+  handles_.resize(n);
   VGPU_ASSIGN_OR_RETURN(size_t made,
-                        executor_->CreatePhysicalMemories(granularity_, n, handle_buffer_.data()));
-  for (size_t i = 0; i < made; ++i) free_granules_.push_back(AddGranuleLocked(handle_buffer_[i]));
+                        executor_->CreatePhysicalMemories(granularity_, n, handles_.data()));
+  for (size_t i = 0; i < made; ++i) free_granules_.push_back(AddGranuleLocked(handles_[i]));
   return made;
 }
 
@@ -877,13 +877,13 @@ absl::StatusOr<std::unique_ptr<VmmAllocator::Range>> VmmAllocator::MapSharedRang
     // on a card, the costly call) for all of them. The pool's top k are the body and the one
     // below them a fresh tail.
     size_t n = 0;
-    map_handles_.resize(k + 2);
-    if (h > 0) map_handles_[n++] = granules_[head_granule].handle;
+    handles_.resize(k + 2);
+    if (h > 0) handles_[n++] = granules_[head_granule].handle;
     const uint64_t from_pool = k + (fresh_tail ? 1 : 0);
-    PoolTopHandlesLocked(from_pool, &map_handles_[n]);
+    PoolTopHandlesLocked(from_pool, &handles_[n]);
     n += from_pool;
-    if (t > 0 && !fresh_tail) map_handles_[n++] = granules_[tail_granule].handle;
-    absl::Status s = executor_->MapAll(base, map_handles_.data(), n);
+    if (t > 0 && !fresh_tail) handles_[n++] = granules_[tail_granule].handle;
+    absl::Status s = executor_->MapAll(base, handles_.data(), n);
     if (!s.ok()) return give_up(s);
     ++map_calls_;
     AdoptPoolGranulesLocked(range.get(), k);
@@ -1051,9 +1051,9 @@ absl::Status VmmAllocator::GrowRangeLocked(Range* range, uint64_t count) {
   // Executor::Map), so each is a mapping of its own; MapAll maps them in one executor call
   // (on cuda one cuMemMap each and one cuMemSetAccess for the range, the costly part).
   const uint64_t n = count - old;
-  map_handles_.resize(n);
-  PoolTopHandlesLocked(n, map_handles_.data());
-  VGPU_RETURN_IF_ERROR(executor_->MapAll(base + old * g, map_handles_.data(), n));
+  handles_.resize(n);
+  PoolTopHandlesLocked(n, handles_.data());
+  VGPU_RETURN_IF_ERROR(executor_->MapAll(base + old * g, handles_.data(), n));
   ++map_calls_;
   AdoptPoolGranulesLocked(range, n);
   return absl::OkStatus();
@@ -1289,12 +1289,10 @@ absl::Status VmmAllocator::GiveBackLocked(uint64_t keep) {
   // the ones the pool would hand out next go back first, until at most `keep` are left.
   if (free_granules_.size() <= keep) return absl::OkStatus();
   const size_t n = free_granules_.size() - keep;
-  handle_buffer_.resize(n);
-  for (size_t i = 0; i < n; ++i) {
-    handle_buffer_[i] = granules_[free_granules_[free_granules_.size() - 1 - i]].handle;
-  }
+  handles_.resize(n);
+  PoolTopHandlesLocked(n, handles_.data());
   size_t released = 0;
-  absl::Status s = executor_->ReleasePhysicalMemories(handle_buffer_.data(), n, &released);
+  absl::Status s = executor_->ReleasePhysicalMemories(handles_.data(), n, &released);
   for (size_t i = 0; i < released; ++i) {  // only what went back leaves the pool
     const uint32_t slot = free_granules_.back();
     free_granules_.pop_back();

@@ -124,7 +124,7 @@ class VmmAllocator final : public Allocator {
   std::string DumpMemoryLog() const override;
   absl::Status CheckInvariants() const override;
   // Events (AddObserver): alloc/free/oom of every block (small ones too) and map/unmap of
-  // granule runs.
+  // granules.
 
   // Evicts the mapping cache, frees empty slabs and (with growth) gives every free granule
   // back to the device. Live blocks are untouched.
@@ -383,11 +383,11 @@ class VmmAllocator final : public Allocator {
   // Makes `count` granules free (unmapped) in the pool, creating them (growth) or evicting
   // the cache as needed, within the limit.
   absl::Status EnsureFreeGranulesLocked(uint64_t count) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Records a new one-granule physical allocation (a run of its own); returns its slot, which
-  // the caller puts in the pool.
   // Up to n new granules into the pool in one executor call (each its own allocation); how
   // many, or the device's refusal when none.
   absl::StatusOr<size_t> CreateGranulesLocked(size_t n) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Records a new one-granule physical allocation; returns its slot, which the caller puts in
+  // the pool.
   uint32_t AddGranuleLocked(PhysicalMemoryHandle handle) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Unmaps the largest cached range; the one at `spare` only when nothing else is cached.
   absl::Status EvictOneLocked(const void* spare = nullptr) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -434,7 +434,9 @@ class VmmAllocator final : public Allocator {
   // index -> granule; holes have handle.bytes == 0
   std::vector<Granule> granules_ ABSL_GUARDED_BY(mu_);
   std::vector<uint32_t> free_slots_ ABSL_GUARDED_BY(mu_);  // holes in granules_ (given back)
-  std::vector<PhysicalMemoryHandle> map_handles_ ABSL_GUARDED_BY(mu_);  // MapAll scratch
+  // Scratch for one executor call over many granules (MapAll, a batch create or release),
+  // kept for its capacity; filled and used within one function.
+  std::vector<PhysicalMemoryHandle> handles_ ABSL_GUARDED_BY(mu_);
   std::vector<uint32_t> free_granules_ ABSL_GUARDED_BY(mu_);  // created and unmapped (LIFO)
   uint64_t mapped_granules_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t created_granules_ ABSL_GUARDED_BY(mu_) = 0;
@@ -449,8 +451,6 @@ class VmmAllocator final : public Allocator {
   uint64_t epoch_returned_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t epoch_created_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t granule_creates_ ABSL_GUARDED_BY(mu_) = 0;  // every granule created
-  // Handles of one create or release batch (kept for its capacity).
-  std::vector<PhysicalMemoryHandle> handle_buffer_ ABSL_GUARDED_BY(mu_);
   // The epoch as configured (clamped so that doubling cannot overflow): where it starts and
   // what its doublings are bounded by (1024x frees, 64x duration).
   uint64_t BaseEpochLen() const {
