@@ -21,6 +21,8 @@ uint64_t AlignUp(uint64_t a, uint64_t b) { return (a + b - 1) & ~(b - 1); }
 BFCAllocator::BFCAllocator(std::unique_ptr<SubAllocator> sub_allocator, BFCOptions options)
     : sub_allocator_(std::move(sub_allocator)), options_(std::move(options)) {
   std::fill(std::begin(roots_), std::end(roots_), kNone);
+  std::fill(std::begin(segment_heads_), std::end(segment_heads_), kNone);
+  page_ = std::max<uint64_t>(RoundedBytes(options_.segment_granularity), kMinAllocationSize);
   limit_ = options_.memory_limit & ~(kMinAllocationSize - 1);
   counters_.stats.bytes_limit = limit_;
   next_region_bytes_ = std::max<uint64_t>(RoundedBytes(options_.initial_region_bytes), 256);
@@ -38,7 +40,7 @@ BFCAllocator::BFCAllocator(std::unique_ptr<SubAllocator> sub_allocator, BFCOptio
   }
   if (!options_.allow_growth) {
     SpinLockGuard l(mu_);
-    absl::Status s = AddRegionLocked(limit_);
+    absl::Status s = AddRegionLocked(limit_).status();
     if (!s.ok()) {
       init_status_ = absl::ResourceExhaustedError(
           absl::StrCat(name(), ": cannot take the whole memory limit of ", FormatBytes(limit_),
@@ -167,10 +169,13 @@ uint32_t BFCAllocator::TreapMerge(uint32_t l, uint32_t r, uint32_t parent) {
   return root;
 }
 
-void BFCAllocator::BinInsert(uint32_t c) {
-  const int t = TreeFor(chunks_[c].size);
+void BFCAllocator::BinInsertInto(uint32_t c, int t) {
   chunks_[c].bin = static_cast<int16_t>(t);
   MarkTree(t);
+  if (t >= kNumTrees) {
+    ++cached_segments_;
+    cached_segment_bytes_ += chunks_[c].size;
+  }
   // Down to the first node c outranks, then c takes its place with the subtree split under it.
   const uint32_t priority = chunks_[c].priority;
   uint32_t* link = &roots_[t];
@@ -202,8 +207,52 @@ uint32_t BFCAllocator::FindParkedLocked(uint64_t size) const {
   return best;
 }
 
+void BFCAllocator::PushSegment(uint32_t c, int k) {
+  Chunk& ch = chunks_[c];
+  ch.bin = kSegmentListed;
+  ch.left = kNone;
+  ch.right = segment_heads_[k];
+  if (ch.right != kNone) chunks_[ch.right].left = c;
+  segment_heads_[k] = c;
+  segment_mask_[k >> 6] |= uint64_t{1} << (k & 63);
+  ++cached_segments_;
+  cached_segment_bytes_ += ch.size;
+}
+
+int BFCAllocator::NextSegmentList(int k) const {
+  for (int w = k >> 6; w < kSegmentMaskWords; ++w) {
+    uint64_t m = segment_mask_[w];
+    if (w == k >> 6) m &= ~uint64_t{0} << (k & 63);
+    if (m != 0) return w * 64 + std::countr_zero(m);
+  }
+  return 0;
+}
+
+int BFCAllocator::LastSegmentList() const {
+  for (int w = kSegmentMaskWords - 1; w >= 0; --w) {
+    if (segment_mask_[w] != 0) return w * 64 + 63 - std::countl_zero(segment_mask_[w]);
+  }
+  return 0;
+}
+
 void BFCAllocator::BinRemove(uint32_t c) {
   const int t = chunks_[c].bin;
+  if (t == kSegmentListed) {
+    Chunk& ch = chunks_[c];
+    if (ch.left != kNone) {
+      chunks_[ch.left].right = ch.right;
+    } else {
+      const int k = SegmentList(ch.size);
+      segment_heads_[k] = ch.right;
+      if (ch.right == kNone) segment_mask_[k >> 6] &= ~(uint64_t{1} << (k & 63));
+    }
+    if (ch.right != kNone) chunks_[ch.right].left = ch.left;
+    ch.left = ch.right = kNone;
+    ch.bin = -1;
+    --cached_segments_;
+    cached_segment_bytes_ -= ch.size;
+    return;
+  }
   if (t == kParked) {
     Chunk& ch = chunks_[c];
     if (ch.left != kNone) {
@@ -226,6 +275,10 @@ void BFCAllocator::BinRemove(uint32_t c) {
   *link = TreapMerge(chunks_[c].left, chunks_[c].right, parent);
   chunks_[c].left = chunks_[c].right = chunks_[c].parent = kNone;
   chunks_[c].bin = -1;
+  if (t >= kNumTrees) {
+    --cached_segments_;
+    cached_segment_bytes_ -= chunks_[c].size;
+  }
   if (roots_[t] == kNone) UnmarkTree(t);
 }
 
@@ -249,10 +302,10 @@ bool BFCAllocator::ForEachInTree(int t, Fn fn) const {
   return true;
 }
 
-uint32_t BFCAllocator::FindChunkLocked(uint64_t size) const {
-  const int t = TreeFor(size);
+uint32_t BFCAllocator::FindInTreesLocked(uint64_t size, int base) const {
+  const int t = base + TreeFor(size);
   int i = NextTree(t);
-  if (i < 0) return kNone;
+  if (i < 0 || i >= base + kNumTrees) return kNone;
   if (i == t) {
     // The smallest (size, address) that fits in the request's own tree.
     uint32_t best = kNone;
@@ -265,7 +318,9 @@ uint32_t BFCAllocator::FindChunkLocked(uint64_t size) const {
       }
     }
     if (best != kNone) return best;
-    if (t + 1 >= kNumTrees || (i = NextTree(t + 1)) < 0) return kNone;
+    if (t + 1 >= base + kNumTrees || (i = NextTree(t + 1)) < 0 || i >= base + kNumTrees) {
+      return kNone;
+    }
   }
   // Every chunk of a higher tree fits: the best is its first.
   uint32_t n = roots_[i];
@@ -273,32 +328,64 @@ uint32_t BFCAllocator::FindChunkLocked(uint64_t size) const {
   return n;
 }
 
-uint64_t BFCAllocator::LargestFreeLocked() const {
-  const int i = LastTree();
-  if (i < 0) return 0;
+uint32_t BFCAllocator::FindSegmentLocked(uint64_t size, uint64_t max_size) const {
+  uint32_t best = kNone;
+  if (const uint64_t pages = size / page_ + (size % page_ != 0); pages <= kSegmentLists) {
+    if (const int k = NextSegmentList(static_cast<int>(std::max<uint64_t>(pages, 1))); k != 0) {
+      best = segment_heads_[k];
+    }
+  }
+  if (const uint32_t t = FindInTreesLocked(size, kNumTrees);
+      t != kNone && (best == kNone || chunks_[t].size < chunks_[best].size)) {
+    best = t;
+  }
+  return best != kNone && chunks_[best].size <= max_size ? best : kNone;
+}
+
+uint32_t BFCAllocator::LargestSegmentLocked() const {
+  uint32_t best = LastInTreesLocked(kNumTrees);
+  if (const int k = LastSegmentList();
+      k != 0 && (best == kNone || chunks_[segment_heads_[k]].size > chunks_[best].size)) {
+    best = segment_heads_[k];
+  }
+  return best;
+}
+
+uint32_t BFCAllocator::LastInTreesLocked(int base) const {
+  const int i = LastTreeBelow(base + kNumTrees);
+  if (i < base) return kNone;
   uint32_t n = roots_[i];
   while (chunks_[n].right != kNone) n = chunks_[n].right;
-  return chunks_[n].size;
+  return n;
+}
+
+uint64_t BFCAllocator::LargestFreeLocked() const {
+  uint64_t largest = 0;
+  for (uint32_t n : {LastInTreesLocked(0), LargestSegmentLocked()}) {
+    if (n != kNone) largest = std::max(largest, chunks_[n].size);
+  }
+  return largest;
 }
 
 // ---------------------------------------------------------------------------------------------
 // Regions.
 
-absl::Status BFCAllocator::AddRegionLocked(uint64_t size) {
+absl::StatusOr<uint32_t> BFCAllocator::AddRegionLocked(uint64_t size, bool segment) {
   absl::StatusOr<void*> p = sub_allocator_->Alloc(size, kMinAllocationSize);
   if (!p.ok()) return p.status();
   uint64_t ptr = reinterpret_cast<uint64_t>(*p);
   uint32_t c = NewChunk();
   chunks_[c].ptr = ptr;
   chunks_[c].size = size;
+  chunks_[c].segment = segment;
   Region r{ptr, size, c};
   regions_.insert(std::upper_bound(regions_.begin(), regions_.end(), r,
                                    [](const Region& a, const Region& b) { return a.ptr < b.ptr; }),
                   r);
-  BinInsert(c);
+  if (!segment) BinInsert(c);
   counters_.OnMap(size);
   NotifyLocked(AllocatorEventKind::kMap, ptr, size);
-  return absl::OkStatus();
+  return c;
 }
 
 absl::Status BFCAllocator::GrowLocked(uint64_t need) {
@@ -313,7 +400,7 @@ absl::Status BFCAllocator::GrowLocked(uint64_t need) {
   }
   uint64_t size = std::min(std::max(step, need), available);
   while (true) {
-    absl::Status s = AddRegionLocked(size);
+    absl::Status s = AddRegionLocked(size).status();
     if (s.ok()) break;
     if (!absl::IsResourceExhausted(s) || size == need) {
       return absl::Status(
@@ -330,40 +417,64 @@ absl::Status BFCAllocator::GrowLocked(uint64_t need) {
   return absl::OkStatus();
 }
 
+void BFCAllocator::ReleaseRegionLocked(size_t i) {
+  const Region r = regions_[i];
+  const Chunk& c = chunks_[r.first];
+  // Memory going back to the device must be out of every stream's use: the free chunk's mask
+  // holds the streams of every block that was in it.
+  if (c.streams != 0) {
+    absl::Status synced = SynchronizeSlots(c.streams);
+    if (!synced.ok()) ReportAllocatorError(absl::StrCat("vgpu: ", name(), ": ", synced.ToString()));
+  }
+  if (c.bin != -1) BinRemove(r.first);
+  DeleteChunk(r.first);
+  absl::Status s = sub_allocator_->Free(reinterpret_cast<void*>(r.ptr), r.size);
+  // A region the sub-allocator will not take back is dropped anyway: leaking it is safer than
+  // handing out memory in an unknown state.
+  if (!s.ok()) ReportAllocatorError(absl::StrCat("vgpu: ", name(), ": ", s.ToString()));
+  counters_.OnUnmap(r.size);
+  regions_.erase(regions_.begin() + static_cast<ptrdiff_t>(i));
+  NotifyLocked(AllocatorEventKind::kUnmap, r.ptr, r.size);
+}
+
 uint64_t BFCAllocator::ReleaseEmptyRegionsLocked(uint64_t keep_bytes) {
   uint64_t released = 0, kept = 0;
-  size_t out = 0;
-  for (size_t i = 0; i < regions_.size(); ++i) {
-    Region r = regions_[i];
+  for (size_t i = 0; i < regions_.size();) {
+    const Region& r = regions_[i];
     const Chunk& c = chunks_[r.first];
-    if (c.in_use || c.next != kNone) {
-      regions_[out++] = r;
+    if (c.in_use || c.next != kNone || kept + r.size <= keep_bytes) {
+      if (!c.in_use && c.next == kNone) kept += r.size;
+      ++i;
       continue;
     }
-    if (kept + r.size <= keep_bytes) {
-      kept += r.size;
-      regions_[out++] = r;
-      continue;
-    }
-    // Memory going back to the device must be out of every stream's use: the free chunk's
-    // mask holds the streams of every block that was in it.
-    if (c.streams != 0) {
-      absl::Status synced = SynchronizeSlots(c.streams);
-      if (!synced.ok())
-        ReportAllocatorError(absl::StrCat("vgpu: ", name(), ": ", synced.ToString()));
-    }
-    BinRemove(r.first);
-    DeleteChunk(r.first);
-    absl::Status s = sub_allocator_->Free(reinterpret_cast<void*>(r.ptr), r.size);
-    // A region the sub-allocator will not take back is dropped anyway: leaking it is safer
-    // than handing out memory in an unknown state.
-    if (!s.ok()) ReportAllocatorError(absl::StrCat("vgpu: ", name(), ": ", s.ToString()));
-    counters_.OnUnmap(r.size);
     released += r.size;
-    NotifyLocked(AllocatorEventKind::kUnmap, r.ptr, r.size);
+    ReleaseRegionLocked(i);
   }
-  regions_.resize(out);
   return released;
+}
+
+size_t BFCAllocator::RegionOf(uint64_t ptr) const {
+  auto it = std::lower_bound(regions_.begin(), regions_.end(), ptr,
+                             [](const Region& r, uint64_t p) { return r.ptr < p; });
+  return static_cast<size_t>(it - regions_.begin());
+}
+
+bool BFCAllocator::ReleaseSegmentsLocked(uint64_t need) {
+  auto available = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return limit_ - counters_.stats.bytes_reserved;
+  };
+  auto release = [&](uint32_t c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    ReleaseRegionLocked(RegionOf(chunks_[c].ptr));
+  };
+  if (need <= available()) return true;
+  // The smallest cached segment that is enough alone.
+  const uint32_t one = FindSegmentLocked(need - available(), UINT64_MAX);
+  if (one != kNone) {
+    release(one);
+    return true;
+  }
+  for (uint32_t n; need > available() && (n = LargestSegmentLocked()) != kNone;) release(n);
+  return need <= available();
 }
 
 absl::StatusOr<uint64_t> BFCAllocator::ReleaseEmptyRegions(uint64_t keep_bytes) {
@@ -409,6 +520,11 @@ void* BFCAllocator::CarveLocked(uint32_t c, uint64_t rounded, const AllocationRe
       BinInsert(SplitChunk(c, rounded));
     }
   }
+  return HandOutLocked(c, request, wait_for);
+}
+
+void* BFCAllocator::HandOutLocked(uint32_t c, const AllocationRequest& request,
+                                  uint64_t* wait_for) {
   Chunk& ch = chunks_[c];
   ch.in_use = true;
   ch.requested = request.bytes;
@@ -436,6 +552,10 @@ absl::StatusOr<void*> BFCAllocator::AllocateLocked(const AllocationRequest& requ
     return OomErrorLocked(bytes, rounded, "the request and its alignment are over the limit");
   }
   const uint64_t need = rounded + pad;
+  if (options_.allow_growth && options_.segment_bytes != 0 && rounded >= options_.segment_bytes &&
+      pad == 0) {
+    return AllocateSegmentLocked(request, rounded, wait_for);
+  }
   uint32_t c = FindChunkLocked(need);
   if (c == kNone && parked_ != kNone) c = FindParkedLocked(need);  // before growing
   if (c != kNone) return CarveLocked(c, rounded, request, wait_for);
@@ -454,6 +574,46 @@ absl::StatusOr<void*> BFCAllocator::AllocateLocked(const AllocationRequest& requ
     }
   }
   return OomErrorLocked(bytes, rounded, why);
+}
+
+absl::StatusOr<void*> BFCAllocator::AllocateSegmentLocked(const AllocationRequest& request,
+                                                          uint64_t rounded, uint64_t* wait_for) {
+  const uint64_t granularity = std::max(options_.segment_granularity, kMinAllocationSize);
+  const uint64_t slack = std::max(granularity, rounded / 8);
+  uint32_t c =
+      FindSegmentLocked(rounded, rounded > UINT64_MAX - slack ? UINT64_MAX : rounded + slack);
+  if (c != kNone) {
+    BinRemove(c);
+    return HandOutLocked(c, request, wait_for);
+  }
+  // A new segment, a whole number of pages; near the limit just what is asked.
+  uint64_t size = rounded > UINT64_MAX - (granularity - 1)
+                      ? rounded
+                      : (rounded + granularity - 1) / granularity * granularity;
+  if (size > limit_) size = rounded;
+  std::string why;
+  bool fits = size <= limit_ - counters_.stats.bytes_reserved;
+  if (!fits && options_.garbage_collection) {
+    fits = ReleaseSegmentsLocked(size) ||
+           (ReleaseEmptyRegionsLocked() > 0 && size <= limit_ - counters_.stats.bytes_reserved);
+  }
+  if (fits) {
+    absl::StatusOr<uint32_t> added = AddRegionLocked(size, /*segment=*/true);
+    if (added.ok()) return HandOutLocked(*added, request, wait_for);
+    why = absl::StrCat("the sub-allocator (", sub_allocator_->name(), ") refused a region of ",
+                       FormatBytes(size), ": ", added.status().message());
+  } else {
+    why = absl::StrCat("a region of ", FormatBytes(size), " would pass the limit");
+  }
+  // Rather than fail: a cached segment too large to be a good fit, or a shared region's chunk.
+  c = FindSegmentLocked(rounded, UINT64_MAX);
+  if (c != kNone) {
+    BinRemove(c);
+    return HandOutLocked(c, request, wait_for);
+  }
+  c = FindChunkLocked(rounded);
+  if (c != kNone) return CarveLocked(c, rounded, request, wait_for);
+  return OomErrorLocked(request.bytes, rounded, why);
 }
 
 absl::StatusOr<void*> BFCAllocator::DoAllocate(const AllocationRequest& request,
@@ -590,10 +750,25 @@ std::string BFCAllocator::DumpMemoryLog() const {
                           : absl::StrCat(", ", FormatBytes(uint64_t{256} << (b + 1)), ")"),
         ": ", count, " chunks, ", FormatBytes(total), ", largest ", FormatBytes(largest), "\n");
   }
+  // Segments (one block each, possibly hundreds) are summed up, not listed.
+  uint64_t used_segments = 0, used_segment_bytes = 0;
+  for (const Region& r : regions_) {
+    const Chunk& ch = chunks_[r.first];
+    if (ch.segment && ch.in_use) {
+      ++used_segments;
+      used_segment_bytes += r.size;
+    }
+  }
+  if (used_segments + cached_segments_ > 0) {
+    absl::StrAppend(&out, "Segments (regions of one block each): ", used_segments, " in use (",
+                    FormatBytes(used_segment_bytes), "), ", cached_segments_, " cached (",
+                    FormatBytes(cached_segment_bytes_), ")\n");
+  }
   constexpr int kCells = 64;
   constexpr int kMaxChunksListed = 64;
   for (size_t i = 0; i < regions_.size(); ++i) {
     const Region& r = regions_[i];
+    if (chunks_[r.first].segment) continue;
     absl::StrAppend(&out, "Region ", i, " at ", P(r.ptr), ", ", FormatBytes(r.size), ":\n");
     std::vector<uint64_t> used(kCells, 0);
     const double cell = static_cast<double>(r.size) / kCells;
@@ -631,7 +806,8 @@ absl::Status BFCAllocator::CheckInvariants() const {
   auto fail = [&](auto&&... args) {
     return absl::InternalError(absl::StrCat(name(), ": invariant broken: ", args...));
   };
-  uint64_t reserved = 0, in_use = 0, free_chunks = 0, used_chunks = 0, records = 0, parked = 0;
+  uint64_t reserved = 0, in_use = 0, free_chunks = 0, used_chunks = 0, records = 0, parked = 0,
+           listed_segments = 0, cached_bytes = 0;
   for (size_t i = 0; i < regions_.size(); ++i) {
     const Region& r = regions_[i];
     if (i > 0 && regions_[i - 1].ptr + regions_[i - 1].size > r.ptr) {
@@ -648,6 +824,9 @@ absl::Status BFCAllocator::CheckInvariants() const {
         return fail("chunk ", P(ch.ptr), " has size ", ch.size);
       }
       if (ch.prev != prev) return fail("chunk ", P(ch.ptr), " has a wrong prev link");
+      if (ch.segment && (c != r.first || ch.next != kNone)) {
+        return fail("segment ", P(ch.ptr), " is not a whole region");
+      }
       if (ch.in_use) {
         ++used_chunks;
         in_use += ch.size;
@@ -662,7 +841,13 @@ absl::Status BFCAllocator::CheckInvariants() const {
         }
       } else {
         ++free_chunks;
-        if (ch.bin != TreeFor(ch.size)) return fail("free chunk ", P(ch.ptr), " in tree ", ch.bin);
+        if (ch.segment) cached_bytes += ch.size;
+        if (ch.segment && SegmentList(ch.size) != 0) {
+          ++listed_segments;
+          if (ch.bin != kSegmentListed) return fail("cached segment ", P(ch.ptr), " not listed");
+        } else if (ch.bin != TreeOf(ch)) {
+          return fail("free chunk ", P(ch.ptr), " in tree ", ch.bin);
+        }
         if (prev != kNone && !chunks_[prev].in_use) {
           return fail("free chunks ", P(chunks_[prev].ptr), " and ", P(ch.ptr), " are adjacent");
         }
@@ -673,7 +858,27 @@ absl::Status BFCAllocator::CheckInvariants() const {
     if (expect != r.ptr + r.size) return fail("region ", i, " chunks do not cover it");
   }
   uint64_t binned = 0;
-  for (int b = 0; b < kNumTrees; ++b) {
+  uint64_t segments_in_tree = 0, on_lists = 0;
+  for (int k = 0; k <= kSegmentLists; ++k) {
+    const bool marked = (segment_mask_[k >> 6] >> (k & 63)) & 1;
+    if (marked != (segment_heads_[k] != kNone) || (k == 0 && marked)) {
+      return fail("segment list mask for list ", k);
+    }
+    for (uint32_t n = segment_heads_[k], last = kNone; n != kNone; last = n, n = chunks_[n].right) {
+      if (n >= chunks_.size() || ++on_lists > chunks_.size()) {
+        return fail("segment list ", k, " has a cycle or a bad record");
+      }
+      const Chunk& ch = chunks_[n];
+      if (ch.in_use || !ch.segment || ch.bin != kSegmentListed || ch.left != last ||
+          SegmentList(ch.size) != k) {
+        return fail("segment list ", k, " holds ", P(ch.ptr), ", which does not belong there");
+      }
+    }
+  }
+  if (on_lists != listed_segments) {
+    return fail(listed_segments, " listed segments in regions but ", on_lists, " on the lists");
+  }
+  for (int b = 0; b < 2 * kNumTrees; ++b) {
     if (TreeMarked(b) != (roots_[b] != kNone)) return fail("tree mask for tree ", b);
     std::string broken;
     uint32_t last = kNone;
@@ -696,6 +901,7 @@ absl::Status BFCAllocator::CheckInvariants() const {
       }
       last = c;
       ++binned;
+      if (b >= kNumTrees) ++segments_in_tree;
     });
     if (!whole) return fail("tree ", b, " has a cycle or a bad record");
     if (!broken.empty()) return fail("tree ", b, " ", broken);
@@ -714,7 +920,15 @@ absl::Status BFCAllocator::CheckInvariants() const {
     return fail(parked, " parked chunks in regions but ", listed, " on the list (count ",
                 parked_count_, ")");
   }
-  if (binned != free_chunks) {
+  if (cached_bytes != cached_segment_bytes_) {
+    return fail("cached segments hold ", cached_bytes, " bytes but the count says ",
+                cached_segment_bytes_);
+  }
+  if (segments_in_tree + on_lists != cached_segments_) {
+    return fail(segments_in_tree, " cached segments in trees and ", on_lists,
+                " on lists but a count of ", cached_segments_);
+  }
+  if (binned + on_lists != free_chunks) {
     return fail(binned, " chunks in bins but ", free_chunks, " free chunks in regions");
   }
   if (live_.size() != used_chunks) {
@@ -749,6 +963,7 @@ absl::StatusOr<std::unique_ptr<Allocator>> CreateBfcAllocator(
   if (options.bfc_min_split_bytes) o.min_split_bytes = *options.bfc_min_split_bytes;
   if (options.bfc_min_split_fraction) o.min_split_fraction = *options.bfc_min_split_fraction;
   if (options.bfc_park_slivers) o.park_slivers = *options.bfc_park_slivers;
+  if (options.bfc_segment_bytes) o.segment_bytes = *options.bfc_segment_bytes;
   VGPU_ASSIGN_OR_RETURN(
       std::unique_ptr<BFCAllocator> a,
       BFCAllocator::Create(std::make_unique<DeviceSubAllocator>(executor), std::move(o)));

@@ -10,8 +10,10 @@
 // per operation once the pools have grown to the working set.
 //
 // Policies: hard memory_limit; allow_growth (first region small, then doubling, backing off
-// when the sub-allocator refuses, never past the limit) or one region of the whole limit up
-// front; garbage collection of wholly free regions before an OOM is reported. Split policy:
+// when the sub-allocator refuses, never past the limit; requests of 4 MiB and more get
+// "segments", regions of their own cached whole, as PyTorch's caching allocator does) or one
+// region of the whole limit up front; garbage collection of wholly free regions before an OOM
+// is reported. Split policy:
 // slivers (a remainder under a quarter of the request) are not split off, which is what
 // keeps fragmentation low; optionally small requests come from the high end of a chunk, and
 // optionally slivers are split off but parked (free, merged with neighbours on free, used
@@ -67,6 +69,17 @@ struct BFCOptions {
   // live instead of 1.26x, but random operations cost ~10 % more time and transformer_train
   // needs 1.025x instead of 1.015x (docs/allocator.md, 2026-11-25), so it is opt-in.
   bool park_slivers = false;
+  // Segments (growth on only): a request of at least segment_bytes gets a region of its own,
+  // its size rounded up to segment_granularity (a card's page), never split. A freed segment
+  // stays cached whole and serves a later request it fits within an eighth (at least one
+  // granularity); when a new region would pass the limit, cached segments go back to the
+  // sub-allocator first (PyTorch's caching allocator, large blocks unsplit). Large blocks then
+  // never strand free memory between live ones: random_mixed replays with growth in 1.10x peak
+  // live instead of 1.25x; 4 MiB, not 1, because whole pages waste more on blocks of a few MiB
+  // (docs/allocator.md). 0 = off: every request from the shared regions, which double as they
+  // grow (TensorFlow's growth). Growth off always has one region.
+  uint64_t segment_bytes = 4 << 20;
+  uint64_t segment_granularity = 2 << 20;
   // Called for every event under the allocator's lock before the observer list, without its
   // mutex (the vmm allocator tracks its slab BFC's usage with it); must outlive the allocator.
   AllocatorObserver* usage_observer = nullptr;
@@ -151,6 +164,7 @@ class BFCAllocator final : public Allocator {
     uint32_t priority = 0;    // treap heap key, drawn when the record is (re)used
     int16_t bin = -1;         // tree index; -1: not in a tree
     bool in_use = false;
+    bool segment = false;  // a whole region of its own (BFCOptions::segment_bytes), never split
   };
   struct Region {
     uint64_t ptr = 0;
@@ -168,12 +182,41 @@ class BFCAllocator final : public Allocator {
 
   absl::StatusOr<void*> AllocateLocked(const AllocationRequest& request, uint64_t* wait_for)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Best-fit free chunk of at least `size` bytes, or kNone.
-  uint32_t FindChunkLocked(uint64_t size) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Best-fit free chunk of the shared regions of at least `size` bytes, or kNone.
+  uint32_t FindChunkLocked(uint64_t size) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return FindInTreesLocked(size, 0);
+  }
+  // The same over trees [base, base + kNumTrees): 0, the shared regions; kNumTrees, segments.
+  uint32_t FindInTreesLocked(uint64_t size, int base) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The largest free chunk of trees [base, base + kNumTrees), or kNone.
+  uint32_t LastInTreesLocked(int base) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void* CarveLocked(uint32_t c, uint64_t rounded, const AllocationRequest& request,
                     uint64_t* wait_for) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Marks free chunk c (out of every tree) allocated to `request`.
+  void* HandOutLocked(uint32_t c, const AllocationRequest& request, uint64_t* wait_for)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A request of at least segment_bytes with growth on: a cached segment, or a new one.
+  absl::StatusOr<void*> AllocateSegmentLocked(const AllocationRequest& request, uint64_t rounded,
+                                              uint64_t* wait_for)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The best-fit cached segment of at least `size` bytes and at most `max_size`, or kNone.
+  uint32_t FindSegmentLocked(uint64_t size, uint64_t max_size) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The largest cached segment, or kNone.
+  uint32_t LargestSegmentLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Gives cached segments back until `need` more bytes fit under the limit (PyTorch's order:
+  // the smallest one that is enough alone, else the largest first); false if they do not.
+  bool ReleaseSegmentsLocked(uint64_t need) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Gives region i (wholly free; its one chunk may be in a tree) back to the sub-allocator and
+  // drops it from regions_.
+  void ReleaseRegionLocked(size_t i) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The index in regions_ of the region starting at ptr.
+  size_t RegionOf(uint64_t ptr) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status GrowLocked(uint64_t need) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status AddRegionLocked(uint64_t size) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A new region from the sub-allocator; returns its one free chunk, in a tree unless it is a
+  // segment (which the caller hands out).
+  absl::StatusOr<uint32_t> AddRegionLocked(uint64_t size, bool segment = false)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   uint64_t ReleaseEmptyRegionsLocked(uint64_t keep_bytes = 0) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status OomErrorLocked(uint64_t bytes, uint64_t rounded, absl::string_view why)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -213,7 +256,13 @@ class BFCAllocator final : public Allocator {
     const Chunk& y = chunks_[b];
     return x.size < y.size || (x.size == y.size && x.ptr < y.ptr);
   }
-  void BinInsert(uint32_t c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void BinInsert(uint32_t c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (chunks_[c].segment) {
+      if (const int k = SegmentList(chunks_[c].size); k != 0) return PushSegment(c, k);
+    }
+    BinInsertInto(c, TreeOf(chunks_[c]));
+  }
+  void BinInsertInto(uint32_t c, int t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Takes a free chunk out of its tree, or off the parked list.
   void BinRemove(uint32_t c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Splits treap t into keys below chunk c's (into *l) and above (into *r).
@@ -236,12 +285,36 @@ class BFCAllocator final : public Allocator {
   std::vector<uint32_t> free_records_ ABSL_GUARDED_BY(mu_);
   std::vector<Region> regions_ ABSL_GUARDED_BY(mu_);
   PtrMap live_ ABSL_GUARDED_BY(mu_);  // allocated ptr -> chunk
-  uint32_t roots_[kNumTrees] ABSL_GUARDED_BY(mu_);
+  // Trees [0, kNumTrees) hold the shared regions' free chunks; the next kNumTrees, by the same
+  // size classes, the cached segments (above every shared tree, so the shared searches stop
+  // at kNumTrees).
+  static int TreeOf(const Chunk& c) { return (c.segment ? kNumTrees : 0) + TreeFor(c.size); }
+  uint32_t roots_[2 * kNumTrees] ABSL_GUARDED_BY(mu_);
+  uint64_t cached_segments_ ABSL_GUARDED_BY(mu_) = 0;       // free segments, listed or in trees
+  uint64_t cached_segment_bytes_ ABSL_GUARDED_BY(mu_) = 0;  // and their bytes
+
+  // Cached segments of k pages (k = 1..kSegmentLists, the page segment_granularity) are on
+  // list k, last freed first (bin == kSegmentListed; left / right links): a best fit is a
+  // bitmap scan and the list's head, whose record is warm, where a tree of equal sizes is a walk
+  // through cold records. Other sizes (larger, or not whole pages) are in trees kNumTrees+.
+  static constexpr int kSegmentLists = 256;
+  static constexpr int16_t kSegmentListed = -3;
+  static constexpr int kSegmentMaskWords = (kSegmentLists + 1 + 63) / 64;
+  uint64_t page_ = 0;  // BFCOptions::segment_granularity, at least kMinAllocationSize
+  int SegmentList(uint64_t size) const {
+    return size % page_ == 0 && size / page_ <= kSegmentLists ? static_cast<int>(size / page_) : 0;
+  }
+  uint32_t segment_heads_[kSegmentLists + 1] ABSL_GUARDED_BY(mu_);
+  uint64_t segment_mask_[kSegmentMaskWords] ABSL_GUARDED_BY(mu_) = {};
+  void PushSegment(uint32_t c, int k) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The first non-empty list >= k, or 0; the last non-empty list, or 0.
+  int NextSegmentList(int k) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  int LastSegmentList() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   uint32_t rng_ ABSL_GUARDED_BY(mu_) =
       0x9e3779b9u;  // xorshift32 state for treap priorities (deterministic)
   // Two-level bitmap (TLSF's): bit t of tree_mask_ says tree t is non-empty, bit w of
   // word_mask_ that word w of tree_mask_ is.
-  static constexpr int kMaskWords = (kNumTrees + 63) / 64;
+  static constexpr int kMaskWords = (2 * kNumTrees + 63) / 64;
   static_assert(kMaskWords <= 64);
   uint64_t tree_mask_[kMaskWords] ABSL_GUARDED_BY(mu_) = {};
   uint64_t word_mask_ ABSL_GUARDED_BY(mu_) = 0;
@@ -267,11 +340,14 @@ class BFCAllocator final : public Allocator {
     const int v = std::countr_zero(words);
     return v * 64 + std::countr_zero(tree_mask_[v]);
   }
-  // The last non-empty tree, or -1.
-  int LastTree() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    if (word_mask_ == 0) return -1;
-    const int v = 63 - std::countl_zero(word_mask_);
-    return v * 64 + 63 - std::countl_zero(tree_mask_[v]);
+  // The last non-empty tree below `end`, or -1 (for statistics: a walk down the words).
+  int LastTreeBelow(int end) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    for (int w = (end - 1) >> 6; w >= 0; --w) {
+      uint64_t m = tree_mask_[w];
+      if (w == (end - 1) >> 6 && ((end & 63) != 0)) m &= (uint64_t{1} << (end & 63)) - 1;
+      if (m != 0) return w * 64 + 63 - std::countl_zero(m);
+    }
+    return -1;
   }
   uint64_t next_region_bytes_ ABSL_GUARDED_BY(mu_) = 0;
 

@@ -215,6 +215,7 @@ absl::Status VmmAllocator::Init() {
   bo.initial_region_bytes = slab_bytes_;
   bo.max_region_bytes = slab_bytes_;
   bo.garbage_collection = true;
+  bo.segment_bytes = 0;  // slabs hold many blocks each; large blocks never come here
   // Small random sizes (256 B - 1 MiB) fragment slabs less when slivers down to an eighth of
   // the request are split off: 1.075x peak live instead of 1.10x at 0.25 (docs/vmm.md).
   bo.min_split_fraction = options_.slab_min_split_fraction;

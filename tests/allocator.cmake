@@ -104,7 +104,7 @@ $<TARGET_FILE:vgpu-bench> replay \"$t\" --allow-growth --memory-history \"$h\" >
 head -c 300 \"$h\"")
 set_tests_properties(vgpu_bench_replay_memory_history PROPERTIES LABELS bench
   SKIP_REGULAR_EXPRESSION "SKIPPED:"
-  PASS_REGULAR_EXPRESSION "\"recorded\":6900,\"dropped\":0,\"limits\":{[^}]*},\"allocators\":\\[\"replay/transformer_train\"\\],\"events\":\\[{\"t_ns\":[0-9]+,\"allocator\":0,\"kind\":\"map\"")
+  PASS_REGULAR_EXPRESSION "\"recorded\":7452,\"dropped\":0,\"limits\":{[^}]*},\"allocators\":\\[\"replay/transformer_train\"\\],\"events\":\\[{\"t_ns\":[0-9]+,\"allocator\":0,\"kind\":\"map\"")
 
 # The tests' checked fake VMM device (tests/fake_vmm_executor.h), built on vgpu-bench's
 # address-only device (vgpu_tools_lib), for the tests that build vmm allocators over it.
@@ -148,13 +148,15 @@ foreach(case transformer_train:bfc:off:1.022:50: transformer_train:bfc:on:1.043:
     LABELS bench TIMEOUT 120 SKIP_REGULAR_EXPRESSION "SKIPPED:"
     PASS_REGULAR_EXPRESSION "ALL-WITHIN-BARS" FAIL_REGULAR_EXPRESSION "OVER-BAR")
 endforeach()
-# The issue's bfc bar on random_mixed, <= 1.20, is not met yet (1.25, docs/allocator.md): kept
-# here, disabled, so it shows in every run until it passes.
+# The issue's bfc bar on random_mixed, <= 1.20: met with growth (segments, 1.10); not yet
+# without (1.25, one region of the whole limit; docs/allocator.md), kept here disabled so it
+# shows in every run until it passes.
 foreach(growth off on)
   add_test(NAME vgpu_bench_bars_random_mixed_bfc_1_20_growth_${growth}
     COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/bench_bars_check.sh $<TARGET_FILE:vgpu-bench>
       ${VGPU_SHARED_TRACES}/random_mixed.trace bfc ${growth} 1.20 50)
   set_tests_properties(vgpu_bench_bars_random_mixed_bfc_1_20_growth_${growth} PROPERTIES
-    LABELS bench TIMEOUT 120 DISABLED TRUE SKIP_REGULAR_EXPRESSION "SKIPPED:"
+    LABELS bench TIMEOUT 120 SKIP_REGULAR_EXPRESSION "SKIPPED:"
     PASS_REGULAR_EXPRESSION "ALL-WITHIN-BARS" FAIL_REGULAR_EXPRESSION "OVER-BAR")
 endforeach()
+set_tests_properties(vgpu_bench_bars_random_mixed_bfc_1_20_growth_off PROPERTIES DISABLED TRUE)

@@ -17,11 +17,14 @@ Executor* HostExecutor() {
   return e.ok() ? *e : nullptr;
 }
 
-std::unique_ptr<Allocator> Bfc(std::unique_ptr<SubAllocator> sub, uint64_t limit, bool growth) {
+// segment_bytes: BFCOptions' default (4 MiB) unless given.
+std::unique_ptr<Allocator> Bfc(std::unique_ptr<SubAllocator> sub, uint64_t limit, bool growth,
+                               uint64_t segment_bytes = BFCOptions().segment_bytes) {
   BFCOptions o;
   o.name = "GPU:0 (conformance)";
   o.memory_limit = limit;
   o.allow_growth = growth;
+  o.segment_bytes = segment_bytes;
   auto a = BFCAllocator::Create(std::move(sub), o);
   EXPECT_THAT(a.status(), IsOk());
   return a.ok() ? std::unique_ptr<Allocator>(std::move(*a)) : nullptr;
@@ -50,6 +53,22 @@ struct BfcFakeGrowthOn {
   }
   static std::unique_ptr<Allocator> MakeOther(uint64_t limit) {
     return Bfc(FakeElsewhere(), limit, true);
+  }
+};
+// Segments from 64 KiB: most of the suite's blocks (the threads' too) are segments.
+struct BfcFakeSmallSegments {
+  static constexpr bool kRealMemory = false;
+  static std::unique_ptr<Allocator> Make(uint64_t limit) {
+    return Bfc(std::make_unique<FakeSubAllocator>(), limit, true, 64 << 10);
+  }
+  static std::unique_ptr<Allocator> MakeOther(uint64_t limit) {
+    return Bfc(FakeElsewhere(), limit, true, 64 << 10);
+  }
+};
+struct BfcHostDeviceSmallSegments {
+  static constexpr bool kRealMemory = true;
+  static std::unique_ptr<Allocator> Make(uint64_t limit) {
+    return Bfc(std::make_unique<DeviceSubAllocator>(HostExecutor()), limit, true, 64 << 10);
   }
 };
 struct BfcHostDeviceGrowthOff {
@@ -97,9 +116,10 @@ struct FactoryHostMemory {
   }
 };
 
-using BfcTypes = ::testing::Types<BfcFakeGrowthOff, BfcFakeGrowthOn, BfcHostDeviceGrowthOff,
-                                  BfcHostDeviceGrowthOn, BfcPinnedHost, BfcHostMemory,
-                                  FactoryDeviceBfc, FactoryHostMemory>;
+using BfcTypes =
+    ::testing::Types<BfcFakeGrowthOff, BfcFakeGrowthOn, BfcFakeSmallSegments,
+                     BfcHostDeviceGrowthOff, BfcHostDeviceGrowthOn, BfcHostDeviceSmallSegments,
+                     BfcPinnedHost, BfcHostMemory, FactoryDeviceBfc, FactoryHostMemory>;
 INSTANTIATE_TYPED_TEST_SUITE_P(Bfc, AllocatorConformance, BfcTypes);
 
 }  // namespace

@@ -45,6 +45,7 @@ Fixture Make(uint64_t limit, bool growth, FakeSubAllocatorOptions fo = {},
   o.initial_region_bytes = initial;
   o.small_request_bytes = small_request_bytes;
   o.park_slivers = park_slivers;
+  o.segment_bytes = 0;  // TensorFlow's growth, step by step; segments are tested on their own
   f.bfc = std::make_unique<BFCAllocator>(std::move(fake), o);
   return f;
 }
@@ -263,6 +264,7 @@ TEST(BFCAllocatorTest, MaxRegionBytesGivesFixedRegions) {
   auto fake = std::make_unique<FakeSubAllocator>();
   FakeSubAllocator* sub = fake.get();
   BFCOptions o{.name = "GPU:0", .memory_limit = 64 * kMiB, .allow_growth = true};
+  o.segment_bytes = 0;
   o.initial_region_bytes = 2 * kMiB;
   o.max_region_bytes = 2 * kMiB;
   BFCAllocator a(std::move(fake), o);
@@ -345,12 +347,138 @@ TEST(BFCAllocatorTest, ReleaseCachedMemoryReturnsWhollyFreeRegions) {
 TEST(BFCAllocatorTest, NoGarbageCollectionWhenDisabled) {
   auto fake = std::make_unique<FakeSubAllocator>();
   BFCOptions o{.name = "GPU:0", .memory_limit = 8 * kMiB, .allow_growth = true};
+  o.segment_bytes = 0;
   o.garbage_collection = false;
   BFCAllocator a(std::move(fake), o);
   Free(a, Alloc(a, 3 * kMiB));  // region of 3 MiB
   EXPECT_THAT(a.AllocateRaw(6 * kMiB).status(), StatusIs(absl::StatusCode::kResourceExhausted));
   EXPECT_THAT(a.ReleaseEmptyRegions(), IsOkAndHolds(3 * kMiB));
   Free(a, Alloc(a, 6 * kMiB));
+}
+
+// Segments (the default with growth; here from 1 MiB, the default is 4 MiB): a request of
+// 1 MiB or more gets a region of its own, rounded up to 2 MiB and never split; freed, it is
+// cached whole for a request it fits within an eighth (at least 2 MiB). Smaller requests never
+// touch a cached segment.
+Fixture MakeWithSegments(uint64_t limit, bool gc = true) {
+  auto fake = std::make_unique<FakeSubAllocator>();
+  Fixture f;
+  f.fake = fake.get();
+  BFCOptions o{.name = "GPU:0", .memory_limit = limit, .allow_growth = true};
+  o.garbage_collection = gc;
+  o.segment_bytes = 1 * kMiB;
+  EXPECT_EQ(o.segment_granularity, 2 * kMiB);  // the default these tests are written for
+  f.bfc = std::make_unique<BFCAllocator>(std::move(fake), o);
+  return f;
+}
+
+TEST(BFCAllocatorTest, SegmentsGiveLargeRequestsRegionsOfTheirOwn) {
+  Fixture f = MakeWithSegments(64 * kMiB);
+  void* a = Alloc(*f.bfc, 3 * kMiB);  // a segment of 4 MiB
+  EXPECT_EQ(U(a), kBase);
+  EXPECT_EQ(f.bfc->Stats().bytes_reserved, 4 * kMiB);
+  EXPECT_THAT(f.bfc->AllocatedSize(a), IsOkAndHolds(4 * kMiB));  // never split
+  void* small = Alloc(*f.bfc, 100 * kKiB);  // a shared region (2 MiB), not a's remainder
+  EXPECT_EQ(U(small), kBase + 4 * kMiB);
+  EXPECT_EQ(f.bfc->Stats().bytes_reserved, 6 * kMiB);
+  Free(*f.bfc, a);  // cached whole
+  EXPECT_EQ(f.bfc->Stats().bytes_reserved, 6 * kMiB);
+  EXPECT_EQ(f.bfc->Stats().largest_free_block, 4 * kMiB);
+  // Small requests fill the shared regions (growing them) and never carve the cached segment.
+  std::vector<void*> smalls;
+  for (int i = 0; i < 8; ++i) smalls.push_back(Alloc(*f.bfc, 768 * kKiB));
+  for (void* p : smalls) EXPECT_FALSE(U(p) >= kBase && U(p) < kBase + 4 * kMiB) << U(p);
+  const int64_t calls = f.fake->alloc_calls();
+  void* b = Alloc(*f.bfc, 3 * kMiB + 512 * kKiB);  // the cached segment fits: no new region
+  EXPECT_EQ(U(b), kBase);
+  EXPECT_EQ(f.fake->alloc_calls(), calls);
+  // 1.5 MiB would waste 2.5 MiB of a 4 MiB segment (over the 2 MiB slack): a new one.
+  Free(*f.bfc, b);
+  void* c = Alloc(*f.bfc, kMiB + kMiB / 2);
+  EXPECT_NE(U(c), kBase);
+  EXPECT_THAT(f.bfc->AllocatedSize(c), IsOkAndHolds(2 * kMiB));
+  EXPECT_EQ(f.fake->alloc_calls(), calls + 1);
+  Free(*f.bfc, c);
+  void* d = Alloc(*f.bfc, 3 * kMiB);  // the 4 MiB segment again, with the 2 MiB one cached
+  const std::string log = f.bfc->DumpMemoryLog();
+  EXPECT_THAT(log, HasSubstr("Segments (regions of one block each): 1 in use (4 MiB), 1 cached "
+                             "(2 MiB)"));
+  EXPECT_THAT(log, ::testing::Not(HasSubstr("at 0x10000000000, 4 MiB")));  // not listed
+  Free(*f.bfc, d);
+  for (void* p : smalls) Free(*f.bfc, p);
+  Free(*f.bfc, small);
+  EXPECT_EQ(f.bfc->Stats().bytes_in_use, 0u);
+  const uint64_t reserved = f.bfc->Stats().bytes_reserved;
+  EXPECT_THAT(f.bfc->ReleaseCachedMemory(), IsOkAndHolds(reserved));  // segments go back too
+  EXPECT_EQ(f.fake->regions_outstanding(), 0u);
+}
+
+TEST(BFCAllocatorTest, CachedSegmentsGoBackBeforeTheLimit) {
+  Fixture f = MakeWithSegments(16 * kMiB);
+  std::vector<void*> cached;
+  for (uint64_t mib : {8, 2, 4}) cached.push_back(Alloc(*f.bfc, mib * kMiB));
+  for (void* p : cached) Free(*f.bfc, p);
+  EXPECT_EQ(f.bfc->Stats().bytes_reserved, 14 * kMiB);
+  // 5 MiB: no cached segment fits it within the slack (8 MiB wastes 3), and a new 6 MiB one
+  // lacks 4 MiB under the limit: the cached 4 MiB segment is the smallest that is enough alone
+  // (not the 8 MiB one, the largest).
+  void* c = Alloc(*f.bfc, 5 * kMiB);
+  AllocatorStats s = f.bfc->Stats();
+  EXPECT_EQ(s.regions_unmapped, 1u);
+  EXPECT_EQ(s.bytes_reserved, 16 * kMiB);
+  EXPECT_EQ(f.fake->regions_outstanding(), 3u);  // 8, 2 and the new 6
+  void* d8 = Alloc(*f.bfc, 8 * kMiB);
+  EXPECT_EQ(U(d8), U(cached[0]));  // the 8 MiB one was still cached
+  Free(*f.bfc, d8);
+  Free(*f.bfc, c);
+
+  // No single cached segment is enough: the largest go first until the request fits.
+  Fixture g = MakeWithSegments(12 * kMiB);
+  std::vector<void*> ps;
+  for (uint64_t mib : {2, 2, 4, 2}) ps.push_back(Alloc(*g.bfc, mib * kMiB));
+  for (void* p : ps) Free(*g.bfc, p);  // 10 MiB cached, 2 MiB left: 9 MiB lacks 7
+  void* d = Alloc(*g.bfc, 9 * kMiB);   // a 10 MiB segment: gives back 4, 2 and 2 MiB
+  EXPECT_EQ(g.bfc->Stats().regions_unmapped, 3u);
+  EXPECT_EQ(g.bfc->Stats().bytes_reserved, 12 * kMiB);
+  EXPECT_EQ(g.fake->regions_outstanding(), 2u);
+  Free(*g.bfc, d);
+}
+
+// At the limit, a cached segment too large to be a good fit (or a shared region's free chunk)
+// serves the request rather than an OOM; with garbage collection off nothing is given back.
+TEST(BFCAllocatorTest, SegmentsFallBackRatherThanFail) {
+  Fixture f = MakeWithSegments(10 * kMiB, /*gc=*/false);
+  void* big = Alloc(*f.bfc, 8 * kMiB);
+  Free(*f.bfc, big);
+  void* a = Alloc(*f.bfc, 3 * kMiB);  // a 4 MiB segment would pass the limit
+  EXPECT_EQ(U(a), U(big));
+  EXPECT_EQ(f.bfc->Stats().regions_unmapped, 0u);
+  auto b = f.bfc->AllocateRaw(3 * kMiB);  // 2 MiB left, nothing cached: OOM, state intact
+  EXPECT_THAT(b.status(), StatusIs(absl::StatusCode::kResourceExhausted,
+                                   AllOf(HasSubstr("GPU:0"), HasSubstr("would pass the limit"))));
+  EXPECT_THAT(f.bfc->CheckInvariants(), IsOk());
+  Free(*f.bfc, a);
+
+  // A shared region's free chunk, as the last resort.
+  Fixture g = MakeWithSegments(6 * kMiB);
+  void* s = Alloc(*g.bfc, 512 * kKiB);  // shared region of 2 MiB
+  void* t = Alloc(*g.bfc, 4 * kMiB);    // the rest of the limit
+  void* u = Alloc(*g.bfc, kMiB);        // no room for a 2 MiB segment: the shared region's rest
+  EXPECT_EQ(U(u), U(s) + 512 * kKiB);
+  for (void* p : {s, t, u}) Free(*g.bfc, p);
+}
+
+TEST(BFCAllocatorTest, SegmentsNeedGrowth) {
+  auto fake = std::make_unique<FakeSubAllocator>();
+  FakeSubAllocator* sub = fake.get();
+  BFCAllocator a(std::move(fake),
+                 BFCOptions{.name = "GPU:0", .memory_limit = 16 * kMiB, .allow_growth = false});
+  void* p = Alloc(a, 3 * kMiB);
+  void* q = Alloc(a, 3 * kMiB);
+  EXPECT_EQ(U(q), U(p) + 3 * kMiB);  // carved from the one region of the whole limit
+  EXPECT_EQ(sub->alloc_calls(), 1);
+  Free(a, p);
+  Free(a, q);
 }
 
 TEST(BFCAllocatorTest, BacksOffWhenTheSubAllocatorRefuses) {

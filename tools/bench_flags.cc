@@ -80,6 +80,13 @@ const Knob kKnobs[] = {
        }
        return absl::InvalidArgumentError("must be 0 or 1");
      }},
+    {"VGPU_BFC_SEGMENT_BYTES", "--bfc-segment-bytes",
+     "BFC with growth: requests of at least SIZE get a region of their own, cached whole "
+     "(0 = off: TensorFlow's doubling regions)",
+     [](absl::string_view v, BenchTuning& t) -> absl::Status {
+       VGPU_ASSIGN_OR_RETURN(t.bfc_segment_bytes, SizeIn(v, 0, kTiB));
+       return absl::OkStatus();
+     }},
     {"VGPU_VMM_SLAB_BYTES", "--vmm-slab-bytes",
      "VMM: slab size, a whole number of 2 MiB granules up to 1 TiB",
      [](absl::string_view v, BenchTuning& t) -> absl::Status {
@@ -177,6 +184,7 @@ void BenchTuning::ApplyTo(DeviceAllocatorOptions& options) const {
   options.bfc_min_split_bytes = bfc_min_split_bytes;
   options.bfc_min_split_fraction = bfc_min_split_fraction;
   options.bfc_park_slivers = bfc_park_slivers;
+  options.bfc_segment_bytes = bfc_segment_bytes;
   options.vmm_slab_bytes = vmm_slab_bytes;
   options.vmm_page_bytes = vmm_page_bytes;
   options.vmm_small_block_max = vmm_small_block_max;

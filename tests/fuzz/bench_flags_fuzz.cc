@@ -21,12 +21,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (a->limit.has_value() && *a->limit == 0) std::abort();
     if (a->devices < 1 || a->devices > 16 || a->iterations < 1 || a->size < 4) std::abort();
   }
-  // The same words as the five knobs' values.
+  // The same words as the six knobs' values.
   const char* kKnobs[] = {"VGPU_BFC_SMALL_REQUEST_BYTES", "VGPU_BFC_MIN_SPLIT_BYTES",
-                          "VGPU_BFC_MIN_SPLIT_FRACTION", "VGPU_VMM_SLAB_BYTES",
-                          "VGPU_VMM_SMALL_BLOCK_MAX"};
+                          "VGPU_BFC_MIN_SPLIT_FRACTION",  "VGPU_VMM_SLAB_BYTES",
+                          "VGPU_VMM_SMALL_BLOCK_MAX",     "VGPU_BFC_SEGMENT_BYTES"};
+  constexpr size_t kNumKnobs = sizeof(kKnobs) / sizeof(kKnobs[0]);
   std::map<std::string, std::string> env;
-  for (size_t i = 0; i < 5 && i < args.size(); ++i) env[kKnobs[i]] = args[i];
+  for (size_t i = 0; i < kNumKnobs && i < args.size(); ++i) env[kKnobs[i]] = args[i];
   absl::StatusOr<vgpu::bench::BenchTuning> t =
       vgpu::bench::ReadBenchTuning([&env](const char* name) -> const char* {
         auto it = env.find(name);
@@ -42,6 +43,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       std::abort();
     }
     if (t->bfc_min_split_bytes && *t->bfc_min_split_bytes == 0) std::abort();
+    if (t->bfc_segment_bytes && *t->bfc_segment_bytes > (uint64_t{1} << 40)) std::abort();
   }
   return 0;
 }
