@@ -34,7 +34,7 @@ struct Fixture {
 
 Fixture Make(uint64_t limit, bool growth, FakeSubAllocatorOptions fo = {},
              uint64_t initial = 2 * kMiB, uint64_t small_request_bytes = 0,
-             bool park_slivers = false) {
+             bool park_slivers = false, uint64_t segment_bytes = 0) {
   auto fake = std::make_unique<FakeSubAllocator>(fo);
   Fixture f;
   f.fake = fake.get();
@@ -45,7 +45,8 @@ Fixture Make(uint64_t limit, bool growth, FakeSubAllocatorOptions fo = {},
   o.initial_region_bytes = initial;
   o.small_request_bytes = small_request_bytes;
   o.park_slivers = park_slivers;
-  o.segment_bytes = 0;  // TensorFlow's growth, step by step; segments are tested on their own
+  // 0: TensorFlow's growth, step by step (the exact tests); segments are tested on their own.
+  o.segment_bytes = segment_bytes;
   f.bfc = std::make_unique<BFCAllocator>(std::move(fake), o);
   return f;
 }
@@ -621,11 +622,13 @@ TEST(BFCAllocatorTest, ObserversSeeEveryEvent) {
   EXPECT_EQ(rec.events[4].bytes_reserved, 0u);
 }
 
-// Random sizes (256 B .. 4 MiB, some aligned), random frees, every invariant after every op.
+// Random sizes (256 B .. 4 MiB, some aligned), random frees, every invariant after every op;
+// growth off and on, with sliver parking, and with segments from 512 KiB (modes 4, 5).
 TEST(BFCAllocatorTest, RandomizedInvariantsAfterEveryOperation) {
-  for (int mode = 0; mode < 4; ++mode) {
-    const bool growth = mode & 1, park = mode & 2;  // sliver parking too
-    Fixture f = Make(48 * kMiB, growth, {}, 1 * kMiB, 0, park);
+  for (int mode = 0; mode < 6; ++mode) {
+    const bool growth = (mode & 1) || mode >= 4, park = mode & 2;
+    const uint64_t segments = mode >= 4 ? 512 * kKiB : 0;
+    Fixture f = Make(48 * kMiB, growth, {}, 1 * kMiB, 0, park, segments);
     std::mt19937_64 rng(growth ? 7 + mode : 11 + mode);
     std::vector<std::pair<void*, uint64_t>> live;
     uint64_t requested = 0;
@@ -658,6 +661,7 @@ TEST(BFCAllocatorTest, RandomizedInvariantsAfterEveryOperation) {
       ASSERT_LE(s.bytes_reserved, 48 * kMiB);
     }
     EXPECT_GT(ooms, 0);  // the test does reach the limit
+    if (segments != 0) EXPECT_GT(f.bfc->Stats().regions_unmapped, 0u);  // cached ones went back
     for (auto& [p, n] : live) ASSERT_THAT(f.bfc->Deallocate(p), IsOk());
     EXPECT_THAT(f.bfc->CheckInvariants(), IsOk());
     EXPECT_EQ(f.bfc->Stats().bytes_in_use, 0u);
