@@ -469,6 +469,49 @@ TEST(BFCAllocatorTest, SegmentsFallBackRatherThanFail) {
   for (void* p : {s, t, u}) Free(*g.bfc, p);
 }
 
+// Odd segment options (every request a segment, pages of 0 B, 3 MiB or larger than the limit)
+// are served and keep every invariant; a page beyond the limit gives exact-size segments.
+TEST(BFCAllocatorTest, SegmentOptionsAtTheirExtremesKeepInvariants) {
+  for (uint64_t segment_bytes : {uint64_t{1}, 256 * kKiB, uint64_t{1} << 40}) {
+    for (uint64_t page : {uint64_t{0}, 3 * kMiB, uint64_t{1} << 40, ~uint64_t{0}}) {
+      auto fake = std::make_unique<FakeSubAllocator>();
+      BFCOptions o{.name = "GPU:0", .memory_limit = 32 * kMiB, .allow_growth = true};
+      o.segment_bytes = segment_bytes;
+      o.segment_granularity = page;
+      BFCAllocator a(std::move(fake), o);
+      std::mt19937_64 rng(segment_bytes ^ page);
+      std::vector<void*> live;
+      for (int op = 0; op < 400; ++op) {
+        if (live.empty() || rng() % 100 < 55) {
+          absl::StatusOr<void*> p = a.AllocateRaw(uint64_t{256} << (rng() % 14));
+          if (p.ok()) {
+            live.push_back(*p);
+          } else {
+            ASSERT_THAT(p.status(), StatusIs(absl::StatusCode::kResourceExhausted));
+          }
+        } else {
+          const size_t i = rng() % live.size();
+          ASSERT_THAT(a.Deallocate(live[i]), IsOk());
+          live[i] = live.back();
+          live.pop_back();
+        }
+        ASSERT_THAT(a.CheckInvariants(), IsOk()) << segment_bytes << " " << page << " op " << op;
+      }
+      for (void* p : live) ASSERT_THAT(a.Deallocate(p), IsOk());
+      EXPECT_THAT(a.ReleaseCachedMemory(), IsOk());
+      EXPECT_EQ(a.Stats().bytes_reserved, 0u);
+    }
+  }
+  // Pages larger than the limit: a segment is the request's own size.
+  BFCOptions o{.name = "GPU:0", .memory_limit = 32 * kMiB, .allow_growth = true};
+  o.segment_bytes = kMiB;
+  o.segment_granularity = uint64_t{1} << 40;
+  BFCAllocator a(std::make_unique<FakeSubAllocator>(), o);
+  void* p = Alloc(a, 3 * kMiB + 1000);
+  EXPECT_THAT(a.AllocatedSize(p), IsOkAndHolds(BFCAllocator::RoundedBytes(3 * kMiB + 1000)));
+  Free(a, p);
+}
+
 TEST(BFCAllocatorTest, SegmentsNeedGrowth) {
   auto fake = std::make_unique<FakeSubAllocator>();
   FakeSubAllocator* sub = fake.get();
