@@ -578,7 +578,7 @@ absl::StatusOr<void*> BFCAllocator::AllocateLocked(const AllocationRequest& requ
 
 absl::StatusOr<void*> BFCAllocator::AllocateSegmentLocked(const AllocationRequest& request,
                                                           uint64_t rounded, uint64_t* wait_for) {
-  const uint64_t granularity = std::max(options_.segment_granularity, kMinAllocationSize);
+  const uint64_t granularity = page_;  // segment_granularity as a multiple of 256 bytes
   const uint64_t slack = std::max(granularity, rounded / 8);
   uint32_t c =
       FindSegmentLocked(rounded, rounded > UINT64_MAX - slack ? UINT64_MAX : rounded + slack);
@@ -599,6 +599,12 @@ absl::StatusOr<void*> BFCAllocator::AllocateSegmentLocked(const AllocationReques
   }
   if (fits) {
     absl::StatusOr<uint32_t> added = AddRegionLocked(size, /*segment=*/true);
+    // The device may refuse before the limit (other devices or processes on the card): what
+    // the cache holds goes back, and the request tries once more.
+    if (!added.ok() && absl::IsResourceExhausted(added.status()) && options_.garbage_collection &&
+        ReleaseEmptyRegionsLocked() > 0) {
+      added = AddRegionLocked(size, /*segment=*/true);
+    }
     if (added.ok()) return HandOutLocked(*added, request, wait_for);
     why = absl::StrCat("the sub-allocator (", sub_allocator_->name(), ") refused a region of ",
                        FormatBytes(size), ": ", added.status().message());
@@ -977,6 +983,9 @@ absl::StatusOr<std::unique_ptr<Allocator>> CreateHostBfcAllocator(
   // "Unlimited": the largest 256-byte multiple, so growth is bounded only by the system.
   o.memory_limit = options.memory_limit != 0 ? options.memory_limit : ~uint64_t{0} >> 1;
   o.allow_growth = true;
+  // Without a limit cached segments would only go back when the system refuses memory:
+  // CPU:0 keeps TensorFlow's doubling regions, which large blocks split and share.
+  o.segment_bytes = 0;
   std::unique_ptr<SubAllocator> sub;
   if (executor != nullptr) {
     sub = std::make_unique<PinnedHostSubAllocator>(executor);

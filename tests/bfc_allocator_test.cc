@@ -469,11 +469,12 @@ TEST(BFCAllocatorTest, SegmentsFallBackRatherThanFail) {
   for (void* p : {s, t, u}) Free(*g.bfc, p);
 }
 
-// Odd segment options (every request a segment, pages of 0 B, 3 MiB or larger than the limit)
+// Odd segment options (every request a segment, pages of 0 B, 1000 B (not a multiple of 256),
+// 3 MiB or larger than the limit)
 // are served and keep every invariant; a page beyond the limit gives exact-size segments.
 TEST(BFCAllocatorTest, SegmentOptionsAtTheirExtremesKeepInvariants) {
   for (uint64_t segment_bytes : {uint64_t{1}, 256 * kKiB, uint64_t{1} << 40}) {
-    for (uint64_t page : {uint64_t{0}, 3 * kMiB, uint64_t{1} << 40, ~uint64_t{0}}) {
+    for (uint64_t page : {uint64_t{0}, uint64_t{1000}, 3 * kMiB, uint64_t{1} << 40, ~uint64_t{0}}) {
       auto fake = std::make_unique<FakeSubAllocator>();
       BFCOptions o{.name = "GPU:0", .memory_limit = 32 * kMiB, .allow_growth = true};
       o.segment_bytes = segment_bytes;
@@ -510,6 +511,33 @@ TEST(BFCAllocatorTest, SegmentOptionsAtTheirExtremesKeepInvariants) {
   void* p = Alloc(a, 3 * kMiB + 1000);
   EXPECT_THAT(a.AllocatedSize(p), IsOkAndHolds(BFCAllocator::RoundedBytes(3 * kMiB + 1000)));
   Free(a, p);
+}
+
+// The device refusing a new segment before the limit (the card is shared) gives the cache back
+// and tries again.
+TEST(BFCAllocatorTest, SegmentsGiveTheCacheBackWhenTheDeviceRefuses) {
+  FakeSubAllocatorOptions fo;
+  fo.capacity = 12 * kMiB;
+  auto fake = std::make_unique<FakeSubAllocator>(fo);
+  FakeSubAllocator* sub = fake.get();
+  BFCOptions o{.name = "GPU:0", .memory_limit = 64 * kMiB, .allow_growth = true};
+  o.segment_bytes = kMiB;
+  BFCAllocator a(std::move(fake), o);
+  Free(a, Alloc(a, 8 * kMiB));  // cached: 8 of the device's 12 MiB
+  // 5 MiB: the cached segment would waste 3 MiB (over the slack), a new one of 6 MiB is refused
+  // (4 MiB left on the device), the cache goes back, the retry is served.
+  void* p = Alloc(a, 5 * kMiB);
+  EXPECT_EQ(a.Stats().regions_unmapped, 1u);
+  EXPECT_EQ(sub->bytes_outstanding(), 6 * kMiB);
+  Free(a, p);
+
+  o.garbage_collection = false;  // ... unless told to keep it
+  auto fake2 = std::make_unique<FakeSubAllocator>(fo);
+  BFCAllocator b(std::move(fake2), o);
+  Free(b, Alloc(b, 8 * kMiB));
+  EXPECT_THAT(b.AllocateRaw(10 * kMiB).status(),
+              StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("refused a region")));
+  EXPECT_THAT(b.CheckInvariants(), IsOk());
 }
 
 TEST(BFCAllocatorTest, SegmentsNeedGrowth) {
