@@ -176,6 +176,14 @@ void BFCAllocator::BinInsertInto(uint32_t c, int t) {
     ++cached_segments_;
     cached_segment_bytes_ += chunks_[c].size;
   }
+  if (t < kListTrees) {
+    Chunk& ch = chunks_[c];
+    ch.left = ch.parent = kNone;
+    ch.right = roots_[t];
+    if (ch.right != kNone) chunks_[ch.right].left = c;
+    roots_[t] = c;
+    return;
+  }
   // Down to the first node c outranks, then c takes its place with the subtree split under it.
   const uint32_t priority = chunks_[c].priority;
   uint32_t* link = &roots_[t];
@@ -266,6 +274,19 @@ void BFCAllocator::BinRemove(uint32_t c) {
     --parked_count_;
     return;
   }
+  if (t < kListTrees) {
+    Chunk& ch = chunks_[c];
+    if (ch.left != kNone) {
+      chunks_[ch.left].right = ch.right;
+    } else {
+      roots_[t] = ch.right;
+    }
+    if (ch.right != kNone) chunks_[ch.right].left = ch.left;
+    ch.left = ch.right = kNone;
+    ch.bin = -1;
+    if (roots_[t] == kNone) UnmarkTree(t);
+    return;
+  }
   // The parent link finds c's link without a walk from the root (whose records are cold when
   // a free coalesces with a neighbour).
   const uint32_t parent = chunks_[c].parent;
@@ -284,8 +305,15 @@ void BFCAllocator::BinRemove(uint32_t c) {
 
 template <class Fn>
 bool BFCAllocator::ForEachInTree(int t, Fn fn) const {
-  std::vector<uint32_t> stack;
   size_t visited = 0;
+  if (t < kListTrees) {
+    for (uint32_t n = roots_[t]; n != kNone; n = chunks_[n].right) {
+      if (n >= chunks_.size() || ++visited > chunks_.size()) return false;
+      fn(n);
+    }
+    return true;
+  }
+  std::vector<uint32_t> stack;
   uint32_t n = roots_[t];
   while (n != kNone || !stack.empty()) {
     while (n != kNone) {
@@ -306,7 +334,15 @@ uint32_t BFCAllocator::FindInTreesLocked(uint64_t size, int base) const {
   const int t = base + TreeFor(size);
   int i = NextTree(t);
   if (i < 0 || i >= base + kNumTrees) return kNone;
-  if (i == t) {
+  if (i < kListTrees) {
+    // One size a list, so its head is the best fit; in the request's own list it fits unless
+    // the request is not a whole number of 256 bytes (callers round; this keeps it exact).
+    if (chunks_[roots_[i]].size >= size) return roots_[i];
+    if (t + 1 >= base + kNumTrees || (i = NextTree(t + 1)) < 0 || i >= base + kNumTrees) {
+      return kNone;
+    }
+    if (i < kListTrees) return roots_[i];
+  } else if (i == t) {
     // The smallest (size, address) that fits in the request's own tree.
     uint32_t best = kNone;
     for (uint32_t n = roots_[t]; n != kNone;) {
@@ -354,6 +390,7 @@ uint32_t BFCAllocator::LargestSegmentLocked() const {
 uint32_t BFCAllocator::LastInTreesLocked(int base) const {
   const int i = LastTreeBelow(base + kNumTrees);
   if (i < base) return kNone;
+  if (i < kListTrees) return roots_[i];
   uint32_t n = roots_[i];
   while (chunks_[n].right != kNone) n = chunks_[n].right;
   return n;
@@ -895,6 +932,12 @@ absl::Status BFCAllocator::CheckInvariants() const {
       if (ch.in_use || ch.bin != b) {
         broken = absl::StrCat("holds chunk ", P(ch.ptr), " of ", ch.size,
                               " bytes that is not a free chunk of this tree");
+      } else if (b < kListTrees) {
+        // A list: one size, linked both ways from its head.
+        if (ch.left != last || ch.parent != kNone ||
+            (last != kNone && chunks_[last].size != ch.size)) {
+          broken = absl::StrCat("is a broken list at ", P(ch.ptr));
+        }
       } else if (last != kNone && !KeyLess(last, c)) {
         broken = absl::StrCat("is out of (size, address) order at ", P(ch.ptr));
       } else if ((ch.left != kNone && chunks_[ch.left].priority > ch.priority) ||

@@ -163,6 +163,31 @@ TEST(BFCAllocatorTest, BestFitPrefersTheSmallestHoleThenTheLowestAddress) {
   EXPECT_EQ(f.bfc->Stats().largest_free_block, 32 * kMiB);
 }
 
+// Up to 16 KiB each tree holds one size and is a list: equal holes are reused last freed first
+// (its record is warm), and the best fit across sizes is unchanged. Above, equal holes go
+// lowest address first.
+TEST(BFCAllocatorTest, SmallHolesOfOneSizeAreReusedLastFreedFirst) {
+  for (uint64_t bytes : {256 * uint64_t{1}, 1 * kKiB, 16 * kKiB - 256, 16 * kKiB}) {
+    const bool listed = bytes < 16 * kKiB;
+    EXPECT_EQ(BFCAllocator::TreeFor(bytes) < BFCAllocator::kListTrees, listed) << bytes;
+    Fixture f = Make(32 * kMiB, false);
+    std::vector<void*> p;
+    for (int i = 0; i < 6; ++i) p.push_back(Alloc(*f.bfc, bytes));  // holes between live ones
+    Free(*f.bfc, p[0]);
+    Free(*f.bfc, p[2]);
+    Free(*f.bfc, p[4]);
+    void* q = Alloc(*f.bfc, bytes);
+    EXPECT_EQ(U(q), U(listed ? p[4] : p[0])) << bytes;
+    void* r = Alloc(*f.bfc, bytes);
+    EXPECT_EQ(U(r), U(p[2])) << bytes;
+    // Best fit first: the hole of this size left, not the larger free rest of the region.
+    void* s = Alloc(*f.bfc, bytes);
+    EXPECT_EQ(U(s), U(listed ? p[0] : p[4])) << bytes;
+    for (void* x : {p[1], p[3], p[5], q, r, s}) Free(*f.bfc, x);
+    EXPECT_EQ(f.bfc->Stats().largest_free_block, 32 * kMiB);
+  }
+}
+
 TEST(BFCAllocatorTest, RemaindersUnderAQuarterOfTheRequestAreNotSplitOff) {
   Fixture f = Make(16 * kMiB, false);
   void* a = Alloc(*f.bfc, 4 * kMiB);
