@@ -177,11 +177,8 @@ void BFCAllocator::BinInsertInto(uint32_t c, int t) {
     cached_segment_bytes_ += chunks_[c].size;
   }
   if (t < kListTrees) {
-    Chunk& ch = chunks_[c];
-    ch.left = ch.parent = kNone;
-    ch.right = roots_[t];
-    if (ch.right != kNone) chunks_[ch.right].left = c;
-    roots_[t] = c;
+    chunks_[c].parent = kNone;
+    ListPush(&roots_[t], c);
     return;
   }
   // Down to the first node c outranks, then c takes its place with the subtree split under it.
@@ -197,13 +194,28 @@ void BFCAllocator::BinInsertInto(uint32_t c, int t) {
   *link = c;
 }
 
-void BFCAllocator::Park(uint32_t c) {
+void BFCAllocator::ListPush(uint32_t* head, uint32_t c) {
   Chunk& ch = chunks_[c];
-  ch.bin = kParked;
   ch.left = kNone;
-  ch.right = parked_;
-  if (parked_ != kNone) chunks_[parked_].left = c;
-  parked_ = c;
+  ch.right = *head;
+  if (ch.right != kNone) chunks_[ch.right].left = c;
+  *head = c;
+}
+
+void BFCAllocator::ListUnlink(uint32_t* head, uint32_t c) {
+  Chunk& ch = chunks_[c];
+  if (ch.left != kNone) {
+    chunks_[ch.left].right = ch.right;
+  } else {
+    *head = ch.right;
+  }
+  if (ch.right != kNone) chunks_[ch.right].left = ch.left;
+  ch.left = ch.right = kNone;
+}
+
+void BFCAllocator::Park(uint32_t c) {
+  chunks_[c].bin = kParked;
+  ListPush(&parked_, c);
   ++parked_count_;
 }
 
@@ -218,10 +230,7 @@ uint32_t BFCAllocator::FindParkedLocked(uint64_t size) const {
 void BFCAllocator::PushSegment(uint32_t c, int k) {
   Chunk& ch = chunks_[c];
   ch.bin = kSegmentListed;
-  ch.left = kNone;
-  ch.right = segment_heads_[k];
-  if (ch.right != kNone) chunks_[ch.right].left = c;
-  segment_heads_[k] = c;
+  ListPush(&segment_heads_[k], c);
   segment_mask_[k >> 6] |= uint64_t{1} << (k & 63);
   ++cached_segments_;
   cached_segment_bytes_ += ch.size;
@@ -247,43 +256,23 @@ void BFCAllocator::BinRemove(uint32_t c) {
   const int t = chunks_[c].bin;
   if (t == kSegmentListed) {
     Chunk& ch = chunks_[c];
-    if (ch.left != kNone) {
-      chunks_[ch.left].right = ch.right;
-    } else {
-      const int k = SegmentList(ch.size);
-      segment_heads_[k] = ch.right;
-      if (ch.right == kNone) segment_mask_[k >> 6] &= ~(uint64_t{1} << (k & 63));
-    }
-    if (ch.right != kNone) chunks_[ch.right].left = ch.left;
-    ch.left = ch.right = kNone;
+    const int k = SegmentList(ch.size);
+    ListUnlink(&segment_heads_[k], c);
+    if (segment_heads_[k] == kNone) segment_mask_[k >> 6] &= ~(uint64_t{1} << (k & 63));
     ch.bin = -1;
     --cached_segments_;
     cached_segment_bytes_ -= ch.size;
     return;
   }
   if (t == kParked) {
-    Chunk& ch = chunks_[c];
-    if (ch.left != kNone) {
-      chunks_[ch.left].right = ch.right;
-    } else {
-      parked_ = ch.right;
-    }
-    if (ch.right != kNone) chunks_[ch.right].left = ch.left;
-    ch.left = ch.right = kNone;
-    ch.bin = -1;
+    ListUnlink(&parked_, c);
+    chunks_[c].bin = -1;
     --parked_count_;
     return;
   }
   if (t < kListTrees) {
-    Chunk& ch = chunks_[c];
-    if (ch.left != kNone) {
-      chunks_[ch.left].right = ch.right;
-    } else {
-      roots_[t] = ch.right;
-    }
-    if (ch.right != kNone) chunks_[ch.right].left = ch.left;
-    ch.left = ch.right = kNone;
-    ch.bin = -1;
+    ListUnlink(&roots_[t], c);
+    chunks_[c].bin = -1;
     if (roots_[t] == kNone) UnmarkTree(t);
     return;
   }

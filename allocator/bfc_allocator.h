@@ -269,6 +269,10 @@ class BFCAllocator final : public Allocator {
     BinInsertInto(c, TreeOf(chunks_[c]));
   }
   void BinInsertInto(uint32_t c, int t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The doubly linked lists through left / right (parked slivers, one-size trees, cached
+  // segments): c goes in front of *head; c comes out of the list at *head.
+  void ListPush(uint32_t* head, uint32_t c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ListUnlink(uint32_t* head, uint32_t c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Takes a free chunk out of its tree, or off the parked list.
   void BinRemove(uint32_t c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Splits treap t into keys below chunk c's (into *l) and above (into *r).
