@@ -172,10 +172,6 @@ uint32_t BFCAllocator::TreapMerge(uint32_t l, uint32_t r, uint32_t parent) {
 void BFCAllocator::BinInsertInto(uint32_t c, int t) {
   chunks_[c].bin = static_cast<int16_t>(t);
   MarkTree(t);
-  if (t >= kNumTrees) {
-    ++cached_segments_;
-    cached_segment_bytes_ += chunks_[c].size;
-  }
   if (t < kListTrees) {
     chunks_[c].parent = kNone;
     ListPush(&roots_[t], c);
@@ -232,8 +228,6 @@ void BFCAllocator::PushSegment(uint32_t c, int k) {
   ch.bin = kSegmentListed;
   ListPush(&segment_heads_[k], c);
   segment_mask_[k >> 6] |= uint64_t{1} << (k & 63);
-  ++cached_segments_;
-  cached_segment_bytes_ += ch.size;
 }
 
 int BFCAllocator::NextSegmentList(int k) const {
@@ -260,8 +254,6 @@ void BFCAllocator::BinRemove(uint32_t c) {
     ListUnlink(&segment_heads_[k], c);
     if (segment_heads_[k] == kNone) segment_mask_[k >> 6] &= ~(uint64_t{1} << (k & 63));
     ch.bin = -1;
-    --cached_segments_;
-    cached_segment_bytes_ -= ch.size;
     return;
   }
   if (t == kParked) {
@@ -285,10 +277,6 @@ void BFCAllocator::BinRemove(uint32_t c) {
   *link = TreapMerge(chunks_[c].left, chunks_[c].right, parent);
   chunks_[c].left = chunks_[c].right = chunks_[c].parent = kNone;
   chunks_[c].bin = -1;
-  if (t >= kNumTrees) {
-    --cached_segments_;
-    cached_segment_bytes_ -= chunks_[c].size;
-  }
   if (roots_[t] == kNone) UnmarkTree(t);
 }
 
@@ -783,18 +771,17 @@ std::string BFCAllocator::DumpMemoryLog() const {
         ": ", count, " chunks, ", FormatBytes(total), ", largest ", FormatBytes(largest), "\n");
   }
   // Segments (one block each, possibly hundreds) are summed up, not listed.
-  uint64_t used_segments = 0, used_segment_bytes = 0;
+  uint64_t segments[2] = {0, 0}, segment_bytes[2] = {0, 0};  // [0] cached, [1] in use
   for (const Region& r : regions_) {
     const Chunk& ch = chunks_[r.first];
-    if (ch.segment && ch.in_use) {
-      ++used_segments;
-      used_segment_bytes += r.size;
-    }
+    if (!ch.segment) continue;
+    ++segments[ch.in_use];
+    segment_bytes[ch.in_use] += r.size;
   }
-  if (used_segments + cached_segments_ > 0) {
-    absl::StrAppend(&out, "Segments (regions of one block each): ", used_segments, " in use (",
-                    FormatBytes(used_segment_bytes), "), ", cached_segments_, " cached (",
-                    FormatBytes(cached_segment_bytes_), ")\n");
+  if (segments[0] + segments[1] > 0) {
+    absl::StrAppend(&out, "Segments (regions of one block each): ", segments[1], " in use (",
+                    FormatBytes(segment_bytes[1]), "), ", segments[0], " cached (",
+                    FormatBytes(segment_bytes[0]), ")\n");
   }
   constexpr int kCells = 64;
   constexpr int kMaxChunksListed = 64;
@@ -839,7 +826,7 @@ absl::Status BFCAllocator::CheckInvariants() const {
     return absl::InternalError(absl::StrCat(name(), ": invariant broken: ", args...));
   };
   uint64_t reserved = 0, in_use = 0, free_chunks = 0, used_chunks = 0, records = 0, parked = 0,
-           listed_segments = 0, cached_bytes = 0;
+           listed_segments = 0;
   for (size_t i = 0; i < regions_.size(); ++i) {
     const Region& r = regions_[i];
     if (i > 0 && regions_[i - 1].ptr + regions_[i - 1].size > r.ptr) {
@@ -873,7 +860,6 @@ absl::Status BFCAllocator::CheckInvariants() const {
         }
       } else {
         ++free_chunks;
-        if (ch.segment) cached_bytes += ch.size;
         if (ch.segment && SegmentList(ch.size) != 0) {
           ++listed_segments;
           if (ch.bin != kSegmentListed) return fail("cached segment ", P(ch.ptr), " not listed");
@@ -890,7 +876,7 @@ absl::Status BFCAllocator::CheckInvariants() const {
     if (expect != r.ptr + r.size) return fail("region ", i, " chunks do not cover it");
   }
   uint64_t binned = 0;
-  uint64_t segments_in_tree = 0, on_lists = 0;
+  uint64_t on_lists = 0;
   for (int k = 0; k <= kSegmentLists; ++k) {
     const bool marked = (segment_mask_[k >> 6] >> (k & 63)) & 1;
     if (marked != (segment_heads_[k] != kNone) || (k == 0 && marked)) {
@@ -939,7 +925,6 @@ absl::Status BFCAllocator::CheckInvariants() const {
       }
       last = c;
       ++binned;
-      if (b >= kNumTrees) ++segments_in_tree;
     });
     if (!whole) return fail("tree ", b, " has a cycle or a bad record");
     if (!broken.empty()) return fail("tree ", b, " ", broken);
@@ -957,14 +942,6 @@ absl::Status BFCAllocator::CheckInvariants() const {
   if (listed != parked || listed != parked_count_) {
     return fail(parked, " parked chunks in regions but ", listed, " on the list (count ",
                 parked_count_, ")");
-  }
-  if (cached_bytes != cached_segment_bytes_) {
-    return fail("cached segments hold ", cached_bytes, " bytes but the count says ",
-                cached_segment_bytes_);
-  }
-  if (segments_in_tree + on_lists != cached_segments_) {
-    return fail(segments_in_tree, " cached segments in trees and ", on_lists,
-                " on lists but a count of ", cached_segments_);
   }
   if (binned + on_lists != free_chunks) {
     return fail(binned, " chunks in bins but ", free_chunks, " free chunks in regions");

@@ -300,8 +300,6 @@ class BFCAllocator final : public Allocator {
   // at kNumTrees).
   static int TreeOf(const Chunk& c) { return (c.segment ? kNumTrees : 0) + TreeFor(c.size); }
   uint32_t roots_[2 * kNumTrees] ABSL_GUARDED_BY(mu_);
-  uint64_t cached_segments_ ABSL_GUARDED_BY(mu_) = 0;       // free segments, listed or in trees
-  uint64_t cached_segment_bytes_ ABSL_GUARDED_BY(mu_) = 0;  // and their bytes
 
   // Cached segments of k pages (k = 1..kSegmentLists, the page segment_granularity) are on
   // list k, last freed first (bin == kSegmentListed; left / right links): a best fit is a
