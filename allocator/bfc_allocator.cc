@@ -308,35 +308,33 @@ bool BFCAllocator::ForEachInTree(int t, Fn fn) const {
 }
 
 uint32_t BFCAllocator::FindInTreesLocked(uint64_t size, int base) const {
+  const int end = base + kNumTrees;
   const int t = base + TreeFor(size);
   int i = NextTree(t);
-  if (i < 0 || i >= base + kNumTrees) return kNone;
-  if (i < kListTrees) {
-    // One size a list, so its head is the best fit; in the request's own list it fits unless
-    // the request is not a whole number of 256 bytes (callers round; this keeps it exact).
-    if (chunks_[roots_[i]].size >= size) return roots_[i];
-    if (t + 1 >= base + kNumTrees || (i = NextTree(t + 1)) < 0 || i >= base + kNumTrees) {
-      return kNone;
-    }
-    if (i < kListTrees) return roots_[i];
-  } else if (i == t) {
-    // The smallest (size, address) that fits in the request's own tree.
+  if (i < 0 || i >= end) return kNone;
+  if (i == t) {
+    // The smallest (size, address) that fits in the request's own tree. A list holds one size:
+    // its head fits unless the request is not a whole number of 256 bytes (callers round; this
+    // keeps the fit exact anyway).
     uint32_t best = kNone;
-    for (uint32_t n = roots_[t]; n != kNone;) {
-      if (chunks_[n].size >= size) {
-        best = n;
-        n = chunks_[n].left;
-      } else {
-        n = chunks_[n].right;
+    if (t < kListTrees) {
+      if (chunks_[roots_[t]].size >= size) best = roots_[t];
+    } else {
+      for (uint32_t n = roots_[t]; n != kNone;) {
+        if (chunks_[n].size >= size) {
+          best = n;
+          n = chunks_[n].left;
+        } else {
+          n = chunks_[n].right;
+        }
       }
     }
     if (best != kNone) return best;
-    if (t + 1 >= base + kNumTrees || (i = NextTree(t + 1)) < 0 || i >= base + kNumTrees) {
-      return kNone;
-    }
+    if (t + 1 >= end || (i = NextTree(t + 1)) < 0 || i >= end) return kNone;
   }
-  // Every chunk of a higher tree fits: the best is its first.
+  // Every chunk of a higher tree fits: the best is its first (a list's head).
   uint32_t n = roots_[i];
+  if (i < kListTrees) return n;
   while (chunks_[n].left != kNone) n = chunks_[n].left;
   return n;
 }
@@ -403,7 +401,7 @@ absl::StatusOr<uint32_t> BFCAllocator::AddRegionLocked(uint64_t size, bool segme
 }
 
 absl::Status BFCAllocator::GrowLocked(uint64_t need) {
-  uint64_t available = limit_ - counters_.stats.bytes_reserved;
+  const uint64_t available = AvailableLocked();
   if (need > available) {
     return absl::ResourceExhaustedError(
         absl::StrCat("growing by ", FormatBytes(need), " would pass the limit"));
@@ -474,21 +472,18 @@ size_t BFCAllocator::RegionOf(uint64_t ptr) const {
 }
 
 bool BFCAllocator::ReleaseSegmentsLocked(uint64_t need) {
-  auto available = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return limit_ - counters_.stats.bytes_reserved;
-  };
   auto release = [&](uint32_t c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     ReleaseRegionLocked(RegionOf(chunks_[c].ptr));
   };
-  if (need <= available()) return true;
+  if (need <= AvailableLocked()) return true;
   // The smallest cached segment that is enough alone.
-  const uint32_t one = FindSegmentLocked(need - available(), UINT64_MAX);
+  const uint32_t one = FindSegmentLocked(need - AvailableLocked(), UINT64_MAX);
   if (one != kNone) {
     release(one);
     return true;
   }
-  for (uint32_t n; need > available() && (n = LargestSegmentLocked()) != kNone;) release(n);
-  return need <= available();
+  for (uint32_t n; need > AvailableLocked() && (n = LargestSegmentLocked()) != kNone;) release(n);
+  return need <= AvailableLocked();
 }
 
 absl::StatusOr<uint64_t> BFCAllocator::ReleaseEmptyRegions(uint64_t keep_bytes) {
@@ -592,8 +587,7 @@ absl::StatusOr<void*> BFCAllocator::AllocateLocked(const AllocationRequest& requ
 
 absl::StatusOr<void*> BFCAllocator::AllocateSegmentLocked(const AllocationRequest& request,
                                                           uint64_t rounded, uint64_t* wait_for) {
-  const uint64_t granularity = page_;  // segment_granularity as a multiple of 256 bytes
-  const uint64_t slack = std::max(granularity, rounded / 8);
+  const uint64_t slack = std::max(page_, rounded / 8);
   uint32_t c =
       FindSegmentLocked(rounded, rounded > UINT64_MAX - slack ? UINT64_MAX : rounded + slack);
   if (c != kNone) {
@@ -601,15 +595,14 @@ absl::StatusOr<void*> BFCAllocator::AllocateSegmentLocked(const AllocationReques
     return HandOutLocked(c, request, wait_for);
   }
   // A new segment, a whole number of pages; near the limit just what is asked.
-  uint64_t size = rounded > UINT64_MAX - (granularity - 1)
-                      ? rounded
-                      : (rounded + granularity - 1) / granularity * granularity;
+  uint64_t size =
+      rounded > UINT64_MAX - (page_ - 1) ? rounded : (rounded + page_ - 1) / page_ * page_;
   if (size > limit_) size = rounded;
   std::string why;
-  bool fits = size <= limit_ - counters_.stats.bytes_reserved;
+  bool fits = size <= AvailableLocked();
   if (!fits && options_.garbage_collection) {
     fits = ReleaseSegmentsLocked(size) ||
-           (ReleaseEmptyRegionsLocked() > 0 && size <= limit_ - counters_.stats.bytes_reserved);
+           (ReleaseEmptyRegionsLocked() > 0 && size <= AvailableLocked());
   }
   if (fits) {
     absl::StatusOr<uint32_t> added = AddRegionLocked(size, /*segment=*/true);

@@ -218,6 +218,10 @@ class BFCAllocator final : public Allocator {
   void ReleaseRegionLocked(size_t i) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The index in regions_ of the region starting at ptr.
   size_t RegionOf(uint64_t ptr) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // What the limit still allows to be reserved.
+  uint64_t AvailableLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return limit_ - counters_.stats.bytes_reserved;
+  }
   absl::Status GrowLocked(uint64_t need) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A new region from the sub-allocator; returns its one free chunk, in a tree unless it is a
   // segment (which the caller hands out).
