@@ -143,15 +143,9 @@ absl::Status FakeAddressExecutor::FreeAddressRange(void*, uint64_t) {
 }
 
 absl::StatusOr<PhysicalMemoryHandle> FakeAddressExecutor::CreatePhysicalMemory(uint64_t bytes) {
-  VGPU_RETURN_IF_ERROR(CheckGranular("CreatePhysicalMemory", bytes));
-  // Counters only, no lock: the capacity check and the update are one compare-exchange.
-  uint64_t created = physical_bytes_.load(std::memory_order_relaxed);
-  do {
-    if (physical_capacity_ != 0 && created + bytes > physical_capacity_) {
-      return RefuseCreate(bytes, created);
-    }
-  } while (!physical_bytes_.compare_exchange_weak(created, created + bytes));
-  return PhysicalMemoryHandle{NextHandle(), bytes};
+  PhysicalMemoryHandle h;
+  VGPU_RETURN_IF_ERROR(FakeAddressExecutor::CreatePhysicalMemories(bytes, 1, &h).status());
+  return h;
 }
 
 absl::Status FakeAddressExecutor::ReleasePhysicalMemory(PhysicalMemoryHandle handle) {
@@ -164,6 +158,7 @@ absl::StatusOr<size_t> FakeAddressExecutor::CreatePhysicalMemories(uint64_t byte
   if (n == 0) return 0;
   VGPU_RETURN_IF_ERROR(CheckGranular("CreatePhysicalMemory", bytes));
   n = std::min<uint64_t>(n, UINT64_MAX / bytes);  // so n * bytes cannot wrap
+  // Counters only, no lock: the capacity check and the update are one compare-exchange.
   uint64_t created = physical_bytes_.load(std::memory_order_relaxed);
   size_t k;
   do {
