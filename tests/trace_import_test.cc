@@ -150,6 +150,48 @@ TEST_F(TraceImportTest, TorchSnapshotReusedAddressIsANewBlock) {
   EXPECT_GT(reused, 0);
 }
 
+// Snapshots PyTorch 2.11 itself wrote (tests/data/torch/README.md): the peak live bytes are
+// exactly what PyTorch counted (memory_stats()["requested_bytes.all.peak"]: its trace entries
+// carry requested sizes) and the reserved peak what it reserved ("reserved_bytes.all.peak"),
+// whether the history kept Python frames, used expandable segments (segment_map/unmap), two
+// streams with record_stream, or wrapped (max_entries) and lost its start.
+TEST_F(TraceImportTest, TorchSnapshotsWrittenByPyTorch) {
+  struct Case {
+    const char* file;
+    uint64_t events, allocations, unfreed, streams, torch_requested_peak, torch_reserved_peak;
+    const char* note;
+  };
+  const Case cases[] = {
+      {"train_frames", 3173, 1588, 3, 1, 341932712, 415236096, "1585 free_requested skipped"},
+      {"expandable", 3173, 1588, 3, 1, 341932712, 392167424, "1585 free_requested skipped"},
+      {"two_streams", 560, 280, 0, 2, 33816604, 58720256, "2 stream(s)"},
+      {"ring", 2115, 1059, 3, 1, 341932712, 415236096, "223 block(s) live at the start"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.file);
+    auto t = ReadAnyTraceFile(Src(std::string("tests/data/torch/") + c.file + ".pickle"));
+    ASSERT_THAT(t, IsOk());
+    EXPECT_EQ(t->format, "pytorch-snapshot");
+    EXPECT_EQ(t->events.size(), c.events);
+    EXPECT_EQ(t->allocations, c.allocations);
+    EXPECT_EQ(t->unfreed_blocks, c.unfreed);
+    EXPECT_EQ(t->num_streams, c.streams);
+    EXPECT_EQ(t->peak_live_bytes, c.torch_requested_peak);
+    EXPECT_EQ(t->original_peak_reserved_bytes, c.torch_reserved_peak);
+    EXPECT_THAT(t->import_note, HasSubstr(c.note));
+    // Every free names a block allocated before it and not yet freed.
+    absl::flat_hash_set<uint64_t> live;
+    for (const TraceEvent& e : t->events) {
+      if (e.alloc) {
+        EXPECT_TRUE(live.insert(e.id).second) << e.id;
+      } else {
+        EXPECT_EQ(live.erase(e.id), 1u) << e.id;
+      }
+    }
+    EXPECT_EQ(live.size(), c.unfreed);
+  }
+}
+
 TEST_F(TraceImportTest, TorchSnapshotBadInput) {
   struct Case {
     const char* file;
