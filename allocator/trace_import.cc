@@ -117,7 +117,7 @@ absl::StatusOr<Trace> ParseRmmLog(absl::string_view text, absl::string_view sour
     uint64_t line;
   };
   absl::flat_hash_map<uint64_t, Live> live;  // pointer -> block
-  uint64_t next_id = 0, failures = 0;
+  uint64_t next_id = 0, failures = 0, null_blocks = 0;
   StreamMap streams;
   for (absl::string_view line : absl::StrSplit(text, '\n')) {
     ++line_no;
@@ -148,10 +148,23 @@ absl::StatusOr<Trace> ParseRmmLog(absl::string_view text, absl::string_view sour
       ++failures;
       continue;
     }
-    absl::StatusOr<uint64_t> ptr = ParseHex(f[pointer_col]);
+    // A null pointer is "(nil)" (printf's %p, what RMM 26 writes) or 0x0 (fmt::ptr).
+    absl::StatusOr<uint64_t> ptr =
+        f[pointer_col] == "(nil)" ? absl::StatusOr<uint64_t>(0) : ParseHex(f[pointer_col]);
     if (!ptr.ok()) return err("bad pointer ", QuoteUserText(f[pointer_col]), " (hexadecimal)");
     absl::StatusOr<uint64_t> bytes = ParseUint64(f[size_col]);
     if (!bytes.ok()) return err("bad size ", QuoteUserText(f[size_col]), " (decimal bytes)");
+    if (*ptr == 0) {
+      // RMM answers a request of 0 bytes with no memory (PyTorch's empty tensors through
+      // rmm_torch_allocator): nothing to replay. Any other request must have an address.
+      if (*bytes != 0 && action == "allocate") {
+        return err("allocate of ", *bytes, " bytes at the null pointer (only 0 bytes may be)");
+      }
+      if (action == "allocate" || action == "free") {
+        ++null_blocks;
+        continue;
+      }
+    }
     uint32_t stream = 0;
     if (stream_col >= 0) {
       absl::StatusOr<uint64_t> handle = ParseHex(f[stream_col]);
@@ -186,7 +199,10 @@ absl::StatusOr<Trace> ParseRmmLog(absl::string_view text, absl::string_view sour
   if (!have_header) return absl::InvalidArgumentError(absl::StrCat(source, ": empty RMM log"));
   b.trace().import_note =
       absl::StrCat("RMM log: ", streams.size(), " stream(s)",
-                   failures > 0 ? absl::StrCat(", ", failures, " failed allocations skipped") : "");
+                   failures > 0 ? absl::StrCat(", ", failures, " failed allocations skipped") : "",
+                   null_blocks > 0
+                       ? absl::StrCat(", ", null_blocks, " allocate/free of 0 bytes at (nil) skipped")
+                       : "");
   return std::move(b).Finish(source);
 }
 

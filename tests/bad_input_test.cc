@@ -247,6 +247,8 @@ std::vector<CatalogueCase> RuntimeCases() {
                [] { return ParseAnyTrace("Thread,Time,Action,Pointer,Size,Stream\n1,12:00:00.000001,allocate,0x10,lots,0x0\n", "rmm.csv").status(); }});
   c.push_back({"T12", "RMM log: unknown action", "`reallocate,0x10,16,0x0`", Code::kInvalidArgument, "rmm.csv:2: unknown action \"reallocate\" (expected allocate, free or allocate failure)",
                [] { return ParseAnyTrace("Thread,Time,Action,Pointer,Size,Stream\n1,12:00:00.000001,reallocate,0x10,16,0x0\n", "rmm.csv").status(); }});
+  c.push_back({"T13", "RMM log: bytes at the null pointer", "`allocate,(nil),16,0`", Code::kInvalidArgument, "rmm.csv:2: allocate of 16 bytes at the null pointer (only 0 bytes may be)",
+               [] { return ParseAnyTrace("Thread,Time,Action,Pointer,Size,Stream\n1,12:00:00.000001,allocate,(nil),16,0\n", "rmm.csv").status(); }});
   return c;
 }
 

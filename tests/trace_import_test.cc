@@ -252,6 +252,33 @@ TEST_F(TraceImportTest, RmmLogFormats) {
   EXPECT_THAT(t->import_note, HasSubstr("1 failed allocations skipped"));
 }
 
+// Logs RMM 26.10 wrote itself (tests/data/rmm/README.md): the peak live bytes are what the log
+// adds up to, streams are told apart, "allocate failure" rows and PyTorch's empty tensors
+// (allocate of 0 bytes at "(nil)", never freed) are skipped.
+TEST_F(TraceImportTest, RmmLogsWrittenByRmm) {
+  struct Case {
+    const char* file;
+    uint64_t events, allocations, unfreed, streams, peak;
+    const char* note;
+  };
+  const Case cases[] = {
+      {"streams.dev0.csv", 3304, 1652, 0, 3, 977719759, "1 failed allocations skipped"},
+      {"torch.dev0.csv", 3173, 1588, 3, 1, 332204712, "4 allocate/free of 0 bytes at (nil) skipped"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.file);
+    auto t = ReadAnyTraceFile(Src(std::string("tests/data/rmm/") + c.file));
+    ASSERT_THAT(t, IsOk());
+    EXPECT_EQ(t->format, "rmm-log");
+    EXPECT_EQ(t->events.size(), c.events);
+    EXPECT_EQ(t->allocations, c.allocations);
+    EXPECT_EQ(t->unfreed_blocks, c.unfreed);
+    EXPECT_EQ(t->num_streams, c.streams);
+    EXPECT_EQ(t->peak_live_bytes, c.peak);
+    EXPECT_THAT(t->import_note, HasSubstr(c.note));
+  }
+}
+
 TEST_F(TraceImportTest, RmmLogBadInput) {
   const std::string h = "Thread,Time,Action,Pointer,Size,Stream\n";
   struct Case {
@@ -269,6 +296,10 @@ TEST_F(TraceImportTest, RmmLogBadInput) {
        "x.csv:3: allocate of 0x10, which is live since line 2"},
       {h + "1,t,allocate,0x10,16,0x0\n1,t,free,0x10,32,0x0\n",
        "x.csv:3: free of 0x10 with size 32, but it was allocated with 16 on line 2"},
+      {h + "1,t,allocate,(nil),16,0\n",
+       "x.csv:2: allocate of 16 bytes at the null pointer (only 0 bytes may be)"},
+      {h + "1,t,allocate,0x0,1,0\n", "x.csv:2: allocate of 1 bytes at the null pointer"},
+      {h + "1,t,allocate,(nil)x,0,0\n", "x.csv:2: bad pointer \"(nil)x\" (hexadecimal)"},
       {h + "1,t,allocate,0x10\n", "x.csv:2: expected 6 comma-separated fields"},
       {"Thread,Time,Action,Size\n", "x.csv:1: expected RMM's header"},
       {h, "x.csv: the trace has no events"},
