@@ -77,6 +77,14 @@ sed -n 2,3p \"$out\" && $<TARGET_FILE:vgpu-bench> replay \"$out\" --no-baseline 
               ${VGPU_IMPORT_DATA}/mlp_truncated.snapshot.pickle)
     set_tests_properties(vgpu_bench_plan_selftest_and_replay PROPERTIES LABELS unit TIMEOUT 300
       PASS_REGULAR_EXPRESSION "plan check passed: 4 traces")
+    # The same on logs PyTorch and RMM wrote themselves (tests/data/torch, tests/data/rmm).
+    add_test(NAME vgpu_bench_plan_real_logs
+      COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/plan_check.sh $<TARGET_FILE:vgpu-bench>
+              $<TARGET_FILE:vgpu-info> 2GiB ${VGPU_IMPORT_DATA}/torch/train_frames.pickle
+              ${VGPU_IMPORT_DATA}/torch/two_streams.pickle ${VGPU_IMPORT_DATA}/rmm/torch.dev0.csv
+              ${VGPU_IMPORT_DATA}/rmm/streams.dev0.csv)
+    set_tests_properties(vgpu_bench_plan_real_logs PROPERTIES LABELS unit TIMEOUT 300
+      PASS_REGULAR_EXPRESSION "plan check passed: 4 traces")
   endif()
   # A card too small: "fits":false and exit 3.
   add_test(NAME vgpu_bench_plan_does_not_fit
