@@ -266,6 +266,12 @@ TEST(BenchFlagsTest, ImportConvertAndPlan) {
   EXPECT_EQ(p->card, uint64_t{80} << 30);
   EXPECT_EQ(p->headroom_percent, 10);
   EXPECT_EQ(p->reserve, 0u);
+  EXPECT_EQ(p->prefer, "speed");
+  auto pm = bench::ParseBenchArgs({"plan", "--card", "1GiB", "--prefer", "memory", "a"});
+  ASSERT_THAT(pm, IsOk());
+  EXPECT_EQ(pm->prefer, "memory");
+  EXPECT_THAT(bench::ParseBenchArgs({"plan", "--card", "1GiB", "--prefer", "fast", "a"}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--prefer")));
   EXPECT_THAT(bench::ParseBenchArgs({"plan", "a.trace"}),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("needs --card SIZE")));
   EXPECT_THAT(bench::ParseBenchArgs({"plan", "--card", "1GiB"}),

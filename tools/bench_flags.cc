@@ -26,7 +26,7 @@ constexpr char kSynopsis[] =
     "                         [--allocators bfc,vmm[,async]] [tuning knobs]\n"
     "       vgpu-bench convert IN OUT [--device N]\n"
     "       vgpu-bench plan --card SIZE [--headroom PERCENT] [--reserve SIZE] [--workspace SIZE]\n"
-    "                       [--device N]\n"
+    "                       [--prefer speed|memory] [--device N]\n"
     "                       TRACE...\n"
     "       vgpu-bench alloc [--allocator bfc|vmm|async] [--platform host|cuda] [--limit SIZE]\n"
     "                        [tuning knobs] [--benchmark_* flags]\n"
@@ -255,6 +255,9 @@ absl::StatusOr<BenchArgs> ParseBenchArgs(const std::vector<std::string>& argv) {
         .Bytes("--workspace", &a.workspace, 0, uint64_t{1} << 30,
                "added to each device for the BLAS workspace the runtime allocates in it "
                "(default 32MiB, cuBLAS on Hopper; 0 on the host platform)")
+        .Enum("--prefer", &a.prefer, {"speed", "memory"},
+              "speed: the fastest allocator and growth policy that fits the card (default); "
+              "memory: the smallest total")
         .Rest("TRACE...", &a.trace_paths, "traces, PyTorch snapshots or RMM logs (1 to 64)");
     device_flag(fs);
   } else if (a.command == "alloc") {

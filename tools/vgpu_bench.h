@@ -62,6 +62,10 @@ struct BenchArgs {
   // Device memory the runtime takes inside each logical device's limit before the workload
   // (the BLAS library's workspace: cuBLAS's 32 MiB on compute capability 9.0 and later).
   uint64_t workspace = uint64_t{32} << 20;
+  // "speed": the fastest policy that fits the card (bfc before vmm, growth off before on: on a
+  // card vmm's map calls and bfc's segments cost driver calls, docs/gpu-results.md);
+  // "memory": the smallest total.
+  std::string prefer = "speed";
   std::vector<std::string> passthrough;  // other --flags (Google Benchmark's)
   // allreduce
   int devices = 4;

@@ -3,6 +3,7 @@
 // and growth policy (the scan of `replay --min-limit`), the configuration that fits them on one
 // card with headroom, and the VGPU_LOGICAL_DEVICES line for it (docs/allocator.md, "Planning a
 // card").
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -117,67 +118,93 @@ int RunPlan(const BenchArgs& args) {
     traces.push_back(std::move(p));
   }
   // One allocator and one growth policy apply to every logical device (VGPU_ALLOCATOR,
-  // VGPU_ALLOW_GROWTH): the policy whose planned limits sum to the least.
-  int chosen = -1;
-  uint64_t chosen_total = 0;
-  for (int i = 0; i < kNumPolicies; ++i) {
+  // VGPU_ALLOW_GROWTH). --prefer memory: the policy whose planned limits sum to the least.
+  // --prefer speed: the first that fits the card in kPolicies' order (fastest first), else the
+  // least.
+  auto estimate = [&](int i) -> std::optional<uint64_t> {
     uint64_t total = 0;
-    bool all = true;
     for (const PlannedTrace& p : traces) {
-      if (!p.min_limit[i]) {
-        all = false;
-        break;
-      }
-      total += Planned(*p.min_limit[i], args.headroom_percent);
+      if (!p.min_limit[i]) return std::nullopt;
+      total += (Planned(*p.min_limit[i], args.headroom_percent) + args.workspace +
+                kPlanGranule - 1) / kPlanGranule * kPlanGranule;
     }
-    if (all && (chosen < 0 || total < chosen_total)) {
-      chosen = i;
-      chosen_total = total;
-    }
+    return total;
+  };
+  int smallest = -1;
+  for (int i = 0; i < kNumPolicies; ++i) {
+    std::optional<uint64_t> t = estimate(i);
+    if (t && (smallest < 0 || *t < *estimate(smallest))) smallest = i;
   }
-  if (chosen < 0) {
+  if (smallest < 0) {
     std::fprintf(stderr,
                  "vgpu-bench plan: no allocator and growth policy fits every trace within 11x "
                  "its peak live memory\n");
     return 1;
   }
-  const Policy& policy = kPolicies[chosen];
-  std::vector<uint64_t> planned, device_limits;
-  std::vector<std::string> sizes;
-  chosen_total = 0;
-  for (const PlannedTrace& p : traces) {
-    uint64_t limit = Planned(*p.min_limit[chosen], args.headroom_percent);
-    // Fitting is not monotone in the limit: check the planned limit itself, a granule more
-    // until it fits (the scan found 20 fits in a row, so this rarely moves).
+  // A policy's limits, each checked by a replay at the planned limit (a granule more until it
+  // fits: fitting is not monotone in the limit; the scan found 20 fits in a row, so this
+  // rarely moves).
+  struct Candidate {
+    std::vector<uint64_t> planned, device_limits;
+    uint64_t total = 0;
+  };
+  auto compute = [&](int i) -> std::optional<Candidate> {
+    Candidate c;
     BenchAllocatorSpec spec;
-    spec.kind = policy.allocator;
-    spec.allow_growth = policy.growth;
-    spec.name = absl::StrCat("plan/", p.trace.name);
-    for (int tries = 0;; ++tries) {
-      absl::StatusOr<bool> fits = ReplayFits(p.trace, spec, limit);
-      if (!fits.ok()) {
-        std::fprintf(stderr, "vgpu-bench plan: %s: %s\n", p.path.c_str(),
-                     fits.status().ToString().c_str());
-        return 1;
+    spec.kind = kPolicies[i].allocator;
+    spec.allow_growth = kPolicies[i].growth;
+    for (const PlannedTrace& p : traces) {
+      uint64_t limit = Planned(*p.min_limit[i], args.headroom_percent);
+      spec.name = absl::StrCat("plan/", p.trace.name);
+      for (int tries = 0;; ++tries) {
+        absl::StatusOr<bool> fits = ReplayFits(p.trace, spec, limit);
+        if (!fits.ok()) {
+          std::fprintf(stderr, "vgpu-bench plan: %s: %s\n", p.path.c_str(),
+                       fits.status().ToString().c_str());
+          return std::nullopt;
+        }
+        if (*fits) break;
+        if (tries == 64) {
+          std::fprintf(stderr, "vgpu-bench plan: %s does not replay at %s\n", p.path.c_str(),
+                       FormatBytes(limit).c_str());
+          return std::nullopt;
+        }
+        limit += kPlanGranule;
       }
-      if (*fits) break;
-      if (tries == 64) {
-        std::fprintf(stderr, "vgpu-bench plan: %s does not replay at %s\n", p.path.c_str(),
-                     FormatBytes(limit).c_str());
-        return 1;
-      }
-      limit += kPlanGranule;
+      c.planned.push_back(limit);
+      // The device's limit also holds the BLAS workspace the runtime allocates in it.
+      c.device_limits.push_back((limit + args.workspace + kPlanGranule - 1) / kPlanGranule *
+                                kPlanGranule);
+      c.total += c.device_limits.back();
     }
-    planned.push_back(limit);
-    // The device's limit also holds the BLAS workspace the runtime allocates in it.
-    const uint64_t device_limit =
-        (limit + args.workspace + kPlanGranule - 1) / kPlanGranule * kPlanGranule;
-    device_limits.push_back(device_limit);
-    chosen_total += device_limit;
-    sizes.push_back(SpecBytes(device_limit));
+    return c;
+  };
+  auto fits_card = [&](uint64_t total) {
+    return args.reserve <= card && total <= card - args.reserve;
+  };
+  int chosen = -1;
+  std::optional<Candidate> plan;
+  if (args.prefer == "speed") {
+    for (int i = 0; i < kNumPolicies && chosen < 0; ++i) {
+      if (!estimate(i)) continue;
+      plan = compute(i);
+      if (!plan) return 1;
+      if (fits_card(plan->total)) chosen = i;
+    }
   }
+  if (chosen < 0) {  // --prefer memory, or nothing fits: the smallest total
+    chosen = smallest;
+    plan = compute(smallest);
+    if (!plan) return 1;
+  }
+  const uint64_t chosen_total = plan->total;
+  const std::vector<uint64_t>& planned = plan->planned;
+  const std::vector<uint64_t>& device_limits = plan->device_limits;
+  const Policy& policy = kPolicies[chosen];
+  std::vector<std::string> sizes;
+  for (uint64_t d : device_limits) sizes.push_back(SpecBytes(d));
   const std::string logical_devices = absl::StrCat("0:", absl::StrJoin(sizes, ","));
-  const bool fits = args.reserve <= card && chosen_total <= card - args.reserve;
+  const bool fits = fits_card(chosen_total);
   std::string env = absl::StrCat("VGPU_ALLOCATOR=", policy.allocator,
                                  " VGPU_ALLOW_GROWTH=", policy.growth ? "true" : "false");
   if (args.reserve > 0) absl::StrAppend(&env, " VGPU_RESERVED_MEMORY=", args.reserve);
@@ -203,11 +230,15 @@ int RunPlan(const BenchArgs& args) {
   }
   std::printf(
       "min limits: the scan of `replay --min-limit` (* = that trace's smallest); planned = the "
-      "min limit of %s, growth %s (the smallest total of the four: one allocator and growth "
-      "policy serve every logical device) + %s%% headroom, rounded up to %s, replayed once "
-      "at that limit to check; each device's limit adds %s for the BLAS workspace the runtime "
-      "allocates in it (--workspace)\n",
+      "min limit of %s, growth %s (%s; one allocator and growth policy serve every logical "
+      "device) + %s%% headroom, rounded up to %s, replayed once at that limit to check; each "
+      "device's limit adds %s for the BLAS workspace the runtime allocates in it "
+      "(--workspace)\n",
       policy.allocator, policy.growth ? "on" : "off",
+      args.prefer == "memory" ? "the smallest total of the four"
+      : fits                  ? "the fastest of the four that fits the card: bfc before vmm, "
+                                "growth off before on (--prefer memory: the smallest total)"
+                              : "none fits the card: the smallest total of the four",
       absl::StrFormat("%g", args.headroom_percent).c_str(), FormatBytes(kPlanGranule).c_str(),
       FormatBytes(args.workspace).c_str());
   std::printf("card %s, reserve %s: the logical devices take %s, %s\n", FormatBytes(card).c_str(),
@@ -222,6 +253,7 @@ int RunPlan(const BenchArgs& args) {
   w.Field("headroom_percent", args.headroom_percent);
   w.Field("granule_bytes", kPlanGranule);
   w.Field("workspace_bytes", args.workspace);
+  w.Field("prefer", args.prefer);
   w.Field("allocator", std::string(policy.allocator));
   w.Field("allow_growth", policy.growth);
   w.Field("total_bytes", chosen_total);
