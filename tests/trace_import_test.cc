@@ -150,45 +150,53 @@ TEST_F(TraceImportTest, TorchSnapshotReusedAddressIsANewBlock) {
   EXPECT_GT(reused, 0);
 }
 
+// A log a project wrote itself and what it must import as: the counts, the peak live bytes
+// (PyTorch's or RMM's own figure), the original reserved peak (0: the format has none).
+struct RealLog {
+  const char* file;
+  uint64_t events, allocations, unfreed, streams, peak, reserved;
+  const char* note;
+};
+
+void ExpectRealLogImports(const RealLog& c, const std::string& path, const std::string& format) {
+  SCOPED_TRACE(c.file);
+  auto t = ReadAnyTraceFile(Src(path));
+  ASSERT_THAT(t, IsOk());
+  EXPECT_EQ(t->format, format);
+  EXPECT_EQ(t->events.size(), c.events);
+  EXPECT_EQ(t->allocations, c.allocations);
+  EXPECT_EQ(t->unfreed_blocks, c.unfreed);
+  EXPECT_EQ(t->num_streams, c.streams);
+  EXPECT_EQ(t->peak_live_bytes, c.peak);
+  EXPECT_EQ(t->original_peak_reserved_bytes, c.reserved);
+  EXPECT_THAT(t->import_note, HasSubstr(c.note));
+  // Every free names a block allocated before it and not yet freed.
+  absl::flat_hash_set<uint64_t> live;
+  for (const TraceEvent& e : t->events) {
+    if (e.alloc) {
+      EXPECT_TRUE(live.insert(e.id).second) << e.id;
+    } else {
+      EXPECT_EQ(live.erase(e.id), 1u) << e.id;
+    }
+  }
+  EXPECT_EQ(live.size(), c.unfreed);
+}
+
 // Snapshots PyTorch 2.11 itself wrote (tests/data/torch/README.md): the peak live bytes are
 // exactly what PyTorch counted (memory_stats()["requested_bytes.all.peak"]: its trace entries
 // carry requested sizes) and the reserved peak what it reserved ("reserved_bytes.all.peak"),
 // whether the history kept Python frames, used expandable segments (segment_map/unmap), two
 // streams with record_stream, or wrapped (max_entries) and lost its start.
 TEST_F(TraceImportTest, TorchSnapshotsWrittenByPyTorch) {
-  struct Case {
-    const char* file;
-    uint64_t events, allocations, unfreed, streams, torch_requested_peak, torch_reserved_peak;
-    const char* note;
-  };
-  const Case cases[] = {
+  const RealLog cases[] = {
       {"train_frames", 3173, 1588, 3, 1, 341932712, 415236096, "1585 free_requested skipped"},
       {"expandable", 3173, 1588, 3, 1, 341932712, 392167424, "1585 free_requested skipped"},
       {"two_streams", 560, 280, 0, 2, 33816604, 58720256, "2 stream(s)"},
       {"ring", 2115, 1059, 3, 1, 341932712, 415236096, "223 block(s) live at the start"},
   };
-  for (const Case& c : cases) {
-    SCOPED_TRACE(c.file);
-    auto t = ReadAnyTraceFile(Src(std::string("tests/data/torch/") + c.file + ".pickle"));
-    ASSERT_THAT(t, IsOk());
-    EXPECT_EQ(t->format, "pytorch-snapshot");
-    EXPECT_EQ(t->events.size(), c.events);
-    EXPECT_EQ(t->allocations, c.allocations);
-    EXPECT_EQ(t->unfreed_blocks, c.unfreed);
-    EXPECT_EQ(t->num_streams, c.streams);
-    EXPECT_EQ(t->peak_live_bytes, c.torch_requested_peak);
-    EXPECT_EQ(t->original_peak_reserved_bytes, c.torch_reserved_peak);
-    EXPECT_THAT(t->import_note, HasSubstr(c.note));
-    // Every free names a block allocated before it and not yet freed.
-    absl::flat_hash_set<uint64_t> live;
-    for (const TraceEvent& e : t->events) {
-      if (e.alloc) {
-        EXPECT_TRUE(live.insert(e.id).second) << e.id;
-      } else {
-        EXPECT_EQ(live.erase(e.id), 1u) << e.id;
-      }
-    }
-    EXPECT_EQ(live.size(), c.unfreed);
+  for (const RealLog& c : cases) {
+    ExpectRealLogImports(c, std::string("tests/data/torch/") + c.file + ".pickle",
+                         "pytorch-snapshot");
   }
 }
 
@@ -256,26 +264,13 @@ TEST_F(TraceImportTest, RmmLogFormats) {
 // adds up to, streams are told apart, "allocate failure" rows and PyTorch's empty tensors
 // (allocate of 0 bytes at "(nil)", never freed) are skipped.
 TEST_F(TraceImportTest, RmmLogsWrittenByRmm) {
-  struct Case {
-    const char* file;
-    uint64_t events, allocations, unfreed, streams, peak;
-    const char* note;
+  const RealLog cases[] = {
+      {"streams.dev0.csv", 3304, 1652, 0, 3, 977719759, 0, "1 failed allocations skipped"},
+      {"torch.dev0.csv", 3173, 1588, 3, 1, 332204712, 0,
+       "4 allocate/free of 0 bytes at (nil) skipped"},
   };
-  const Case cases[] = {
-      {"streams.dev0.csv", 3304, 1652, 0, 3, 977719759, "1 failed allocations skipped"},
-      {"torch.dev0.csv", 3173, 1588, 3, 1, 332204712, "4 allocate/free of 0 bytes at (nil) skipped"},
-  };
-  for (const Case& c : cases) {
-    SCOPED_TRACE(c.file);
-    auto t = ReadAnyTraceFile(Src(std::string("tests/data/rmm/") + c.file));
-    ASSERT_THAT(t, IsOk());
-    EXPECT_EQ(t->format, "rmm-log");
-    EXPECT_EQ(t->events.size(), c.events);
-    EXPECT_EQ(t->allocations, c.allocations);
-    EXPECT_EQ(t->unfreed_blocks, c.unfreed);
-    EXPECT_EQ(t->num_streams, c.streams);
-    EXPECT_EQ(t->peak_live_bytes, c.peak);
-    EXPECT_THAT(t->import_note, HasSubstr(c.note));
+  for (const RealLog& c : cases) {
+    ExpectRealLogImports(c, std::string("tests/data/rmm/") + c.file, "rmm-log");
   }
 }
 
