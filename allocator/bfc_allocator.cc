@@ -446,6 +446,10 @@ void BFCAllocator::ReleaseRegionLocked(size_t i) {
   if (!s.ok()) ReportAllocatorError(absl::StrCat("vgpu: ", name(), ": ", s.ToString()));
   counters_.OnUnmap(r.size);
   regions_.erase(regions_.begin() + static_cast<ptrdiff_t>(i));
+  if (top_ptr_ >= r.ptr && top_ptr_ - r.ptr < r.size) {  // it was in this region
+    top_ptr_ = 0;
+    below_n_ = 0;
+  }
   NotifyLocked(AllocatorEventKind::kUnmap, r.ptr, r.size);
 }
 
@@ -501,11 +505,59 @@ absl::Status BFCAllocator::DoReleaseCachedMemory() {
   return ReleaseEmptyRegions().status();
 }
 
+uint32_t BFCAllocator::TopChunkLocked() {
+  if (top_ptr_ != 0 && top_ < chunks_.size() && chunks_[top_].ptr == top_ptr_) {
+    if (TopValid(top_, top_ptr_)) return top_;
+    // Taken or shrunk: the tops it replaced, newest first.
+    for (; below_n_ > 0; --below_n_) {
+      const auto [b, ptr] = below_[(below_n_ - 1) % kTopBelow];
+      if (b < chunks_.size() && TopValid(b, ptr)) {
+        top_ = b;
+        top_ptr_ = ptr;
+        --below_n_;
+        return b;
+      }
+    }
+    // Nothing above it qualifies (TopNote), so walk down from it, a bounded
+    // number of chunks (past small blocks gathered below it); then the request takes its best
+    // fit, and the walk goes on from where it stopped next time.
+    int steps = 0;
+    for (uint32_t x = chunks_[top_].prev; x != kNone; x = chunks_[x].prev) {
+      if (TopValid(x, chunks_[x].ptr)) {
+        top_ = x;
+        top_ptr_ = chunks_[x].ptr;
+        return x;
+      }
+      if (++steps == kTopWalk) {
+        top_ = x;
+        top_ptr_ = chunks_[x].ptr;
+        return kNone;
+      }
+    }
+  }
+  // Unknown (or nothing below it in its region): the highest over every region.
+  top_ = kNone;
+  top_ptr_ = 0;
+  for (const Region& r : regions_) {
+    if (r.ptr + r.size <= top_ptr_ || chunks_[r.first].segment) continue;
+    uint32_t x = r.first;
+    while (chunks_[x].next != kNone) x = chunks_[x].next;
+    for (; x != kNone && chunks_[x].ptr > top_ptr_; x = chunks_[x].prev) {
+      if (TopValid(x, chunks_[x].ptr)) {
+        top_ = x;
+        top_ptr_ = chunks_[x].ptr;
+        break;
+      }
+    }
+  }
+  return top_;
+}
+
 // ---------------------------------------------------------------------------------------------
 // Allocate / free.
 
 void* BFCAllocator::CarveLocked(uint32_t c, uint64_t rounded, const AllocationRequest& request,
-                                uint64_t* wait_for) {
+                                uint64_t* wait_for, bool high_end) {
   const uint64_t alignment = request.alignment;
   BinRemove(c);
   if (alignment > kMinAllocationSize && AlignUp(chunks_[c].ptr, alignment) != chunks_[c].ptr) {
@@ -520,7 +572,8 @@ void* BFCAllocator::CarveLocked(uint32_t c, uint64_t rounded, const AllocationRe
     // A sliver: kept inside, or parked after the block (free, out of the trees).
     if (options_.park_slivers) Park(SplitChunk(c, rounded));
   } else {
-    if (rounded <= options_.small_request_bytes && alignment <= kMinAllocationSize) {
+    if ((high_end || rounded <= options_.small_request_bytes) &&
+        alignment <= kMinAllocationSize) {
       // Small: take the high end, leave the low part free where it was.
       uint32_t n = SplitChunk(c, remainder);
       BinInsert(c);
@@ -566,6 +619,13 @@ absl::StatusOr<void*> BFCAllocator::AllocateLocked(const AllocationRequest& requ
     return AllocateSegmentLocked(request, rounded, wait_for);
   }
   uint32_t c = FindChunkLocked(need);
+  if (rounded <= options_.small_from_top_bytes && pad == 0 &&
+      (c == kNone || chunks_[c].size >= options_.small_from_top_bytes)) {
+    // No small hole fits: the pool's top chunk (see BFCOptions::small_from_top_bytes).
+    if (const uint32_t top = TopChunkLocked(); top != kNone) {
+      return CarveLocked(top, rounded, request, wait_for, /*high_end=*/true);
+    }
+  }
   if (c == kNone && parked_ != kNone) c = FindParkedLocked(need);  // before growing
   if (c != kNone) return CarveLocked(c, rounded, request, wait_for);
 
@@ -972,6 +1032,7 @@ absl::StatusOr<std::unique_ptr<Allocator>> CreateBfcAllocator(
   if (options.bfc_min_split_fraction) o.min_split_fraction = *options.bfc_min_split_fraction;
   if (options.bfc_park_slivers) o.park_slivers = *options.bfc_park_slivers;
   if (options.bfc_segment_bytes) o.segment_bytes = *options.bfc_segment_bytes;
+  if (options.bfc_small_from_top_bytes) o.small_from_top_bytes = *options.bfc_small_from_top_bytes;
   VGPU_ASSIGN_OR_RETURN(
       std::unique_ptr<BFCAllocator> a,
       BFCAllocator::Create(std::make_unique<DeviceSubAllocator>(executor), std::move(o)));

@@ -19,12 +19,14 @@ Executor* HostExecutor() {
 
 // segment_bytes: BFCOptions' default (4 MiB) unless given.
 std::unique_ptr<Allocator> Bfc(std::unique_ptr<SubAllocator> sub, uint64_t limit, bool growth,
-                               uint64_t segment_bytes = BFCOptions().segment_bytes) {
+                               uint64_t segment_bytes = BFCOptions().segment_bytes,
+                               uint64_t small_from_top_bytes = 0) {
   BFCOptions o;
   o.name = "GPU:0 (conformance)";
   o.memory_limit = limit;
   o.allow_growth = growth;
   o.segment_bytes = segment_bytes;
+  o.small_from_top_bytes = small_from_top_bytes;
   auto a = BFCAllocator::Create(std::move(sub), o);
   EXPECT_THAT(a.status(), IsOk());
   return a.ok() ? std::unique_ptr<Allocator>(std::move(*a)) : nullptr;
@@ -63,6 +65,17 @@ struct BfcFakeSmallSegments {
   }
   static std::unique_ptr<Allocator> MakeOther(uint64_t limit) {
     return Bfc(FakeElsewhere(), limit, true, 64 << 10);
+  }
+};
+// Small blocks from the top (BFCOptions::small_from_top_bytes): the suite's blocks up to
+// 64 KiB, growth off.
+struct BfcFakeSmallFromTop {
+  static constexpr bool kRealMemory = false;
+  static std::unique_ptr<Allocator> Make(uint64_t limit) {
+    return Bfc(std::make_unique<FakeSubAllocator>(), limit, false, 0, 64 << 10);
+  }
+  static std::unique_ptr<Allocator> MakeOther(uint64_t limit) {
+    return Bfc(FakeElsewhere(), limit, false, 0, 64 << 10);
   }
 };
 struct BfcHostDeviceSmallSegments {
@@ -117,7 +130,7 @@ struct FactoryHostMemory {
 };
 
 using BfcTypes =
-    ::testing::Types<BfcFakeGrowthOff, BfcFakeGrowthOn, BfcFakeSmallSegments,
+    ::testing::Types<BfcFakeGrowthOff, BfcFakeGrowthOn, BfcFakeSmallSegments, BfcFakeSmallFromTop,
                      BfcHostDeviceGrowthOff, BfcHostDeviceGrowthOn, BfcHostDeviceSmallSegments,
                      BfcPinnedHost, BfcHostMemory, FactoryDeviceBfc, FactoryHostMemory>;
 INSTANTIATE_TYPED_TEST_SUITE_P(Bfc, AllocatorConformance, BfcTypes);

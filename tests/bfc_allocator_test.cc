@@ -34,7 +34,8 @@ struct Fixture {
 
 Fixture Make(uint64_t limit, bool growth, FakeSubAllocatorOptions fo = {},
              uint64_t initial = 2 * kMiB, uint64_t small_request_bytes = 0,
-             bool park_slivers = false, uint64_t segment_bytes = 0) {
+             bool park_slivers = false, uint64_t segment_bytes = 0,
+             uint64_t small_from_top_bytes = 0) {
   auto fake = std::make_unique<FakeSubAllocator>(fo);
   Fixture f;
   f.fake = fake.get();
@@ -47,6 +48,7 @@ Fixture Make(uint64_t limit, bool growth, FakeSubAllocatorOptions fo = {},
   o.park_slivers = park_slivers;
   // 0: TensorFlow's growth, step by step (the exact tests); segments are tested on their own.
   o.segment_bytes = segment_bytes;
+  o.small_from_top_bytes = small_from_top_bytes;
   f.bfc = std::make_unique<BFCAllocator>(std::move(fake), o);
   return f;
 }
@@ -143,6 +145,41 @@ TEST(BFCAllocatorTest, LargeRequestsFromTheLowEndSmallFromTheHighEnd) {
   EXPECT_EQ(st.largest_free_block, 16 * kMiB);
   EXPECT_EQ(st.bytes_in_use, 0u);
   EXPECT_EQ(st.fragmentation, 0.0);
+}
+
+// small_from_top_bytes: a small request that no small hole fits comes from the high end of
+// the highest large free chunk, so small blocks gather at the top; small holes are reused
+// first (best fit); large requests are best fit from the low end as ever.
+TEST(BFCAllocatorTest, SmallRequestsGatherAtTheTop) {
+  Fixture f = Make(16 * kMiB, false, {}, 2 * kMiB, 0, false, 0, /*small_from_top_bytes=*/kMiB);
+  void* a = Alloc(*f.bfc, 2 * kMiB);
+  EXPECT_EQ(U(a), kBase);
+  void* s = Alloc(*f.bfc, 1024);
+  EXPECT_EQ(U(s), kBase + 16 * kMiB - 1024);
+  void* b = Alloc(*f.bfc, 2 * kMiB);
+  EXPECT_EQ(U(b), kBase + 2 * kMiB);
+  void* t = Alloc(*f.bfc, 2048);
+  EXPECT_EQ(U(t), kBase + 16 * kMiB - 3072);
+  void* u = Alloc(*f.bfc, kMiB);  // a small request as large as the threshold: still the top
+  EXPECT_EQ(U(u), kBase + 15 * kMiB - 3072);
+  Free(*f.bfc, s);  // a 1 KiB hole at the very top
+  void* v = Alloc(*f.bfc, 512);  // fits the hole: best fit among small holes, not the top
+  EXPECT_EQ(U(v), kBase + 16 * kMiB - 1024);
+  void* w = Alloc(*f.bfc, 4096);  // fits no small hole: the top chunk's high end
+  EXPECT_EQ(U(w), kBase + 15 * kMiB - 3072 - 4096);
+  // A hole of at least the threshold above the top chunk becomes the top while it lasts.
+  Free(*f.bfc, u);
+  void* x = Alloc(*f.bfc, 8192);
+  EXPECT_EQ(U(x), kBase + 16 * kMiB - 3072 - 8192);
+  // Large requests take the top chunk whole; then a small one falls back to best fit.
+  void* big = Alloc(*f.bfc, 16 * kMiB - 4 * kMiB - 3072 - 4096 - 8192 - kMiB + 8192);
+  EXPECT_EQ(U(big), kBase + 4 * kMiB);
+  void* y = Alloc(*f.bfc, 4096);  // no large chunk is left: best fit, from the low end
+  EXPECT_EQ(U(y), kBase + 15 * kMiB - 3072);
+  for (void* p : {a, b, t, v, w, x, big, y}) Free(*f.bfc, p);
+  AllocatorStats st = f.bfc->Stats();
+  EXPECT_EQ(st.bytes_in_use, 0u);
+  EXPECT_EQ(st.largest_free_block, 16 * kMiB);
 }
 
 TEST(BFCAllocatorTest, BestFitPrefersTheSmallestHoleThenTheLowestAddress) {
@@ -721,10 +758,13 @@ TEST(BFCAllocatorTest, ObserversSeeEveryEvent) {
 // Random sizes (256 B .. 4 MiB, some aligned), random frees, every invariant after every op;
 // growth off and on, with sliver parking, and with segments from 512 KiB (modes 4, 5).
 TEST(BFCAllocatorTest, RandomizedInvariantsAfterEveryOperation) {
-  for (int mode = 0; mode < 6; ++mode) {
-    const bool growth = (mode & 1) || mode >= 4, park = mode & 2;
-    const uint64_t segments = mode >= 4 ? 512 * kKiB : 0;
-    Fixture f = Make(48 * kMiB, growth, {}, 1 * kMiB, 0, park, segments);
+  for (int mode = 0; mode < 9; ++mode) {
+    // 0-3: growth, parking; 4-5: segments (and parking); 6-8: small blocks from the top
+    // (growth off, on, on with segments).
+    const bool growth = (mode & 1) || (mode >= 4 && mode != 6), park = mode & 2;
+    const uint64_t segments = mode == 4 || mode == 5 || mode == 8 ? 512 * kKiB : 0;
+    const uint64_t top = mode >= 6 ? 64 * kKiB << (mode - 6) : 0;
+    Fixture f = Make(48 * kMiB, growth, {}, 1 * kMiB, 0, park, segments, top);
     std::mt19937_64 rng(growth ? 7 + mode : 11 + mode);
     std::vector<std::pair<void*, uint64_t>> live;
     uint64_t requested = 0;

@@ -59,6 +59,12 @@ const Knob kKnobs[] = {
        VGPU_ASSIGN_OR_RETURN(t.bfc_small_request_bytes, SizeIn(v, 0, kTiB));
        return absl::OkStatus();
      }},
+    {"VGPU_BFC_SMALL_FROM_TOP_BYTES", "--bfc-small-from-top-bytes",
+     "BFC: requests up to SIZE that no smaller hole fits come from the top of the pool (0 = off)",
+     [](absl::string_view v, BenchTuning& t) -> absl::Status {
+       VGPU_ASSIGN_OR_RETURN(t.bfc_small_from_top_bytes, SizeIn(v, 0, kTiB));
+       return absl::OkStatus();
+     }},
     {"VGPU_BFC_MIN_SPLIT_BYTES", "--bfc-min-split-bytes",
      "BFC: a remainder below SIZE is not split off (1 B .. 1 TiB)",
      [](absl::string_view v, BenchTuning& t) -> absl::Status {
@@ -181,6 +187,7 @@ absl::StatusOr<BenchTuning> ReadBenchTuning(const std::function<const char*(cons
 
 void BenchTuning::ApplyTo(DeviceAllocatorOptions& options) const {
   options.bfc_small_request_bytes = bfc_small_request_bytes;
+  options.bfc_small_from_top_bytes = bfc_small_from_top_bytes;
   options.bfc_min_split_bytes = bfc_min_split_bytes;
   options.bfc_min_split_fraction = bfc_min_split_fraction;
   options.bfc_park_slivers = bfc_park_slivers;
