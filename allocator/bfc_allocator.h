@@ -61,9 +61,10 @@ struct BFCOptions {
   // no free chunk smaller than that fits takes the highest-addressed free chunk of at least
   // that size, from its high end. Small blocks then gather at the top of the pool instead of
   // pinning holes between large blocks (PyTorch keeps small blocks in a pool of their own).
-  // 0 = off: best fit for every size. The factory sets 1 MiB without growth (one region),
-  // where it replays PyTorch's two-stream snapshot in 1.005x instead of 1.425x; with growth
-  // the regions are not one range and it does not help (docs/allocator.md).
+  // 0 (the default) = off: best fit for every size. 1 MiB replays PyTorch's two-stream
+  // snapshot without growth in 1.005x its peak instead of 1.425x, but moves other workloads
+  // both ways, does worse with growth and costs time where every request is small
+  // (docs/allocator.md, "Small blocks at the top"), so it is opt-in.
   uint64_t small_from_top_bytes = 0;
   // Split rule: a remainder smaller than min_split_bytes, or than min_split_fraction x the
   // request, stays inside the allocated chunk instead of becoming a sliver of free memory that
