@@ -506,6 +506,7 @@ absl::Status BFCAllocator::DoReleaseCachedMemory() {
 }
 
 uint32_t BFCAllocator::TopChunkLocked() {
+  if (top_none_) return kNone;  // the last walk found none, and TopNote has seen none since
   if (top_ptr_ != 0 && top_ < chunks_.size() && chunks_[top_].ptr == top_ptr_) {
     if (TopValid(top_, top_ptr_)) return top_;
     // Taken or shrunk: the tops it replaced, newest first.
@@ -550,6 +551,7 @@ uint32_t BFCAllocator::TopChunkLocked() {
       }
     }
   }
+  top_none_ = top_ == kNone;
   return top_;
 }
 

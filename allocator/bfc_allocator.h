@@ -292,6 +292,7 @@ class BFCAllocator final : public Allocator {
   // walking down from the end of the regions (past the small blocks gathered there).
   void TopNote(uint32_t c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     const Chunk& ch = chunks_[c];
+    top_none_ = false;
     if (top_ptr_ != 0 && ch.ptr > top_ptr_) {
       // A new top above the old one (a hole merged among the small blocks): the old one is
       // kept to fall back to once this one is used up.
@@ -315,6 +316,9 @@ class BFCAllocator final : public Allocator {
   uint32_t below_n_ ABSL_GUARDED_BY(mu_) = 0;  // entries pushed (the last kTopBelow are kept)
   uint32_t top_ ABSL_GUARDED_BY(mu_) = kNone;
   uint64_t top_ptr_ ABSL_GUARDED_BY(mu_) = 0;  // 0: unknown, TopChunkLocked walks
+  // No chunk qualifies (a walk over every region found none; TopNote clears it): without it,
+  // every small request in a pool with no large free chunk would walk every region again.
+  bool top_none_ ABSL_GUARDED_BY(mu_) = false;
   void BinInsertInto(uint32_t c, int t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The doubly linked lists through left / right (parked slivers, one-size trees, cached
   // segments): c goes in front of *head; c comes out of the list at *head.
