@@ -130,10 +130,11 @@ int RunPlan(const BenchArgs& args) {
     }
     return total;
   };
+  std::optional<uint64_t> totals[kNumPolicies];
   int smallest = -1;
   for (int i = 0; i < kNumPolicies; ++i) {
-    std::optional<uint64_t> t = estimate(i);
-    if (t && (smallest < 0 || *t < *estimate(smallest))) smallest = i;
+    totals[i] = estimate(i);
+    if (totals[i] && (smallest < 0 || *totals[i] < *totals[smallest])) smallest = i;
   }
   if (smallest < 0) {
     std::fprintf(stderr,
@@ -186,7 +187,7 @@ int RunPlan(const BenchArgs& args) {
   std::optional<Candidate> plan;
   if (args.prefer == "speed") {
     for (int i = 0; i < kNumPolicies && chosen < 0; ++i) {
-      if (!estimate(i)) continue;
+      if (!totals[i]) continue;
       plan = compute(i);
       if (!plan) return 1;
       if (fits_card(plan->total)) chosen = i;
