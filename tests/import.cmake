@@ -114,6 +114,17 @@ printf '%s\\n' \"$out\" | tail -n 2; echo \"exit=$rc\"; done")
     COMMAND sh -c "$<TARGET_FILE:vgpu-bench> plan --card 1GiB ${PROJECT_SOURCE_DIR}/tools/traces/mlp_mirrored.trace ${VGPU_IMPORT_DATA}/mlp_two_streams.rmm.csv 2>/dev/null | tail -n 1")
   set_tests_properties(vgpu_bench_plan_workspace PROPERTIES LABELS unit
     PASS_REGULAR_EXPRESSION "\"workspace_bytes\":33554432,.*\"planned_limit_bytes\":8388608,\"device_limit_bytes\":41943040}.*\"logical_devices\":\"0:40MiB,40MiB\",\"fits\":true}")
+  # A workload smaller than a vmm page (300 bytes live): vmm's limit cannot go below one
+  # 2 MiB page, so its min limit is that page (ratio off the 1 + k/200 grid), the default
+  # limit is raised to it, and plan still plans (vgpu_bench.h, AllocatorFloorBytes): every
+  # policy rounds to one 2 MiB device, so the first, bfc, is chosen.
+  add_test(NAME vgpu_bench_tiny_workload_vmm
+    COMMAND sh -c "t=${CMAKE_CURRENT_BINARY_DIR}/tiny_workload.trace; \
+printf 'a 0 100\\na 1 200\\nf 0\\nf 1\\n' > \"$t\"; \
+$<TARGET_FILE:vgpu-bench> replay \"$t\" --allocator vmm --allow-growth --min-limit --no-baseline 2>/dev/null | tail -n 1; \
+$<TARGET_FILE:vgpu-bench> plan --card 1GiB --prefer memory --workspace 0 \"$t\" 2>/dev/null | tail -n 1")
+  set_tests_properties(vgpu_bench_tiny_workload_vmm PROPERTIES LABELS unit
+    PASS_REGULAR_EXPRESSION "\"peak_live_bytes\":300,\"peak_reserved_bytes\":2097152,\"min_limit_bytes\":2097152,\"min_limit_ratio\":6990.5[0-9]*,\"first_fit_ratio\":6990.5[0-9]*,.*\n{.*\"allocator\":\"bfc\",.*\"min_limit_bytes\":{\"bfc\":512,\"bfc_growth\":512,\"vmm\":2097152,\"vmm_growth\":2097152}.*\"fits\":true}")
   add_test(NAME vgpu_bench_plan_needs_card
     COMMAND sh -c "$<TARGET_FILE:vgpu-bench> plan x.trace 2>&1; echo \"exit=$?\"")
   set_tests_properties(vgpu_bench_plan_needs_card PROPERTIES LABELS unit

@@ -195,9 +195,16 @@ absl::StatusOr<BenchAllocator> MakeBenchAllocator(const BenchAllocatorSpec& spec
 // has no device.
 absl::StatusOr<Executor*> BenchExecutor(const std::string& platform);
 
+// The smallest limit `spec`'s allocator can be built with: 256 bytes for bfc and async; for
+// vmm one of its pages (--vmm-page-bytes, else the device's VMM granularity: 2 MiB on the
+// fake-address device), since it maps whole pages. A workload smaller than that still needs it.
+absl::StatusOr<uint64_t> AllocatorFloorBytes(const BenchAllocatorSpec& spec);
+
 // The limit scan of `replay --min-limit` (and `plan`): limits (1 + k/200) x peak live for
-// k = 0, 1, ... up to 11x, each replayed once on a fresh allocator; the min limit is the first
-// of 20 consecutive limits that fit (fitting is not monotone in the limit, so no bisection).
+// k = 0, 1, ... up to 11x, each raised to AllocatorFloorBytes and replayed once on a fresh
+// allocator; the min limit is the first of 20 consecutive limits that fit (fitting is not
+// monotone in the limit, so no bisection). A workload below the floor needs the floor: its
+// ratio is then floor / peak live, off the grid.
 struct MinLimitScan {
   std::optional<uint64_t> min_limit_bytes;  // unset: never 20 fits in a row up to 11x
   std::optional<double> min_limit_ratio;    // min_limit_bytes / peak live (on the scan's grid)

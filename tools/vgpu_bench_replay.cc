@@ -51,6 +51,12 @@ uint64_t LimitFor(uint64_t peak, int k) {
   return (l + 255) & ~uint64_t{255};
 }
 
+// The limit of a replay without --limit: 2x peak live, at least the allocator's floor.
+uint64_t DefaultLimit(const BenchAllocatorSpec& spec, uint64_t peak) {
+  absl::StatusOr<uint64_t> floor = AllocatorFloorBytes(spec);
+  return std::max(LimitFor(peak, kScanSteps), floor.ok() ? *floor : 0);
+}
+
 // Replays `trace` on `a`. A trace with several streams runs each on a stream of its own, made
 // on the allocator's device (order-only streams on the fake-address device, real ones with
 // --platform) and released from the allocator before they go.
@@ -233,7 +239,7 @@ int RunCompare(const BenchArgs& args, const Trace& trace, const BenchAllocatorSp
       }
       scan = *s;
     }
-    spec.limit = args.limit ? *args.limit : LimitFor(peak, kScanSteps);
+    spec.limit = args.limit ? *args.limit : DefaultLimit(spec, peak);
     absl::StatusOr<TimedReplay> t = RunTimed(trace, spec, nullptr);
     if (!t.ok()) {
       std::fprintf(stderr, "vgpu-bench replay: %s: %s\n", kind.c_str(),
@@ -288,6 +294,13 @@ absl::StatusOr<bool> ReplayFits(const Trace& trace, BenchAllocatorSpec spec, uin
   return r->failures == 0;
 }
 
+absl::StatusOr<uint64_t> AllocatorFloorBytes(const BenchAllocatorSpec& spec) {
+  if (spec.kind != "vmm") return uint64_t{256};
+  if (spec.tuning.vmm_page_bytes) return *spec.tuning.vmm_page_bytes;
+  if (spec.executor == nullptr) return kBenchVmmGranule;
+  return spec.executor->VirtualMemoryGranularity();
+}
+
 absl::StatusOr<MinLimitScan> ScanMinLimit(const Trace& trace, const BenchAllocatorSpec& spec) {
   const uint64_t peak = trace.peak_live_bytes;
   if (peak == 0 || peak > kMaxTraceLiveBytes) {
@@ -295,10 +308,23 @@ absl::StatusOr<MinLimitScan> ScanMinLimit(const Trace& trace, const BenchAllocat
                                                    " bytes has no limit scan (needs 1 B to ",
                                                    FormatBytes(kMaxTraceLiveBytes), ")"));
   }
+  VGPU_ASSIGN_OR_RETURN(const uint64_t floor, AllocatorFloorBytes(spec));
+  auto limit_at = [&](int k) { return std::max(LimitFor(peak, k), floor); };
+  auto ratio_at = [&](int k) {
+    return LimitFor(peak, k) >= floor ? 1.0 + k / double{kScanSteps}
+                                      : static_cast<double>(floor) / static_cast<double>(peak);
+  };
   std::optional<int> first_fit_k, min_limit_k;
+  std::optional<bool> fits_at_floor;  // every step below the floor replays the same limit
   int run = 0;
   for (int k = 0; k <= kMaxK; ++k) {
-    VGPU_ASSIGN_OR_RETURN(bool fits, ReplayFits(trace, spec, LimitFor(peak, k)));
+    bool fits;
+    if (LimitFor(peak, k) <= floor && fits_at_floor) {
+      fits = *fits_at_floor;
+    } else {
+      VGPU_ASSIGN_OR_RETURN(fits, ReplayFits(trace, spec, limit_at(k)));
+      if (LimitFor(peak, k) <= floor) fits_at_floor = fits;
+    }
     if (!fits) {
       run = 0;
       continue;
@@ -311,10 +337,10 @@ absl::StatusOr<MinLimitScan> ScanMinLimit(const Trace& trace, const BenchAllocat
   }
   MinLimitScan out;
   if (min_limit_k) {
-    out.min_limit_bytes = LimitFor(peak, *min_limit_k);
-    out.min_limit_ratio = 1.0 + *min_limit_k / double{kScanSteps};
+    out.min_limit_bytes = limit_at(*min_limit_k);
+    out.min_limit_ratio = ratio_at(*min_limit_k);
   }
-  if (first_fit_k) out.first_fit_ratio = 1.0 + *first_fit_k / double{kScanSteps};
+  if (first_fit_k) out.first_fit_ratio = ratio_at(*first_fit_k);
   return out;
 }
 
@@ -388,7 +414,7 @@ int RunReplay(const BenchArgs& args) {
   }
 
   // Timed replays at --limit (default 2x peak live), best of several fresh runs.
-  spec.limit = args.limit ? *args.limit : LimitFor(peak, kScanSteps);
+  spec.limit = args.limit ? *args.limit : DefaultLimit(spec, peak);
   MemoryHistory history(1 << 20);
   history.SetLimit(spec.name, spec.limit);  // the timeline draws it
   absl::StatusOr<TimedReplay> timed =
