@@ -431,6 +431,11 @@ absl::Status BFCAllocator::GrowLocked(uint64_t need) {
 
 void BFCAllocator::ReleaseRegionLocked(size_t i) {
   const Region r = regions_[i];
+  ReleaseRegionMemoryLocked(r);
+  regions_.erase(regions_.begin() + static_cast<ptrdiff_t>(i));
+}
+
+void BFCAllocator::ReleaseRegionMemoryLocked(const Region& r) {
   const Chunk& c = chunks_[r.first];
   // Memory going back to the device must be out of every stream's use: the free chunk's mask
   // holds the streams of every block that was in it.
@@ -445,7 +450,6 @@ void BFCAllocator::ReleaseRegionLocked(size_t i) {
   // handing out memory in an unknown state.
   if (!s.ok()) ReportAllocatorError(absl::StrCat("vgpu: ", name(), ": ", s.ToString()));
   counters_.OnUnmap(r.size);
-  regions_.erase(regions_.begin() + static_cast<ptrdiff_t>(i));
   if (top_ptr_ >= r.ptr && top_ptr_ - r.ptr < r.size) {  // it was in this region
     top_ptr_ = 0;
     below_n_ = 0;
@@ -455,17 +459,19 @@ void BFCAllocator::ReleaseRegionLocked(size_t i) {
 
 uint64_t BFCAllocator::ReleaseEmptyRegionsLocked(uint64_t keep_bytes) {
   uint64_t released = 0, kept = 0;
-  for (size_t i = 0; i < regions_.size();) {
-    const Region& r = regions_[i];
+  size_t out = 0;  // regions_[0, out) are the ones kept so far
+  for (size_t i = 0; i < regions_.size(); ++i) {
+    const Region r = regions_[i];
     const Chunk& c = chunks_[r.first];
     if (c.in_use || c.next != kNone || kept + r.size <= keep_bytes) {
       if (!c.in_use && c.next == kNone) kept += r.size;
-      ++i;
+      regions_[out++] = r;
       continue;
     }
     released += r.size;
-    ReleaseRegionLocked(i);
+    ReleaseRegionMemoryLocked(r);
   }
+  regions_.resize(out);
   return released;
 }
 

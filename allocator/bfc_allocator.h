@@ -227,6 +227,9 @@ class BFCAllocator final : public Allocator {
   // Gives region i (wholly free; its one chunk may be in a tree) back to the sub-allocator and
   // drops it from regions_.
   void ReleaseRegionLocked(size_t i) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // All of that but dropping it from regions_ (ReleaseEmptyRegionsLocked compacts regions_ once
+  // for many: erasing each would move the rest every time, quadratic in the regions).
+  void ReleaseRegionMemoryLocked(const Region& r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The index in regions_ of the region starting at ptr.
   size_t RegionOf(uint64_t ptr) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // What the limit still allows to be reserved.

@@ -55,7 +55,11 @@ class VmmAllocator::SlabSubAllocator final : public SubAllocator {
     StdMutexLock l(&owner_->mu_);
     const uint64_t count = CeilDiv(bytes, owner_->granularity_);
     const uint64_t align = std::max(alignment, owner_->granularity_);
-    absl::StatusOr<std::unique_ptr<Range>> r = owner_->MapRangeLocked(count, align);
+    // A slot of the slab arena when one is free (slots are granule-aligned), else a
+    // reservation of its own.
+    absl::StatusOr<std::unique_ptr<Range>> r = nullptr;
+    if (align == owner_->granularity_) r = owner_->MapArenaSlabLocked(count);
+    if (r.ok() && *r == nullptr) r = owner_->MapRangeLocked(count, align);
     if (!r.ok() && absl::IsResourceExhausted(r.status()) && !owner_->pending_.empty()) {
       // Deferred frees hold memory until their streams are done: wait for them now.
       VGPU_RETURN_IF_ERROR(owner_->ReapPendingLocked(/*wait=*/true));
@@ -205,6 +209,21 @@ absl::Status VmmAllocator::Init() {
         absl::StrCat(name(), ": small_block_max ", FormatBytes(small_block_max_),
                      " exceeds the slab size ", FormatBytes(slab_bytes_)));
   }
+  // The slab arena: room for the limit in slabs, plus one (virtual space only). Where the
+  // device refuses so large a reservation, slabs reserve their own ranges, as without it.
+  {
+    const uint64_t slots = limit_granules_ * g / slab_bytes_ + 1;
+    if (slots < kNoGranule && slots <= UINT64_MAX / slab_bytes_ - 1) {
+      const uint64_t bytes = (slots + 1) * slab_bytes_;  // a slot's worth spare to align
+      if (absl::StatusOr<void*> va = executor_->ReserveAddressRange(bytes); va.ok()) {
+        slab_arena_reserved_ = *va;
+        slab_arena_reserved_bytes_ = bytes;
+        slab_arena_ = reinterpret_cast<char*>(AlignUp(reinterpret_cast<uint64_t>(*va), g));
+        arena_slots_ = static_cast<uint32_t>(slots);
+        slab_arena_bytes_ = slots * slab_bytes_;
+      }
+    }
+  }
   BFCOptions bo;
   bo.name = absl::StrCat(name(), " slabs");
   bo.memory_limit = limit_granules_ * g;  // the granule pool enforces the real limit
@@ -265,6 +284,9 @@ VmmAllocator::~VmmAllocator() {
   }
   cache_.clear();
   GiveBackLocked(0).IgnoreError();
+  if (slab_arena_reserved_ != nullptr) {
+    executor_->FreeAddressRange(slab_arena_reserved_, slab_arena_reserved_bytes_).IgnoreError();
+  }
 }
 
 absl::StatusOr<void*> VmmAllocator::DoAllocate(const AllocationRequest& request,
@@ -576,20 +598,23 @@ absl::Status VmmAllocator::ReapPendingLocked(bool wait) {
 }
 
 absl::Status VmmAllocator::DoDeallocate(void* ptr) {
-  // Large blocks start on a granule, except those whose head is a shared granule; anything
-  // else is a small block, and the slab BFC checks it without our lock.
+  // A pointer in the slab arena is a small block. Outside it, large blocks start on a granule,
+  // except those whose head is a shared granule: for those our blocks are asked first, then
+  // the slab BFC (slabs that found no arena slot). Each lookup that misses costs a lock and a
+  // cold probe, so the address decides the order.
+  const bool in_arena = InSlabArena(ptr);
   const bool aligned = reinterpret_cast<uintptr_t>(ptr) % granularity_ == 0;
-  if (aligned) {
+  bool large_asked = false;
+  if (!in_arena && (aligned || shared_blocks_.load(std::memory_order_relaxed) > 0)) {
     bool found = false;
     absl::Status s = FreeLarge(ptr, &found);
     if (found) return s;
+    large_asked = true;
   }
-  // A small block, or a large one whose head is a shared granule: ask the slab BFC (one lock,
-  // no error message built), then our blocks.
   bool live = false;
   absl::Status s = slabs_->DeallocateIfLive(ptr, &live);
   if (!live) {
-    if (!aligned && shared_blocks_.load(std::memory_order_relaxed) > 0) {
+    if (!in_arena && !large_asked) {
       bool found = false;
       absl::Status f = FreeLarge(ptr, &found);
       if (found) return f;
@@ -1036,6 +1061,29 @@ absl::StatusOr<std::unique_ptr<VmmAllocator::Range>> VmmAllocator::MapRangeLocke
   return range;
 }
 
+absl::StatusOr<std::unique_ptr<VmmAllocator::Range>> VmmAllocator::MapArenaSlabLocked(
+    uint64_t count) {
+  if (slab_arena_bytes_ == 0 || count * granularity_ > slab_bytes_) return nullptr;
+  const bool reuse = !free_arena_slots_.empty();
+  if (!reuse && arena_slots_used_ == arena_slots_) return nullptr;
+  const uint32_t slot = reuse ? free_arena_slots_.back() : arena_slots_used_;
+  std::unique_ptr<Range> range = NewRangeLocked();
+  range->ptr = slab_arena_ + uint64_t{slot} * slab_bytes_;
+  range->reserved = range->ptr;  // the slot is its reservation (not freed on its own)
+  range->reserved_bytes = slab_bytes_;
+  range->arena_slot = slot;
+  if (absl::Status s = GrowRangeLocked(range.get(), count); !s.ok()) {
+    RecycleRangeLocked(std::move(range));
+    return s;
+  }
+  if (reuse) {
+    free_arena_slots_.pop_back();
+  } else {
+    ++arena_slots_used_;
+  }
+  return range;
+}
+
 uint64_t VmmAllocator::CapacityOf(const Range& range) const {
   uint64_t off = reinterpret_cast<uint64_t>(range.ptr) - reinterpret_cast<uint64_t>(range.reserved);
   return (range.reserved_bytes - off) / granularity_;
@@ -1147,6 +1195,11 @@ absl::Status VmmAllocator::DropKeptTailLocked(Range* range) {
 absl::Status VmmAllocator::UnmapRangeLocked(std::unique_ptr<Range> range) {
   VGPU_RETURN_IF_ERROR(DropKeptTailLocked(range.get()));
   VGPU_RETURN_IF_ERROR(ShrinkRangeLocked(range.get(), 0));
+  if (range->arena_slot != kNoGranule) {  // the arena keeps its virtual space
+    free_arena_slots_.push_back(range->arena_slot);
+    RecycleRangeLocked(std::move(range));
+    return absl::OkStatus();
+  }
   absl::Status s = executor_->FreeAddressRange(range->reserved, range->reserved_bytes);
   RecycleRangeLocked(std::move(range));
   return s;
@@ -1503,6 +1556,12 @@ absl::Status VmmAllocator::CheckInvariants() const {
   };
   std::vector<uint8_t> seen(granules_.size(), 0);
   uint64_t n_blocks = 0, n_cache = 0, n_slabs = 0, large = 0;
+  std::vector<uint8_t> slot_free(arena_slots_used_, 0);
+  for (uint32_t i : free_arena_slots_) {
+    if (i >= arena_slots_used_ || slot_free[i]++) {
+      return fail("slab arena slot ", i, " is free twice or was never used");
+    }
+  }
   // Runs under mu_ (held above); the analysis does not follow lambdas.
   auto visit = [&](const Range& r, uint64_t* total) ABSL_NO_THREAD_SAFETY_ANALYSIS -> absl::Status {
     if (r.granules.empty() && r.head == kNoGranule && r.tail == kNoGranule) {
@@ -1511,6 +1570,12 @@ absl::Status VmmAllocator::CheckInvariants() const {
     uint64_t off = reinterpret_cast<uint64_t>(r.ptr) - reinterpret_cast<uint64_t>(r.reserved);
     if (off + r.granules.size() * granularity_ > r.reserved_bytes) {
       return fail("range at ", P(r.ptr), " overruns its reservation");
+    }
+    if (r.arena_slot != kNoGranule &&
+        (r.arena_slot >= arena_slots_used_ ||
+         r.ptr != slab_arena_ + uint64_t{r.arena_slot} * slab_bytes_ ||
+         slot_free[r.arena_slot])) {
+      return fail("slab at ", P(r.ptr), " is not in its arena slot ", r.arena_slot);
     }
     for (uint32_t i : r.granules) {
       if (i >= granules_.size() || granules_[i].handle.bytes == 0) {

@@ -191,6 +191,8 @@ class VmmAllocator final : public Allocator {
     // `granules` (its own mapping), so the next block of the same size needs no map call;
     // counted in cached_granules_.
     uint32_t kept_tail = kNoGranule;
+    // A slab mapped in a slot of the slab arena (no reservation of its own; `reserved` null).
+    uint32_t arena_slot = kNoGranule;
   };
   static constexpr uint32_t kNoGranule = 0xffffffffu;
   using CacheMap = std::map<uint64_t, std::vector<std::unique_ptr<Range>>>;
@@ -355,6 +357,16 @@ class VmmAllocator final : public Allocator {
   absl::StatusOr<std::unique_ptr<Range>> MapRangeLocked(uint64_t count, uint64_t alignment)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status UnmapRangeLocked(std::unique_ptr<Range> range) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A slab of `count` granules in a free slot of the slab arena; nullptr (not an error) when
+  // there is no arena, no free slot, or `count` granules do not fit a slot.
+  absl::StatusOr<std::unique_ptr<Range>> MapArenaSlabLocked(uint64_t count)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether `p` lies in the slab arena, so can only be a small block. No lock: the arena is
+  // fixed at Init.
+  bool InSlabArena(const void* p) const {
+    return reinterpret_cast<uintptr_t>(p) - reinterpret_cast<uintptr_t>(slab_arena_) <
+           slab_arena_bytes_;
+  }
   // Maps free granules at the end of `range` up to `count` (within its reservation), or
   // unmaps its tail down to `count`, one granule per call.
   absl::Status GrowRangeLocked(Range* range, uint64_t count) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -426,6 +438,15 @@ class VmmAllocator final : public Allocator {
   uint64_t keep_granules_ = 0;
   uint64_t small_block_max_ = 0;
   uint64_t slab_bytes_ = 0;
+  // The slab arena: one virtual reservation, made at Init and fixed after, in which slabs are
+  // mapped slot by slot (slab_bytes_ each), so a free can tell a small block from a large one
+  // by its address, without a lookup that misses (docs/vmm.md). Slabs that find no slot get a
+  // reservation of their own as before.
+  void* slab_arena_reserved_ = nullptr;
+  uint64_t slab_arena_reserved_bytes_ = 0;
+  char* slab_arena_ = nullptr;
+  uint64_t slab_arena_bytes_ = 0;  // 0: no arena
+  uint32_t arena_slots_ = 0;
   std::unique_ptr<SlabObserver> slab_observer_;
   std::unique_ptr<BFCAllocator> slabs_;  // small blocks, over SlabSubAllocator
 
@@ -488,6 +509,8 @@ class VmmAllocator final : public Allocator {
   // Live blocks with a head or tail. Written under mu_ only (AddUnderLock), read without it.
   std::atomic<uint64_t> shared_blocks_{0};
   uint64_t slab_granules_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<uint32_t> free_arena_slots_ ABSL_GUARDED_BY(mu_);  // returned slots, LIFO
+  uint32_t arena_slots_used_ ABSL_GUARDED_BY(mu_) = 0;           // slots ever handed out
   // Stats of the large path (the slab BFC keeps its own). Not AllocatorCounters: in-use bytes
   // span both paths and the small one never takes mu_, so they are the atomics below.
   uint64_t num_allocs_ ABSL_GUARDED_BY(mu_) = 0;
