@@ -1,6 +1,7 @@
 #include "vgpu/allocator/vmm_allocator.h"
 
 #include <algorithm>
+#include <iterator>
 #include <bit>
 #include <chrono>
 #include <string_view>
@@ -707,7 +708,7 @@ absl::Status VmmAllocator::EnsureFreeGranulesLocked(uint64_t count) {
 }
 
 absl::StatusOr<size_t> VmmAllocator::CreateGranulesLocked(size_t n) {
-  handles_.resize(n);
+  HandlesFor(n);
   VGPU_ASSIGN_OR_RETURN(size_t made,
                         executor_->CreatePhysicalMemories(granularity_, n, handles_.data()));
   for (size_t i = 0; i < made; ++i) free_granules_.push_back(AddGranuleLocked(handles_[i]));
@@ -903,7 +904,7 @@ absl::StatusOr<std::unique_ptr<VmmAllocator::Range>> VmmAllocator::MapSharedRang
     // on a card, the costly call) for all of them. The pool's top k are the body and the one
     // below them a fresh tail.
     size_t n = 0;
-    handles_.resize(k + 2);
+    HandlesFor(k + 2);
     if (h > 0) handles_[n++] = granules_[head_granule].handle;
     const uint64_t from_pool = k + (fresh_tail ? 1 : 0);
     PoolTopHandlesLocked(from_pool, &handles_[n]);
@@ -1100,7 +1101,7 @@ absl::Status VmmAllocator::GrowRangeLocked(Range* range, uint64_t count) {
   // Executor::Map), so each is a mapping of its own; MapAll maps them in one executor call
   // (on cuda one cuMemMap each and one cuMemSetAccess for the range, the costly part).
   const uint64_t n = count - old;
-  handles_.resize(n);
+  HandlesFor(n);
   PoolTopHandlesLocked(n, handles_.data());
   VGPU_RETURN_IF_ERROR(executor_->MapAll(base + old * g, handles_.data(), n));
   ++map_calls_;
@@ -1116,11 +1117,11 @@ void VmmAllocator::PoolTopHandlesLocked(uint64_t n, PhysicalMemoryHandle* out) c
 void VmmAllocator::AdoptPoolGranulesLocked(Range* range, uint64_t n) {
   const uint64_t g = granularity_;
   char* at = static_cast<char*>(range->ptr) + range->granules.size() * g;
-  for (uint64_t k = 0; k < n; ++k) {
-    const uint32_t slot = free_granules_.back();
-    free_granules_.pop_back();
-    range->granules.push_back(slot);
-  }
+  // The pool's top n, last first (the order PoolTopHandlesLocked gave the mapping), in one copy.
+  const auto top = free_granules_.end();
+  range->granules.insert(range->granules.end(), std::make_reverse_iterator(top),
+                         std::make_reverse_iterator(top - static_cast<ptrdiff_t>(n)));
+  free_granules_.erase(top - static_cast<ptrdiff_t>(n), top);
   mapped_granules_ += n;
   regions_mapped_ += n;
   free_low_water_ = std::min<uint64_t>(free_low_water_, free_granules_.size());
@@ -1141,8 +1142,9 @@ absl::Status VmmAllocator::ShrinkRangeLocked(Range* range, uint64_t count) {
   VGPU_RETURN_IF_ERROR(executor_->Unmap(base + count * g, (old - count) * g));
   ++unmap_calls_;
   // From the end, so the pool (LIFO) hands them out again in their old order.
-  const uint32_t* own = range->granules.data();
-  for (uint64_t k = old; k-- > count;) free_granules_.push_back(own[k]);
+  const auto own_end = range->granules.end();
+  free_granules_.insert(free_granules_.end(), std::make_reverse_iterator(own_end),
+                        std::make_reverse_iterator(own_end - static_cast<ptrdiff_t>(old - count)));
   range->granules.resize(count);
   mapped_granules_ -= old - count;
   regions_unmapped_ += old - count;
@@ -1343,7 +1345,7 @@ absl::Status VmmAllocator::GiveBackLocked(uint64_t keep) {
   // the ones the pool would hand out next go back first, until at most `keep` are left.
   if (free_granules_.size() <= keep) return absl::OkStatus();
   const size_t n = free_granules_.size() - keep;
-  handles_.resize(n);
+  HandlesFor(n);
   PoolTopHandlesLocked(n, handles_.data());
   size_t released = 0;
   absl::Status s = executor_->ReleasePhysicalMemories(handles_.data(), n, &released);

@@ -458,6 +458,11 @@ class VmmAllocator final : public Allocator {
   // Scratch for one executor call over many granules (MapAll, a batch create or release),
   // kept for its capacity; filled and used within one function.
   std::vector<PhysicalMemoryHandle> handles_ ABSL_GUARDED_BY(mu_);
+  // handles_ as scratch for at least n entries: it only grows, so a call does not
+  // value-initialise entries that an earlier, larger call already made.
+  void HandlesFor(size_t n) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (handles_.size() < n) handles_.resize(std::max(n, 2 * handles_.size()));
+  }
   std::vector<uint32_t> free_granules_ ABSL_GUARDED_BY(mu_);  // created and unmapped (LIFO)
   uint64_t mapped_granules_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t created_granules_ ABSL_GUARDED_BY(mu_) = 0;
