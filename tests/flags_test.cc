@@ -278,6 +278,16 @@ TEST(BenchFlagsTest, ImportConvertAndPlan) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("at least one TRACE")));
   EXPECT_THAT(bench::ParseBenchArgs({"plan", "--card", "1GiB", "a", "--headroom", "-1"}),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--headroom")));
+  // A percentage may carry its sign; only one, and nothing after it.
+  auto pct = bench::ParseBenchArgs({"plan", "--card", "1GiB", "a", "--headroom", "12.5%"});
+  ASSERT_THAT(pct, IsOk());
+  EXPECT_EQ(pct->headroom_percent, 12.5);
+  for (const char* bad : {"10%%", "%", "10% ", "1001%", "-1%", "ten%", "10%x", "nan%"}) {
+    EXPECT_THAT(bench::ParseBenchArgs({"plan", "--card", "1GiB", "a", "--headroom", bad}),
+                StatusIs(absl::StatusCode::kInvalidArgument,
+                         HasSubstr("expected a percentage in [0, 1000]")))
+        << bad;
+  }
   std::vector<std::string> many = {"plan", "--card", "1GiB"};
   for (int i = 0; i < 65; ++i) many.push_back("t" + std::to_string(i));
   EXPECT_THAT(bench::ParseBenchArgs(many), StatusIs(absl::StatusCode::kInvalidArgument,

@@ -255,8 +255,8 @@ absl::StatusOr<BenchArgs> ParseBenchArgs(const std::vector<std::string>& argv) {
     device_flag(fs);
   } else if (a.command == "plan") {
     fs.Bytes("--card", &a.card, 2 << 20, uint64_t{64} << 40, "the card's memory (required)")
-        .Decimal("--headroom", &a.headroom_percent, 0, 1000,
-                 "percent added to each min limit (default 5)")
+        .Percent("--headroom", &a.headroom_percent, 0, 1000,
+                 "percent added to each min limit, 10 or 10% (default 5)")
         .Bytes("--reserve", &a.reserve, 0, uint64_t{64} << 40,
                "memory left free on the card, VGPU_RESERVED_MEMORY (default 0)")
         .Bytes("--workspace", &a.workspace, 0, uint64_t{1} << 30,

@@ -197,6 +197,24 @@ FlagSet& FlagSet::Decimal(std::string name, double* out, double min, double max,
               }});
 }
 
+FlagSet& FlagSet::Percent(std::string name, double* out, double min, double max,
+                          std::string help) {
+  std::string n = name;
+  return Add({std::move(name), false, "PERCENT", std::move(help),
+              [n, out, min, max](absl::string_view v) -> absl::Status {
+                absl::string_view number = v;
+                if (absl::EndsWith(number, "%")) number.remove_suffix(1);
+                absl::StatusOr<double> d = ParseDecimal(number);
+                if (!d.ok() || !std::isfinite(*d) || *d < min || *d > max) {
+                  return absl::InvalidArgumentError(absl::StrCat(
+                      Shown(n, v), ": expected a percentage in [", min, ", ", max,
+                      "], e.g. 10 or 10%"));
+                }
+                *out = *d;
+                return absl::OkStatus();
+              }});
+}
+
 FlagSet& FlagSet::Bytes(std::string name, std::optional<uint64_t>* out, uint64_t min, uint64_t max,
                         std::string help) {
   std::string n = name;

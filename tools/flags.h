@@ -87,6 +87,8 @@ class FlagSet {
   // A finite decimal in [min, max], or (min, max] when `min_exclusive`.
   FlagSet& Decimal(std::string name, double* out, double min, double max, std::string help,
                    bool min_exclusive = false);
+  // A percentage in [min, max]: a decimal, with or without one trailing '%' ("10", "10%").
+  FlagSet& Percent(std::string name, double* out, double min, double max, std::string help);
   // A size (runtime/bytes.h syntax) in [min, max].
   FlagSet& Bytes(std::string name, uint64_t* out, uint64_t min, uint64_t max, std::string help);
   FlagSet& Bytes(std::string name, std::optional<uint64_t>* out, uint64_t min, uint64_t max,
