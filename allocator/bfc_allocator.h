@@ -44,6 +44,9 @@
 
 namespace vgpu {
 
+// The device allocators' small-pool threshold without growth (BFCOptions::small_from_top_bytes).
+inline constexpr uint64_t kBfcDefaultSmallFromTopBytes = uint64_t{64} << 10;
+
 struct BFCOptions {
   std::string name;                         // device name for messages
   uint64_t memory_limit = 0;                // hard limit, > 0
@@ -61,10 +64,10 @@ struct BFCOptions {
   // no free chunk smaller than that fits takes the highest-addressed free chunk of at least
   // that size, from its high end. Small blocks then gather at the top of the pool instead of
   // pinning holes between large blocks (PyTorch keeps small blocks in a pool of their own).
-  // 0 (the default) = off: best fit for every size. 1 MiB replays PyTorch's two-stream
-  // snapshot without growth in 1.005x its peak instead of 1.425x, but moves other workloads
-  // both ways, does worse with growth and costs time where every request is small
-  // (docs/allocator.md, "Small blocks at the top"), so it is opt-in.
+  // 0 here = off: best fit for every size. The device allocator factory
+  // (CreateDeviceAllocator) sets kBfcDefaultSmallFromTopBytes when growth is off (one region)
+  // and leaves it off with growth, where regions are separate ranges and it does worse
+  // (docs/allocator.md, "Small blocks at the top").
   uint64_t small_from_top_bytes = 0;
   // Split rule: a remainder smaller than min_split_bytes, or than min_split_fraction x the
   // request, stays inside the allocated chunk instead of becoming a sliver of free memory that
