@@ -1,10 +1,10 @@
 #include "vgpu/allocator/memory_history.h"
 
 #include <algorithm>
-#include <fstream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "vgpu/runtime/file_io.h"
 #include "vgpu/runtime/json.h"
 
 namespace vgpu {
@@ -130,11 +130,7 @@ std::string MemoryHistory::ToJson() const {
 }
 
 absl::Status MemoryHistory::WriteJson(const std::string& path) const {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out << ToJson() << "\n";
-  out.close();
-  if (!out) return absl::InternalError(absl::StrCat("cannot write memory history to ", path));
-  return absl::OkStatus();
+  return WriteOutputFile(path, ToJson() + "\n", "memory history");
 }
 
 }  // namespace vgpu

@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cstdlib>
-#include <fstream>
 #include <limits>
 #include <utility>
 
@@ -242,12 +241,7 @@ std::string TraceRecorder::Text() const {
 }
 
 absl::Status TraceRecorder::WriteFile(const std::string& path) const {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  std::string text = Text();
-  out << text;
-  out.close();
-  if (!out) return absl::InternalError(absl::StrCat("cannot write trace file ", path));
-  return absl::OkStatus();
+  return WriteOutputFile(path, Text(), "trace file");
 }
 
 namespace {

@@ -143,6 +143,45 @@ absl::StatusOr<std::string> ReadInputFile(const std::string& path, uint64_t max_
   return f->ReadAll();
 }
 
+absl::Status WriteOutputFile(const std::string& path, absl::string_view contents,
+                             absl::string_view what) {
+  auto fail = [&](int err) {
+    const std::string m = absl::StrCat("cannot write ", what, " ", path, ": ");
+    switch (err) {
+      case ENOENT:
+      case ENOTDIR:
+        return absl::NotFoundError(absl::StrCat(m, "its directory does not exist"));
+      case EACCES:
+      case EPERM:
+      case EROFS:
+        return absl::PermissionDeniedError(absl::StrCat(m, std::strerror(err)));
+      case EISDIR:
+        return absl::InvalidArgumentError(absl::StrCat(m, "it is a directory"));
+      case ENOSPC:
+      case EDQUOT:
+      case EFBIG:
+        return absl::ResourceExhaustedError(absl::StrCat(m, std::strerror(err)));
+      default:
+        return absl::InternalError(absl::StrCat(m, std::strerror(err)));
+    }
+  };
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return fail(errno);
+  size_t done = 0;
+  while (done < contents.size()) {
+    const ssize_t n = ::write(fd, contents.data() + done, contents.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const int err = n < 0 ? errno : EIO;
+      ::close(fd);
+      return fail(err);
+    }
+    done += static_cast<size_t>(n);
+  }
+  if (::close(fd) != 0 && errno != EINTR) return fail(errno);  // e.g. a full NFS disk
+  return absl::OkStatus();
+}
+
 uint64_t PhysicalMemoryBytes() {
   const long pages = ::sysconf(_SC_PHYS_PAGES);
   const long page = ::sysconf(_SC_PAGE_SIZE);

@@ -14,6 +14,7 @@
 #include <string>
 #include <utility>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 
@@ -55,6 +56,13 @@ class InputFile {
 // InputFile::Open + ReadAll.
 absl::StatusOr<std::string> ReadInputFile(const std::string& path, uint64_t max_bytes,
                                           absl::string_view what);
+
+// Writes `contents` to `path` (created 0644 or truncated): a file the user names for output (a
+// converted trace, a memory history, an SVG). Errors name the file and the reason: NotFound
+// (its directory is missing), PermissionDenied, InvalidArgument (a directory),
+// ResourceExhausted (the disk is full), Internal otherwise.
+absl::Status WriteOutputFile(const std::string& path, absl::string_view contents,
+                             absl::string_view what);
 
 // Physical memory of this machine in bytes (sysconf); 0 when unknown. Caps on what an input
 // may make us allocate follow it.

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -131,6 +132,30 @@ TEST(FileIoTest, OpenReportsSizeAndReleases) {
   EXPECT_GE(fd, 0);
   EXPECT_EQ(f->fd(), -1);
   ::close(fd);
+}
+
+TEST(FileIoTest, WritesOutputFilesAndNamesWhyNot) {
+  const std::string dir = ::testing::TempDir();
+  const std::string path = dir + "/file_io_test_out.txt";
+  ASSERT_THAT(WriteOutputFile(path, "first, longer\n", "trace file"), IsOk());
+  ASSERT_THAT(WriteOutputFile(path, "second\n", "trace file"), IsOk());  // truncated
+  absl::StatusOr<std::string> back = ReadInputFile(path, 1 << 20, "trace file");
+  ASSERT_THAT(back, IsOk());
+  EXPECT_EQ(*back, "second\n");
+  ASSERT_THAT(WriteOutputFile(path, "", "trace file"), IsOk());
+  EXPECT_EQ(*ReadInputFile(path, 1 << 20, "trace file"), "");
+  std::remove(path.c_str());
+  EXPECT_THAT(WriteOutputFile(dir + "/no_such_dir/x.trace", "x", "trace file"),
+              StatusIs(absl::StatusCode::kNotFound,
+                       HasSubstr("cannot write trace file " + dir +
+                                 "/no_such_dir/x.trace: its directory does not exist")));
+  EXPECT_THAT(WriteOutputFile(dir, "x", "SVG file"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("it is a directory")));
+  if (::geteuid() != 0) {  // root writes anywhere
+    EXPECT_THAT(WriteOutputFile("/proc/version", "x", "memory history"),
+                StatusIs(absl::StatusCode::kPermissionDenied,
+                         HasSubstr("cannot write memory history /proc/version")));
+  }
 }
 
 TEST(FileIoTest, PhysicalMemoryIsKnown) { EXPECT_GT(PhysicalMemoryBytes(), uint64_t{1} << 20); }

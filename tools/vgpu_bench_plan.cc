@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <optional>
 #include <string>
 #include <vector>
@@ -16,6 +15,7 @@
 #include "absl/strings/str_join.h"
 #include "vgpu/allocator/trace.h"
 #include "vgpu/runtime/bytes.h"
+#include "vgpu/runtime/file_io.h"
 #include "vgpu/runtime/json.h"
 #include "vgpu/tools/vgpu_bench.h"
 
@@ -66,11 +66,8 @@ int RunConvert(const BenchArgs& args) {
   std::optional<Trace> trace = ReadBenchTrace("convert", args.trace_path, args.device);
   if (!trace) return 1;
   const std::string text = FormatTrace(*trace);
-  std::ofstream out(args.output_path, std::ios::binary | std::ios::trunc);
-  out << text;
-  out.close();
-  if (!out) {
-    std::fprintf(stderr, "vgpu-bench convert: cannot write %s\n", args.output_path.c_str());
+  if (absl::Status w = WriteOutputFile(args.output_path, text, "trace file"); !w.ok()) {
+    std::fprintf(stderr, "vgpu-bench convert: %s\n", std::string(w.message()).c_str());
     return 1;
   }
   std::fprintf(stderr, "%s (%s): %zu events, %u stream(s), peak live %s -> %s\n",

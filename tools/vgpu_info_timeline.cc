@@ -5,7 +5,6 @@
 // tools/history_reader.h; this file is the flags and the files.
 #include <cstdint>
 #include <cstdio>
-#include <fstream>
 #include <string>
 
 #include "absl/status/status.h"
@@ -44,10 +43,9 @@ int TimelineMain(int argc, char** argv) {
   absl::StatusOr<MemoryHistoryData> history = ParseMemoryHistory(*text, limit_flag);
   if (!history.ok()) return Fail(absl::StrCat(in, ": ", history.status().message()), 1);
   const TimelineSvg svg = RenderTimelineSvg(*history);
-  std::ofstream o(out, std::ios::binary | std::ios::trunc);
-  o << svg.svg;
-  o.close();
-  if (!o) return Fail(absl::StrCat("cannot write ", out), 1);
+  if (absl::Status w = vgpu::WriteOutputFile(out, svg.svg, "SVG file"); !w.ok()) {
+    return Fail(std::string(w.message()), 1);
+  }
   std::printf("%s: %zu allocator(s), %llu event(s), %.1f ms", out.c_str(), history->series.size(),
               static_cast<unsigned long long>(history->events), history->t_max_ms);
   if (svg.left_out > 0 || svg.without_events > 0) {
