@@ -1,4 +1,5 @@
-// One way to read a file a user names (a trace, a memory history, an IDX data set): only
+// One way to read a file a user names (a trace, a memory history, an IDX data set), and one
+// to write one (WriteOutputFile, below). Reading: only
 // regular files are read, never a directory, FIFO, socket or device (so /dev/zero is not read
 // forever and a FIFO without a writer never blocks), and never more than a cap the caller
 // picks for that kind of file, checked before reading and again while reading (files grow).
