@@ -1,9 +1,9 @@
 #include "vgpu/allocator/vmm_allocator.h"
 
 #include <algorithm>
-#include <iterator>
 #include <bit>
 #include <chrono>
+#include <iterator>
 #include <string_view>
 #include <utility>
 
@@ -1575,8 +1575,7 @@ absl::Status VmmAllocator::CheckInvariants() const {
     }
     if (r.arena_slot != kNoGranule &&
         (r.arena_slot >= arena_slots_used_ ||
-         r.ptr != slab_arena_ + uint64_t{r.arena_slot} * slab_bytes_ ||
-         slot_free[r.arena_slot])) {
+         r.ptr != slab_arena_ + uint64_t{r.arena_slot} * slab_bytes_ || slot_free[r.arena_slot])) {
       return fail("slab at ", P(r.ptr), " is not in its arena slot ", r.arena_slot);
     }
     for (uint32_t i : r.granules) {

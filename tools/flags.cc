@@ -197,8 +197,7 @@ FlagSet& FlagSet::Decimal(std::string name, double* out, double min, double max,
               }});
 }
 
-FlagSet& FlagSet::Percent(std::string name, double* out, double min, double max,
-                          std::string help) {
+FlagSet& FlagSet::Percent(std::string name, double* out, double min, double max, std::string help) {
   std::string n = name;
   return Add({std::move(name), false, "PERCENT", std::move(help),
               [n, out, min, max](absl::string_view v) -> absl::Status {
@@ -206,9 +205,9 @@ FlagSet& FlagSet::Percent(std::string name, double* out, double min, double max,
                 if (absl::EndsWith(number, "%")) number.remove_suffix(1);
                 absl::StatusOr<double> d = ParseDecimal(number);
                 if (!d.ok() || !std::isfinite(*d) || *d < min || *d > max) {
-                  return absl::InvalidArgumentError(absl::StrCat(
-                      Shown(n, v), ": expected a percentage in [", min, ", ", max,
-                      "], e.g. 10 or 10%"));
+                  return absl::InvalidArgumentError(
+                      absl::StrCat(Shown(n, v), ": expected a percentage in [", min, ", ", max,
+                                   "], e.g. 10 or 10%"));
                 }
                 *out = *d;
                 return absl::OkStatus();
