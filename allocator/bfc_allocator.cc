@@ -628,7 +628,8 @@ absl::StatusOr<void*> BFCAllocator::AllocateLocked(const AllocationRequest& requ
   }
   uint32_t c = FindChunkLocked(need);
   if (rounded <= options_.small_from_top_bytes && pad == 0 &&
-      (c == kNone || chunks_[c].size >= options_.small_from_top_bytes)) {
+      (c == kNone || chunks_[c].size >= std::max(options_.small_from_top_bytes,
+                                                 options_.small_from_top_hole_bytes))) {
     // No small hole fits: the pool's top chunk (see BFCOptions::small_from_top_bytes).
     if (const uint32_t top = TopChunkLocked(); top != kNone) {
       return CarveLocked(top, rounded, request, wait_for, /*high_end=*/true);
@@ -1046,6 +1047,8 @@ absl::StatusOr<std::unique_ptr<Allocator>> CreateBfcAllocator(
   // "Small blocks at the top"). With growth the regions are separate ranges and it does worse.
   o.small_from_top_bytes = options.bfc_small_from_top_bytes.value_or(
       options.allow_growth ? 0 : kBfcDefaultSmallFromTopBytes);
+  o.small_from_top_hole_bytes = options.bfc_small_from_top_hole_bytes.value_or(
+      options.allow_growth ? 0 : kBfcDefaultSmallFromTopHoleBytes);
   VGPU_ASSIGN_OR_RETURN(
       std::unique_ptr<BFCAllocator> a,
       BFCAllocator::Create(std::make_unique<DeviceSubAllocator>(executor), std::move(o)));

@@ -46,6 +46,8 @@ namespace vgpu {
 
 // The device allocators' small-pool threshold without growth (BFCOptions::small_from_top_bytes).
 inline constexpr uint64_t kBfcDefaultSmallFromTopBytes = uint64_t{64} << 10;
+// ... and the hole a small request gives up for the top (BFCOptions::small_from_top_hole_bytes).
+inline constexpr uint64_t kBfcDefaultSmallFromTopHoleBytes = uint64_t{1} << 20;
 
 struct BFCOptions {
   std::string name;                         // device name for messages
@@ -69,6 +71,11 @@ struct BFCOptions {
   // and leaves it off with growth, where regions are separate ranges and it does worse
   // (docs/allocator.md, "Small blocks at the top").
   uint64_t small_from_top_bytes = 0;
+  // Such a request goes to the top only when its best fit would be a hole of at least this
+  // many bytes (and at least small_from_top_bytes): it keeps small blocks out of large holes
+  // and lets them fill medium ones. The factory's default without growth is
+  // kBfcDefaultSmallFromTopHoleBytes (docs/allocator.md, "Small blocks at the top").
+  uint64_t small_from_top_hole_bytes = 0;
   // Split rule: a remainder smaller than min_split_bytes, or than min_split_fraction x the
   // request, stays inside the allocated chunk instead of becoming a sliver of free memory that
   // fragments the pool. TensorFlow's rule is a fraction of 1 (and 128 MiB); 0.25 replays

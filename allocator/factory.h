@@ -56,6 +56,7 @@ struct DeviceAllocatorOptions {
   // flags and VGPU_BFC_* / VGPU_VMM_* variables); unset = the allocator's default.
   std::optional<uint64_t> bfc_small_request_bytes;  // requests carved from a chunk's high end
   std::optional<uint64_t> bfc_small_from_top_bytes;  // small requests from the pool's top
+  std::optional<uint64_t> bfc_small_from_top_hole_bytes;  // ... instead of a hole this large
   std::optional<uint64_t> bfc_min_split_bytes;      // smaller remainders are not split off
   std::optional<double> bfc_min_split_fraction;     // ... nor those below this x the request
   std::optional<bool> bfc_park_slivers;             // ... but split off and parked

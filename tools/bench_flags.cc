@@ -60,9 +60,16 @@ const Knob kKnobs[] = {
        return absl::OkStatus();
      }},
     {"VGPU_BFC_SMALL_FROM_TOP_BYTES", "--bfc-small-from-top-bytes",
-     "BFC: requests up to SIZE that no smaller hole fits come from the top of the pool (0 = off)",
+     "BFC: requests up to SIZE that no smaller hole fits come from the top of the pool (0 = off; "
+     "default 64 KiB without growth)",
      [](absl::string_view v, BenchTuning& t) -> absl::Status {
        VGPU_ASSIGN_OR_RETURN(t.bfc_small_from_top_bytes, SizeIn(v, 0, kTiB));
+       return absl::OkStatus();
+     }},
+    {"VGPU_BFC_SMALL_FROM_TOP_HOLE_BYTES", "--bfc-small-from-top-hole-bytes",
+     "BFC: ... only when their best fit is a hole of at least SIZE (default 1 MiB without growth)",
+     [](absl::string_view v, BenchTuning& t) -> absl::Status {
+       VGPU_ASSIGN_OR_RETURN(t.bfc_small_from_top_hole_bytes, SizeIn(v, 0, kTiB));
        return absl::OkStatus();
      }},
     {"VGPU_BFC_MIN_SPLIT_BYTES", "--bfc-min-split-bytes",
@@ -188,6 +195,7 @@ absl::StatusOr<BenchTuning> ReadBenchTuning(const std::function<const char*(cons
 void BenchTuning::ApplyTo(DeviceAllocatorOptions& options) const {
   options.bfc_small_request_bytes = bfc_small_request_bytes;
   options.bfc_small_from_top_bytes = bfc_small_from_top_bytes;
+  options.bfc_small_from_top_hole_bytes = bfc_small_from_top_hole_bytes;
   options.bfc_min_split_bytes = bfc_min_split_bytes;
   options.bfc_min_split_fraction = bfc_min_split_fraction;
   options.bfc_park_slivers = bfc_park_slivers;

@@ -30,6 +30,7 @@ namespace vgpu::bench {
 struct BenchTuning {
   std::optional<uint64_t> bfc_small_request_bytes;  // VGPU_BFC_SMALL_REQUEST_BYTES, 0..1 TiB
   std::optional<uint64_t> bfc_small_from_top_bytes;  // VGPU_BFC_SMALL_FROM_TOP_BYTES, 0..1 TiB
+  std::optional<uint64_t> bfc_small_from_top_hole_bytes;  // VGPU_BFC_SMALL_FROM_TOP_HOLE_BYTES
   std::optional<uint64_t> bfc_min_split_bytes;      // VGPU_BFC_MIN_SPLIT_BYTES, 1 B..1 TiB
   std::optional<double> bfc_min_split_fraction;     // VGPU_BFC_MIN_SPLIT_FRACTION, [0, 1]
   std::optional<bool> bfc_park_slivers;             // VGPU_BFC_PARK_SLIVERS, 0 or 1

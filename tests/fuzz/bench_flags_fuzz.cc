@@ -21,11 +21,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (a->limit.has_value() && *a->limit == 0) std::abort();
     if (a->devices < 1 || a->devices > 16 || a->iterations < 1 || a->size < 4) std::abort();
   }
-  // The same words as the seven knobs' values.
+  // The same words as the eight knobs' values.
   const char* kKnobs[] = {"VGPU_BFC_SMALL_REQUEST_BYTES", "VGPU_BFC_MIN_SPLIT_BYTES",
                           "VGPU_BFC_MIN_SPLIT_FRACTION",  "VGPU_VMM_SLAB_BYTES",
                           "VGPU_VMM_SMALL_BLOCK_MAX",     "VGPU_BFC_SEGMENT_BYTES",
-                          "VGPU_BFC_SMALL_FROM_TOP_BYTES"};
+                          "VGPU_BFC_SMALL_FROM_TOP_BYTES", "VGPU_BFC_SMALL_FROM_TOP_HOLE_BYTES"};
   constexpr size_t kNumKnobs = sizeof(kKnobs) / sizeof(kKnobs[0]);
   std::map<std::string, std::string> env;
   for (size_t i = 0; i < kNumKnobs && i < args.size(); ++i) env[kKnobs[i]] = args[i];
