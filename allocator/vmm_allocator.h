@@ -191,7 +191,8 @@ class VmmAllocator final : public Allocator {
     // `granules` (its own mapping), so the next block of the same size needs no map call;
     // counted in cached_granules_.
     uint32_t kept_tail = kNoGranule;
-    // A slab mapped in a slot of the slab arena (no reservation of its own; `reserved` null).
+    // A slab mapped in a slot of the slab arena: `reserved` is the slot, which belongs to the
+    // arena's one reservation and is never freed on its own.
     uint32_t arena_slot = kNoGranule;
   };
   static constexpr uint32_t kNoGranule = 0xffffffffu;

@@ -146,24 +146,30 @@ absl::StatusOr<std::string> ReadInputFile(const std::string& path, uint64_t max_
 absl::Status WriteOutputFile(const std::string& path, absl::string_view contents,
                              absl::string_view what) {
   auto fail = [&](int err) {
-    const std::string m = absl::StrCat("cannot write ", what, " ", path, ": ");
+    absl::StatusCode code = absl::StatusCode::kInternal;
+    std::string why = std::strerror(err);
     switch (err) {
       case ENOENT:
       case ENOTDIR:
-        return absl::NotFoundError(absl::StrCat(m, "its directory does not exist"));
+        code = absl::StatusCode::kNotFound;
+        why = "its directory does not exist";
+        break;
       case EACCES:
       case EPERM:
       case EROFS:
-        return absl::PermissionDeniedError(absl::StrCat(m, std::strerror(err)));
+        code = absl::StatusCode::kPermissionDenied;
+        break;
       case EISDIR:
-        return absl::InvalidArgumentError(absl::StrCat(m, "it is a directory"));
+        code = absl::StatusCode::kInvalidArgument;
+        why = "it is a directory";
+        break;
       case ENOSPC:
       case EDQUOT:
       case EFBIG:
-        return absl::ResourceExhaustedError(absl::StrCat(m, std::strerror(err)));
-      default:
-        return absl::InternalError(absl::StrCat(m, std::strerror(err)));
+        code = absl::StatusCode::kResourceExhausted;
+        break;
     }
+    return absl::Status(code, absl::StrCat("cannot write ", what, " ", path, ": ", why));
   };
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return fail(errno);

@@ -318,12 +318,13 @@ absl::StatusOr<MinLimitScan> ScanMinLimit(const Trace& trace, const BenchAllocat
   std::optional<bool> fits_at_floor;  // every step below the floor replays the same limit
   int run = 0;
   for (int k = 0; k <= kMaxK; ++k) {
+    const bool at_floor = LimitFor(peak, k) <= floor;
     bool fits;
-    if (LimitFor(peak, k) <= floor && fits_at_floor) {
+    if (at_floor && fits_at_floor) {
       fits = *fits_at_floor;
     } else {
       VGPU_ASSIGN_OR_RETURN(fits, ReplayFits(trace, spec, limit_at(k)));
-      if (LimitFor(peak, k) <= floor) fits_at_floor = fits;
+      if (at_floor) fits_at_floor = fits;
     }
     if (!fits) {
       run = 0;
