@@ -66,7 +66,8 @@ struct AllocatorStats {
   uint64_t regions_mapped = 0;    // regions (or granule mappings) taken from the device
   uint64_t regions_unmapped = 0;  // and given back
   // vmm: the granule its regions are counted in, and the executor Map / MapAll / Unmap calls
-  // made (a block's granules are mapped in one call); 0 for allocators without mappings.
+  // made (a block's granules are mapped in one call); bfc without growth: the page maps and
+  // unmaps its gathered pages cost (BFCOptions::gather_pages); 0 for allocators without.
   uint64_t mapping_granularity = 0;
   uint64_t map_calls = 0;
   uint64_t unmap_calls = 0;
@@ -250,7 +251,7 @@ class Allocator {
   void ResetPeakStats();
   // Gives cached memory that holds no live block back (PyTorch's torch.cuda.empty_cache):
   // bfc with growth returns its wholly free regions to the device (growth off took its limit
-  // up front and keeps it, as TensorFlow's BFC does); vmm unmaps its mapping cache and empty
+  // up front and keeps it, as TensorFlow's BFC does, but puts gathered pages back in place); vmm unmaps its mapping cache and empty
   // slabs and, with growth, returns every free granule to the device (without growth the
   // granules stay created for later blocks); async trims its pool. Live blocks are untouched;
   // memory goes back only after the streams that used it are done. Returns how far

@@ -38,6 +38,13 @@ BFCAllocator::BFCAllocator(std::unique_ptr<SubAllocator> sub_allocator, BFCOptio
                      " bytes is below the minimum allocation of 256 bytes"));
     return;
   }
+  if (!options_.allow_growth && options_.gather_pages) {
+    gather_page_ = sub_allocator_->page_bytes();
+    // Pages the size of the 256-byte chunk grain at least, and a power of two (AlignUp).
+    if (gather_page_ < kMinAllocationSize || (gather_page_ & (gather_page_ - 1)) != 0) {
+      gather_page_ = 0;
+    }
+  }
   if (!options_.allow_growth) {
     SpinLockGuard l(mu_);
     absl::Status s = AddRegionLocked(limit_).status();
@@ -60,7 +67,14 @@ BFCAllocator::~BFCAllocator() {
                                          name(), live_.size(),
                                          FormatBytes(counters_.stats.bytes_in_use)));
   }
+  // Gathered pages go back to their places before their region goes.
+  for (const auto& [va, g] : gathered_) {
+    absl::Status s = sub_allocator_->ReturnPages(reinterpret_cast<void*>(va),
+                                                 reinterpret_cast<void*>(g.region), g.runs);
+    if (!s.ok()) ReportAllocatorError(absl::StrCat("vgpu: ", name(), ": ", s.ToString()));
+  }
   for (const Region& r : regions_) {
+    if (gathered_.contains(r.ptr)) continue;
     absl::Status s = sub_allocator_->Free(reinterpret_cast<void*>(r.ptr), r.size);
     if (!s.ok()) ReportAllocatorError(absl::StrCat("vgpu: ", name(), ": ", s.ToString()));
   }
@@ -458,6 +472,8 @@ void BFCAllocator::ReleaseRegionMemoryLocked(const Region& r) {
 }
 
 uint64_t BFCAllocator::ReleaseEmptyRegionsLocked(uint64_t keep_bytes) {
+  // Gathered segments are not the device's regions: the cached ones go back to their places.
+  if (!gathered_.empty()) ReturnCachedGatheredLocked();
   uint64_t released = 0, kept = 0;
   size_t out = 0;  // regions_[0, out) are the ones kept so far
   for (size_t i = 0; i < regions_.size(); ++i) {
@@ -507,7 +523,12 @@ void BFCAllocator::DoResetPeakStats() {
 }
 
 absl::Status BFCAllocator::DoReleaseCachedMemory() {
-  if (!options_.allow_growth) return absl::OkStatus();
+  if (!options_.allow_growth) {
+    // The one region stays; gathered pages go back to it.
+    SpinLockGuard l(mu_);
+    ReturnCachedGatheredLocked();
+    return absl::OkStatus();
+  }
   return ReleaseEmptyRegions().status();
 }
 
@@ -580,8 +601,7 @@ void* BFCAllocator::CarveLocked(uint32_t c, uint64_t rounded, const AllocationRe
     // A sliver: kept inside, or parked after the block (free, out of the trees).
     if (options_.park_slivers) Park(SplitChunk(c, rounded));
   } else {
-    if ((high_end || rounded <= options_.small_request_bytes) &&
-        alignment <= kMinAllocationSize) {
+    if ((high_end || rounded <= options_.small_request_bytes) && alignment <= kMinAllocationSize) {
       // Small: take the high end, leave the low part free where it was.
       uint32_t n = SplitChunk(c, remainder);
       BinInsert(c);
@@ -639,6 +659,11 @@ absl::StatusOr<void*> BFCAllocator::AllocateLocked(const AllocationRequest& requ
   if (c != kNone) return CarveLocked(c, rounded, request, wait_for);
 
   std::string why = "no free chunk is large enough";
+  if (gather_page_ != 0 && alignment <= gather_page_) {
+    absl::StatusOr<void*> p = AllocateGatheredLocked(request, rounded, wait_for);
+    if (p.ok()) return p;
+    absl::StrAppend(&why, "; ", p.status().message());
+  }
   if (options_.allow_growth) {
     absl::Status s = GrowLocked(need);
     if (!s.ok() && options_.garbage_collection && ReleaseEmptyRegionsLocked() > 0) {
@@ -652,6 +677,158 @@ absl::StatusOr<void*> BFCAllocator::AllocateLocked(const AllocationRequest& requ
     }
   }
   return OomErrorLocked(bytes, rounded, why);
+}
+
+absl::StatusOr<void*> BFCAllocator::AllocateGatheredLocked(const AllocationRequest& request,
+                                                           uint64_t rounded, uint64_t* wait_for) {
+  const uint64_t page = gather_page_;
+  // A cached gathered segment that fits within an eighth (growth's segments' rule).
+  const uint64_t slack = std::max(page, rounded / 8);
+  uint32_t c = FindSegmentLocked(rounded, rounded + slack);  // rounded <= limit_: no wrap
+  if (c != kNone) {
+    BinRemove(c);
+    return HandOutLocked(c, request, wait_for);
+  }
+  // The cached ones go back to their places first: a free chunk may fit then. (Gathering from
+  // the free pages while keeping the cache costs 2-3x the page maps on random_mixed near its
+  // minimum limit: the cache holds the wrong sizes; docs/allocator.md.)
+  if (ReturnCachedGatheredLocked()) {
+    c = FindChunkLocked(rounded);
+    if (c != kNone) return CarveLocked(c, rounded, request, wait_for);
+  }
+  // The whole pages inside free chunks of the shared region (growth off: the one region that
+  // is not a gathered segment), from the smallest chunks up: those are the holes no large
+  // request fits, and the large free chunks stay whole for the requests that do.
+  const Region* region = nullptr;
+  for (const Region& r : regions_) {
+    if (!chunks_[r.first].segment) region = &r;
+  }
+  if (region == nullptr) return absl::NotFoundError("no region to gather pages from");
+  const uint64_t base = region->ptr;
+  const uint64_t want = rounded > UINT64_MAX - (page - 1) ? rounded : AlignUp(rounded, page);
+  struct Piece {
+    uint32_t chunk;
+    uint64_t lo, hi;  // whole pages, absolute addresses
+  };
+  std::vector<Piece> pieces;
+  uint64_t free_pages = 0;
+  for (uint32_t x = region->first; x != kNone; x = chunks_[x].next) {
+    const Chunk& ch = chunks_[x];
+    if (ch.in_use || ch.bin < 0) continue;  // in use, lent, or a parked sliver
+    const uint64_t lo = base + AlignUp(ch.ptr - base, page);
+    const uint64_t hi = base + (ch.ptr + ch.size - base) / page * page;
+    if (hi <= lo) continue;
+    pieces.push_back({x, lo, hi});
+    free_pages += hi - lo;
+  }
+  if (free_pages < want) {
+    return absl::NotFoundError(absl::StrCat("the free chunks hold ", FormatBytes(free_pages),
+                                            " of whole ", FormatBytes(page), " pages to gather"));
+  }
+  std::stable_sort(pieces.begin(), pieces.end(),
+                   [&](const Piece& a, const Piece& b) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+                     return chunks_[a.chunk].size < chunks_[b.chunk].size;
+                   });
+  uint64_t taken = 0;
+  size_t used = 0;
+  while (taken < want) {
+    Piece& p = pieces[used++];
+    p.hi = std::min(p.hi, p.lo + (want - taken));
+    taken += p.hi - p.lo;
+  }
+  pieces.resize(used);
+  std::sort(pieces.begin(), pieces.end(),
+            [](const Piece& a, const Piece& b) { return a.lo < b.lo; });
+  Gathered g;
+  g.region = base;
+  uint64_t streams = 0;
+  for (const Piece& p : pieces) {
+    g.runs.push_back({p.lo - base, p.hi - p.lo});
+    streams |= chunks_[p.chunk].streams;
+  }
+  // The pages leave their addresses: the streams that used them must be done with them.
+  if (streams != 0) VGPU_RETURN_IF_ERROR(SynchronizeSlots(streams));
+  VGPU_ASSIGN_OR_RETURN(void* va,
+                        sub_allocator_->GatherPages(reinterpret_cast<void*>(base), g.runs));
+  for (const Piece& p : pieces) {
+    uint32_t x = p.chunk;
+    BinRemove(x);
+    if (p.lo > chunks_[x].ptr) {
+      const uint32_t n = SplitChunk(x, p.lo - chunks_[x].ptr);
+      BinInsert(x);  // the part below stays free
+      x = n;
+    }
+    if (chunks_[x].ptr + chunks_[x].size > p.hi) BinInsert(SplitChunk(x, p.hi - chunks_[x].ptr));
+    Chunk& ch = chunks_[x];
+    ch.in_use = true;
+    ch.lent = true;
+    ch.streams = 0;
+    g.lent.push_back(x);
+  }
+  c = NewChunk();
+  const uint64_t ptr = reinterpret_cast<uint64_t>(va);
+  chunks_[c].ptr = ptr;
+  chunks_[c].size = want;
+  chunks_[c].segment = true;
+  Region r{ptr, want, c};
+  regions_.insert(std::upper_bound(regions_.begin(), regions_.end(), r,
+                                   [](const Region& a, const Region& b) { return a.ptr < b.ptr; }),
+                  r);
+  // On a card: a cuMemMap per page at the new range, a cuMemUnmap per page where they were.
+  counters_.stats.map_calls += want / page;
+  counters_.stats.unmap_calls += want / page;
+  gathered_.emplace(ptr, std::move(g));
+  ++gathers_;
+  return HandOutLocked(c, request, wait_for);
+}
+
+bool BFCAllocator::ReturnCachedGatheredLocked() {
+  std::vector<uint32_t> cached;
+  for (const auto& [va, g] : gathered_) {
+    const uint32_t c = regions_[RegionOf(va)].first;
+    if (!chunks_[c].in_use) cached.push_back(c);
+  }
+  size_t before = gathered_.size();
+  for (uint32_t c : cached) ReturnGatheredLocked(c);
+  return gathered_.size() < before;
+}
+
+void BFCAllocator::ReturnGatheredLocked(uint32_t c) {
+  const uint64_t va = chunks_[c].ptr;
+  auto it = gathered_.find(va);
+  if (chunks_[c].streams != 0) {
+    absl::Status synced = SynchronizeSlots(chunks_[c].streams);
+    if (!synced.ok()) ReportAllocatorError(absl::StrCat("vgpu: ", name(), ": ", synced.ToString()));
+  }
+  absl::Status s = sub_allocator_->ReturnPages(
+      reinterpret_cast<void*>(va), reinterpret_cast<void*>(it->second.region), it->second.runs);
+  if (!s.ok()) {
+    // The pages stay where they are (the segment stays cached): nothing is lost.
+    ReportAllocatorError(absl::StrCat("vgpu: ", name(), ": ", s.ToString()));
+    return;
+  }
+  counters_.stats.map_calls += chunks_[c].size / gather_page_;  // mapped back page by page
+  ++counters_.stats.unmap_calls;                                  // the range at once
+  BinRemove(c);
+  DeleteChunk(c);
+  regions_.erase(regions_.begin() + static_cast<ptrdiff_t>(RegionOf(va)));
+  for (uint32_t x : it->second.lent) {
+    Chunk& ch = chunks_[x];
+    ch.in_use = false;
+    ch.lent = false;
+    const uint32_t next = ch.next, prev = ch.prev;
+    if (next != kNone && !chunks_[next].in_use) {
+      BinRemove(next);
+      MergeWithNext(x);
+    }
+    if (prev != kNone && !chunks_[prev].in_use) {
+      BinRemove(prev);
+      MergeWithNext(prev);
+      x = prev;
+    }
+    BinInsert(x);
+  }
+  gathered_.erase(it);
 }
 
 absl::StatusOr<void*> BFCAllocator::AllocateSegmentLocked(const AllocationRequest& request,
@@ -845,6 +1022,15 @@ std::string BFCAllocator::DumpMemoryLog() const {
                     FormatBytes(segment_bytes[1]), "), ", segments[0], " cached (",
                     FormatBytes(segment_bytes[0]), ")\n");
   }
+  if (gather_page_ != 0) {
+    uint64_t lent = 0;
+    for (const auto& [va, g] : gathered_) {
+      for (const PageRun& run : g.runs) lent += run.bytes;
+    }
+    absl::StrAppend(&out, "Gathered pages (", FormatBytes(gather_page_), "): ", gathers_,
+                    " gathers so far; ", gathered_.size(), " gathered segments hold ",
+                    FormatBytes(lent), " lent from the region\n");
+  }
   constexpr int kCells = 64;
   constexpr int kMaxChunksListed = 64;
   for (size_t i = 0; i < regions_.size(); ++i) {
@@ -860,8 +1046,9 @@ std::string BFCAllocator::DumpMemoryLog() const {
       if (listed < kMaxChunksListed) {
         ++listed;
         absl::StrAppend(&out, "  ", P(ch.ptr), " ", FormatBytes(ch.size),
-                        ch.in_use ? absl::StrCat(" in use (requested ", ch.requested, ")")
-                                  : std::string(" free"),
+                        ch.lent     ? std::string(" lent to a gathered segment")
+                        : ch.in_use ? absl::StrCat(" in use (requested ", ch.requested, ")")
+                                    : std::string(" free"),
                         "\n");
       }
       if (!ch.in_use) continue;
@@ -888,13 +1075,30 @@ absl::Status BFCAllocator::CheckInvariants() const {
     return absl::InternalError(absl::StrCat(name(), ": invariant broken: ", args...));
   };
   uint64_t reserved = 0, in_use = 0, free_chunks = 0, used_chunks = 0, records = 0, parked = 0,
-           listed_segments = 0;
+           listed_segments = 0, lent_chunks = 0;
+  uint64_t lent_listed = 0;
+  for (const auto& [va, g] : gathered_) {
+    lent_listed += g.lent.size();
+    uint64_t pages = 0;
+    for (size_t k = 0; k < g.lent.size(); ++k) {
+      const Chunk& ch = chunks_[g.lent[k]];
+      if (!ch.lent || ch.ptr != g.region + g.runs[k].offset || ch.size != g.runs[k].bytes) {
+        return fail("gathered segment ", P(va), " lists a chunk that is not its lent pages");
+      }
+      pages += ch.size;
+    }
+    const size_t i = RegionOf(va);
+    if (i >= regions_.size() || regions_[i].ptr != va || regions_[i].size != pages) {
+      return fail("gathered segment ", P(va), " is not a region of its pages' size");
+    }
+  }
   for (size_t i = 0; i < regions_.size(); ++i) {
     const Region& r = regions_[i];
     if (i > 0 && regions_[i - 1].ptr + regions_[i - 1].size > r.ptr) {
       return fail("regions ", i - 1, " and ", i, " overlap");
     }
-    reserved += r.size;
+    const bool gathered = gathered_.contains(r.ptr);
+    if (!gathered) reserved += r.size;  // a gathered segment's pages are its region's
     uint64_t expect = r.ptr;
     uint32_t prev = kNone;
     for (uint32_t c = r.first; c != kNone; c = chunks_[c].next) {
@@ -908,7 +1112,12 @@ absl::Status BFCAllocator::CheckInvariants() const {
       if (ch.segment && (c != r.first || ch.next != kNone)) {
         return fail("segment ", P(ch.ptr), " is not a whole region");
       }
-      if (ch.in_use) {
+      if (ch.lent) {
+        ++lent_chunks;
+        if (!ch.in_use || ch.bin != -1 || live_.Find(ch.ptr) == c) {
+          return fail("lent chunk ", P(ch.ptr), " is free, in a bin or live");
+        }
+      } else if (ch.in_use) {
         ++used_chunks;
         in_use += ch.size;
         if (ch.bin != -1) return fail("chunk ", P(ch.ptr), " is in use and in bin ", ch.bin);
@@ -1008,6 +1217,9 @@ absl::Status BFCAllocator::CheckInvariants() const {
   if (binned + on_lists != free_chunks) {
     return fail(binned, " chunks in bins but ", free_chunks, " free chunks in regions");
   }
+  if (lent_chunks != lent_listed) {
+    return fail(lent_chunks, " lent chunks in regions but ", lent_listed, " listed");
+  }
   if (live_.size() != used_chunks) {
     return fail(live_.size(), " live pointers but ", used_chunks, " chunks in use");
   }
@@ -1049,9 +1261,21 @@ absl::StatusOr<std::unique_ptr<Allocator>> CreateBfcAllocator(
       options.allow_growth ? 0 : kBfcDefaultSmallFromTopBytes);
   o.small_from_top_hole_bytes = options.bfc_small_from_top_hole_bytes.value_or(
       options.allow_growth ? 0 : kBfcDefaultSmallFromTopHoleBytes);
-  VGPU_ASSIGN_OR_RETURN(
-      std::unique_ptr<BFCAllocator> a,
-      BFCAllocator::Create(std::make_unique<DeviceSubAllocator>(executor), std::move(o)));
+  // Without growth the limit is taken as pages where the device has VMM calls, so free pages
+  // between live blocks can be gathered for a request no hole fits (BFCOptions::gather_pages;
+  // docs/allocator.md, "Gathered pages"); elsewhere one Executor::Allocate of the whole limit.
+  std::unique_ptr<SubAllocator> sub;
+  if (!options.allow_growth && options.bfc_gather_pages.value_or(true)) {
+    if (absl::StatusOr<std::unique_ptr<PagedDeviceSubAllocator>> paged =
+            PagedDeviceSubAllocator::Create(executor);
+        paged.ok()) {
+      sub = *std::move(paged);
+      o.gather_pages = true;
+    }
+  }
+  if (sub == nullptr) sub = std::make_unique<DeviceSubAllocator>(executor);
+  VGPU_ASSIGN_OR_RETURN(std::unique_ptr<BFCAllocator> a,
+                        BFCAllocator::Create(std::move(sub), std::move(o)));
   return std::unique_ptr<Allocator>(std::move(a));
 }
 

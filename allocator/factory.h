@@ -61,6 +61,7 @@ struct DeviceAllocatorOptions {
   std::optional<double> bfc_min_split_fraction;     // ... nor those below this x the request
   std::optional<bool> bfc_park_slivers;             // ... but split off and parked
   std::optional<uint64_t> bfc_segment_bytes;        // growth: larger requests get own regions
+  std::optional<bool> bfc_gather_pages;             // growth off: pages (default on with VMM)
   std::optional<uint64_t> vmm_slab_bytes;           // slab size, whole granules
   std::optional<uint64_t> vmm_page_bytes;           // the vmm allocator's granule (VmmOptions)
   std::optional<uint64_t> vmm_small_block_max;      // smaller blocks come from slabs

@@ -10,8 +10,15 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 
 namespace vgpu {
+
+// A run of whole pages of a region: [region + offset, + bytes), both multiples of page_bytes().
+struct PageRun {
+  uint64_t offset = 0;
+  uint64_t bytes = 0;
+};
 
 class SubAllocator {
  public:
@@ -24,6 +31,18 @@ class SubAllocator {
   virtual absl::Status Free(void* ptr, uint64_t bytes) = 0;
   // True when the memory is never touched (fake addresses), so callers must not write it.
   virtual bool fake() const { return false; }
+
+  // Page moves (optional; BFCOptions::gather_pages). Regions made of separately mapped pages
+  // can lend free pages to a new address range, so free memory scattered between live blocks
+  // serves a request no hole fits. 0: regions cannot (GatherPages is then Unimplemented).
+  virtual uint64_t page_bytes() const { return 0; }
+  // Maps the pages of `runs` (in region `region`, as Alloc returned it) back to back into a
+  // new address range of their total size and unmaps them where they were; returns the range.
+  // On failure nothing has moved.
+  virtual absl::StatusOr<void*> GatherPages(void* region, absl::Span<const PageRun> runs);
+  // The reverse: maps each page back where it was and gives the range up (`runs` as given to
+  // GatherPages for `range`).
+  virtual absl::Status ReturnPages(void* range, void* region, absl::Span<const PageRun> runs);
 };
 
 }  // namespace vgpu

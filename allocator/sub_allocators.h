@@ -1,5 +1,8 @@
 // The SubAllocators BFCAllocator takes its regions from:
 //   DeviceSubAllocator     - Executor::Allocate/Free (host platform memory, cuMemAlloc on cuda)
+//   PagedDeviceSubAllocator - regions of separately mapped pages (the Executor's VMM calls:
+//                            cuMemCreate + cuMemMap per page), which can lend free pages to a
+//                            new address range (SubAllocator::GatherPages)
 //   PinnedHostSubAllocator - Executor::HostAllocate/HostFree (page-locked host memory, CPU:0)
 //   HostMemorySubAllocator - plain aligned host memory (CPU:0 without an executor)
 //   FakeSubAllocator       - fake addresses that are never touched: tests and trace replay, so
@@ -12,13 +15,15 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
-#include "vgpu/runtime/mutex.h"
 #include "vgpu/allocator/sub_allocator.h"
+#include "vgpu/runtime/mutex.h"
 #include "vgpu/runtime/platform.h"
 
 namespace vgpu {
@@ -32,6 +37,40 @@ class DeviceSubAllocator final : public SubAllocator {
 
  private:
   Executor* const executor_;
+};
+
+// One physical allocation per page of the device's VMM granularity, mapped back to back into a
+// reserved range: on a card the memory is as taken as by cuMemAlloc (it counts against the card
+// from Alloc on), but a page can be mapped elsewhere, which a cuMemAlloc'd region cannot.
+class PagedDeviceSubAllocator final : public SubAllocator {
+ public:
+  // FailedPrecondition when the device has no VMM calls (VirtualMemoryGranularity 0 or an error).
+  static absl::StatusOr<std::unique_ptr<PagedDeviceSubAllocator>> Create(Executor* executor);
+  ~PagedDeviceSubAllocator() override;
+  std::string name() const override;
+  // A region of `bytes` rounded up to whole pages (the device keeps the last page's tail, as
+  // cuMemAlloc rounds to its pages).
+  absl::StatusOr<void*> Alloc(uint64_t bytes, uint64_t alignment) override;
+  absl::Status Free(void* ptr, uint64_t bytes) override;
+  uint64_t page_bytes() const override { return page_; }
+  absl::StatusOr<void*> GatherPages(void* region, absl::Span<const PageRun> runs) override;
+  absl::Status ReturnPages(void* range, void* region, absl::Span<const PageRun> runs) override;
+
+ private:
+  PagedDeviceSubAllocator(Executor* executor, uint64_t page) : executor_(executor), page_(page) {}
+  struct PagedRegion {
+    uint64_t bytes = 0;  // whole pages
+    std::vector<PhysicalMemoryHandle> pages;
+  };
+  // Releases handles[0, n) (after a failed Alloc or at Free).
+  void ReleaseHandles(const PhysicalMemoryHandle* handles, size_t n);
+
+  Executor* const executor_;
+  const uint64_t page_;
+  vgpu::Mutex mu_;
+  std::map<uint64_t, PagedRegion> regions_ ABSL_GUARDED_BY(mu_);  // by address
+  absl::flat_hash_map<uint64_t, uint64_t> ranges_
+      ABSL_GUARDED_BY(mu_);  // gathered: address -> bytes
 };
 
 class PinnedHostSubAllocator final : public SubAllocator {

@@ -6,6 +6,7 @@
 #include "vgpu/allocator/factory.h"
 #include "vgpu/allocator/sub_allocators.h"
 #include "vgpu/runtime/platform.h"
+#include "vgpu/tests/fake_vmm_executor.h"
 
 namespace vgpu::testing {
 namespace {
@@ -78,6 +79,32 @@ struct BfcFakeSmallFromTop {
     return Bfc(FakeElsewhere(), limit, false, 0, 64 << 10);
   }
 };
+// Growth off over 4 KiB pages of the checked fake VMM device, gathering them (BFCOptions::
+// gather_pages): the suite's fragmenting and threaded cases gather and return pages. The device
+// lives until the end of the program (the suite owns only the allocator).
+std::unique_ptr<Allocator> BfcPages(uint64_t limit, uint64_t va_base) {
+  auto* device = new FakeVmmExecutor(4096, 0, true, va_base);  // never freed: see above
+  auto sub = PagedDeviceSubAllocator::Create(device);
+  EXPECT_THAT(sub.status(), IsOk());
+  if (!sub.ok()) return nullptr;
+  BFCOptions o;
+  o.name = "GPU:0 (conformance, pages)";
+  o.memory_limit = limit;
+  o.allow_growth = false;
+  o.gather_pages = true;
+  auto a = BFCAllocator::Create(*std::move(sub), o);
+  EXPECT_THAT(a.status(), IsOk());
+  return a.ok() ? std::unique_ptr<Allocator>(std::move(*a)) : nullptr;
+}
+struct BfcFakePagesGrowthOff {
+  static constexpr bool kRealMemory = false;
+  static std::unique_ptr<Allocator> Make(uint64_t limit) {
+    return BfcPages(limit, FakeVmmExecutor::kDefaultVaBase);
+  }
+  static std::unique_ptr<Allocator> MakeOther(uint64_t limit) {
+    return BfcPages(limit, FakeVmmExecutor::kDefaultVaBase + (uint64_t{1} << 40));
+  }
+};
 struct BfcHostDeviceSmallSegments {
   static constexpr bool kRealMemory = true;
   static std::unique_ptr<Allocator> Make(uint64_t limit) {
@@ -131,8 +158,9 @@ struct FactoryHostMemory {
 
 using BfcTypes =
     ::testing::Types<BfcFakeGrowthOff, BfcFakeGrowthOn, BfcFakeSmallSegments, BfcFakeSmallFromTop,
-                     BfcHostDeviceGrowthOff, BfcHostDeviceGrowthOn, BfcHostDeviceSmallSegments,
-                     BfcPinnedHost, BfcHostMemory, FactoryDeviceBfc, FactoryHostMemory>;
+                     BfcFakePagesGrowthOff, BfcHostDeviceGrowthOff, BfcHostDeviceGrowthOn,
+                     BfcHostDeviceSmallSegments, BfcPinnedHost, BfcHostMemory, FactoryDeviceBfc,
+                     FactoryHostMemory>;
 INSTANTIATE_TYPED_TEST_SUITE_P(Bfc, AllocatorConformance, BfcTypes);
 
 }  // namespace

@@ -100,6 +100,16 @@ const Knob kKnobs[] = {
        VGPU_ASSIGN_OR_RETURN(t.bfc_segment_bytes, SizeIn(v, 0, kTiB));
        return absl::OkStatus();
      }},
+    {"VGPU_BFC_GATHER_PAGES", "--bfc-gather-pages",
+     "BFC without growth: take the limit as VMM pages and gather free ones for a request no hole "
+     "fits (1 = on, the default; 0 = one region, TensorFlow's)",
+     [](absl::string_view v, BenchTuning& t) -> absl::Status {
+       if (v == "0" || v == "1") {
+         t.bfc_gather_pages = v == "1";
+         return absl::OkStatus();
+       }
+       return absl::InvalidArgumentError("must be 0 or 1");
+     }},
     {"VGPU_VMM_SLAB_BYTES", "--vmm-slab-bytes",
      "VMM: slab size, a whole number of 2 MiB granules up to 1 TiB",
      [](absl::string_view v, BenchTuning& t) -> absl::Status {
@@ -199,6 +209,7 @@ void BenchTuning::ApplyTo(DeviceAllocatorOptions& options) const {
   options.bfc_min_split_bytes = bfc_min_split_bytes;
   options.bfc_min_split_fraction = bfc_min_split_fraction;
   options.bfc_park_slivers = bfc_park_slivers;
+  options.bfc_gather_pages = bfc_gather_pages;
   options.bfc_segment_bytes = bfc_segment_bytes;
   options.vmm_slab_bytes = vmm_slab_bytes;
   options.vmm_page_bytes = vmm_page_bytes;

@@ -34,6 +34,7 @@ struct BenchTuning {
   std::optional<uint64_t> bfc_min_split_bytes;      // VGPU_BFC_MIN_SPLIT_BYTES, 1 B..1 TiB
   std::optional<double> bfc_min_split_fraction;     // VGPU_BFC_MIN_SPLIT_FRACTION, [0, 1]
   std::optional<bool> bfc_park_slivers;             // VGPU_BFC_PARK_SLIVERS, 0 or 1
+  std::optional<bool> bfc_gather_pages;             // VGPU_BFC_GATHER_PAGES, 0 or 1
   std::optional<uint64_t> bfc_segment_bytes;        // VGPU_BFC_SEGMENT_BYTES, 0 = off
   std::optional<uint64_t> vmm_slab_bytes;           // VGPU_VMM_SLAB_BYTES, k x 2 MiB, <= 1 TiB
   std::optional<uint64_t> vmm_page_bytes;           // VGPU_VMM_PAGE_BYTES, 2^k x 2 MiB, <= 1 GiB

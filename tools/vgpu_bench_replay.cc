@@ -175,9 +175,10 @@ absl::StatusOr<TimedReplay> RunTimed(const Trace& trace, const BenchAllocatorSpe
       if (stats.mapping_granularity > 0) {  // vmm: its Map/Unmap calls
         out.map_calls_per_kop = static_cast<double>(stats.map_calls) / kops;
         out.unmap_calls_per_kop = static_cast<double>(stats.unmap_calls) / kops;
-      } else {
-        out.map_calls_per_kop = static_cast<double>(stats.regions_mapped) / kops;
-        out.unmap_calls_per_kop = static_cast<double>(stats.regions_unmapped) / kops;
+      } else {  // regions, and bfc's gathered pages (map_calls / unmap_calls)
+        out.map_calls_per_kop = static_cast<double>(stats.regions_mapped + stats.map_calls) / kops;
+        out.unmap_calls_per_kop =
+            static_cast<double>(stats.regions_unmapped + stats.unmap_calls) / kops;
       }
       if (const auto* vmm = dynamic_cast<const VmmAllocator*>(&allocator)) {
         out.granule_creates_per_kop =

@@ -12,7 +12,8 @@
 // - The first compute call on a stream with no user workspace takes the default workspace
 //   (32 MiB on cc >= 9.0, 4 MiB before, as cuBLAS 12/13) from device memory, once per
 //   (handle, stream), until cublasDestroy. cublasSetWorkspace_v2 with a device buffer
-//   (256-byte aligned, inside one device allocation) avoids it; cublasSetStream_v2 resets
+//   (256-byte aligned, device memory throughout: one allocation or back-to-back mappings)
+//   avoids it; cublasSetStream_v2 resets
 //   the handle to the default workspace, as cuBLAS documents, so the platform must set its
 //   workspace again after every cublasSetStream. A GEMM writes the user workspace (the race
 //   detector sees two streams sharing one).
@@ -80,24 +81,30 @@ uint64_t DefaultWorkspaceBytes(int device) {
   return major >= 9 ? kDefaultWorkspaceHopper : kDefaultWorkspaceOlder;
 }
 
-// True when [ptr, ptr + bytes) lies inside one device allocation.
+// True when [ptr, ptr + bytes) is device memory throughout: one allocation, or mappings back
+// to back in a reserved range (cuMemMap pages; PyTorch's expandable segments hand cuBLAS such
+// workspaces, and the library takes them).
 bool IsDeviceRange(CUdeviceptr ptr, uint64_t bytes) {
   using GetPointerAttribute = CUresult (*)(void*, CUpointer_attribute, CUdeviceptr);
   static GetPointerAttribute get =
       DriverFunction<GetPointerAttribute>("cuPointerGetAttribute", 4000);
-  if (get == nullptr) return false;
-  unsigned int type = 0;
-  if (get(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, ptr) != CUDA_SUCCESS ||
-      type != CU_MEMORYTYPE_DEVICE) {
-    return false;
+  if (get == nullptr || bytes > UINT64_MAX - ptr) return false;
+  for (CUdeviceptr at = ptr; at < ptr + bytes;) {
+    unsigned int type = 0;
+    if (get(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, at) != CUDA_SUCCESS ||
+        type != CU_MEMORYTYPE_DEVICE) {
+      return false;
+    }
+    CUdeviceptr start = 0;
+    size_t size = 0;
+    if (get(&start, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, at) != CUDA_SUCCESS ||
+        get(&size, CU_POINTER_ATTRIBUTE_RANGE_SIZE, at) != CUDA_SUCCESS || size == 0 ||
+        at < start || at - start >= size) {
+      return false;
+    }
+    at = start + size;
   }
-  CUdeviceptr start = 0;
-  size_t size = 0;
-  if (get(&start, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, ptr) != CUDA_SUCCESS ||
-      get(&size, CU_POINTER_ATTRIBUTE_RANGE_SIZE, ptr) != CUDA_SUCCESS) {
-    return false;
-  }
-  return ptr >= start && bytes <= size && ptr - start <= size - bytes;
+  return true;
 }
 
 // Holds a live handle for the duration of one entry point.
@@ -280,7 +287,7 @@ VGPU_CUDASIM_EXPORT cublasStatus_t cublasSetWorkspace_v2(cublasHandle_t handle, 
   }
   if (ptr % kWorkspaceAlignment != 0) return CUBLAS_STATUS_INVALID_VALUE;
   if (!IsDeviceRange(ptr, bytes)) {
-    Trace("cublas: cublasSetWorkspace_v2 with a buffer that is not one device allocation");
+    Trace("cublas: cublasSetWorkspace_v2 with a buffer that is not device memory throughout");
     return CUBLAS_STATUS_INVALID_VALUE;
   }
   h->workspace = ptr;

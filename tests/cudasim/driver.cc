@@ -59,6 +59,9 @@ constexpr uint64_t kGiB = uint64_t{1} << 30;
 constexpr uint64_t kPage = 4096;
 constexpr uint64_t kGranularity = 2 * kMiB;  // VMM granularity (minimum and recommended)
 constexpr uint64_t kPoisonCap = 64 * kMiB;   // new memory is filled with 0xFF up to this much
+// ... and a physical allocation (cuMemCreate) up to this much: allocators create a card's worth
+// of 2 MiB pages, and filling every byte would touch all of it on the machine running the tests.
+constexpr uint64_t kVmmPoisonCap = 64 * 1024;
 constexpr unsigned char kPoison = 0xFF;
 constexpr int kMaxDevices = 8;
 constexpr int kSmPartitionMin = 8;  // cc 9.0: minSmPartitionSize and smCoscheduledAlignment
@@ -1718,8 +1721,8 @@ CUresult CUDAAPI MemCreate(CUmemGenericAllocationHandle* handle, size_t size,
     Uncharge(dev, size);
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
-  // Poison what a first mapping will see.
-  const uint64_t poison = std::min<uint64_t>(size, kPoisonCap);
+  // Poison what a first mapping will see (its start).
+  const uint64_t poison = std::min<uint64_t>(size, kVmmPoisonCap);
   void* tmp =
       mmap(nullptr, poison, PROT_READ | PROT_WRITE, MAP_SHARED, d.phys_fd, static_cast<off_t>(off));
   if (tmp != MAP_FAILED) {
