@@ -396,11 +396,8 @@ uint64_t BFCAllocator::LargestFreeLocked() const {
 // ---------------------------------------------------------------------------------------------
 // Regions.
 
-absl::StatusOr<uint32_t> BFCAllocator::AddRegionLocked(uint64_t size, bool segment) {
-  absl::StatusOr<void*> p = sub_allocator_->Alloc(size, kMinAllocationSize);
-  if (!p.ok()) return p.status();
-  uint64_t ptr = reinterpret_cast<uint64_t>(*p);
-  uint32_t c = NewChunk();
+uint32_t BFCAllocator::InsertRegionLocked(uint64_t ptr, uint64_t size, bool segment) {
+  const uint32_t c = NewChunk();
   chunks_[c].ptr = ptr;
   chunks_[c].size = size;
   chunks_[c].segment = segment;
@@ -408,6 +405,14 @@ absl::StatusOr<uint32_t> BFCAllocator::AddRegionLocked(uint64_t size, bool segme
   regions_.insert(std::upper_bound(regions_.begin(), regions_.end(), r,
                                    [](const Region& a, const Region& b) { return a.ptr < b.ptr; }),
                   r);
+  return c;
+}
+
+absl::StatusOr<uint32_t> BFCAllocator::AddRegionLocked(uint64_t size, bool segment) {
+  absl::StatusOr<void*> p = sub_allocator_->Alloc(size, kMinAllocationSize);
+  if (!p.ok()) return p.status();
+  const uint64_t ptr = reinterpret_cast<uint64_t>(*p);
+  const uint32_t c = InsertRegionLocked(ptr, size, segment);
   if (!segment) BinInsert(c);
   counters_.OnMap(size);
   NotifyLocked(AllocatorEventKind::kMap, ptr, size);
@@ -765,15 +770,8 @@ absl::StatusOr<void*> BFCAllocator::AllocateGatheredLocked(const AllocationReque
     ch.streams = 0;
     g.lent.push_back(x);
   }
-  c = NewChunk();
   const uint64_t ptr = reinterpret_cast<uint64_t>(va);
-  chunks_[c].ptr = ptr;
-  chunks_[c].size = want;
-  chunks_[c].segment = true;
-  Region r{ptr, want, c};
-  regions_.insert(std::upper_bound(regions_.begin(), regions_.end(), r,
-                                   [](const Region& a, const Region& b) { return a.ptr < b.ptr; }),
-                  r);
+  c = InsertRegionLocked(ptr, want, /*segment=*/true);
   // On a card: a cuMemMap per page at the new range, a cuMemUnmap per page where they were.
   counters_.stats.map_calls += want / page;
   counters_.stats.unmap_calls += want / page;

@@ -280,6 +280,10 @@ class BFCAllocator final : public Allocator {
   // segment (which the caller hands out).
   absl::StatusOr<uint32_t> AddRegionLocked(uint64_t size, bool segment = false)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A region record at [ptr, ptr + size) with its one chunk (not in a tree), kept in address
+  // order: the device's regions and gathered segments alike.
+  uint32_t InsertRegionLocked(uint64_t ptr, uint64_t size, bool segment)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   uint64_t ReleaseEmptyRegionsLocked(uint64_t keep_bytes = 0) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status OomErrorLocked(uint64_t bytes, uint64_t rounded, absl::string_view why)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
