@@ -2,6 +2,9 @@
 // sub-allocator that works here, and on the allocators the factory builds.
 #include "vgpu/tests/allocator_conformance.h"
 
+#include <memory>
+#include <vector>
+
 #include "vgpu/allocator/bfc_allocator.h"
 #include "vgpu/allocator/factory.h"
 #include "vgpu/allocator/sub_allocators.h"
@@ -80,10 +83,12 @@ struct BfcFakeSmallFromTop {
   }
 };
 // Growth off over 4 KiB pages of the checked fake VMM device, gathering them (BFCOptions::
-// gather_pages): the suite's fragmenting and threaded cases gather and return pages. The device
-// lives until the end of the program (the suite owns only the allocator).
+// gather_pages): the suite's fragmenting and threaded cases gather and return pages. The suite
+// owns only the allocator, so the devices live in a list until the end of the program.
 std::unique_ptr<Allocator> BfcPages(uint64_t limit, uint64_t va_base) {
-  auto* device = new FakeVmmExecutor(4096, 0, true, va_base);  // never freed: see above
+  static auto* devices = new std::vector<std::unique_ptr<FakeVmmExecutor>>;  // main thread only
+  devices->push_back(std::make_unique<FakeVmmExecutor>(4096, 0, true, va_base));
+  FakeVmmExecutor* device = devices->back().get();
   auto sub = PagedDeviceSubAllocator::Create(device);
   EXPECT_THAT(sub.status(), IsOk());
   if (!sub.ok()) return nullptr;
