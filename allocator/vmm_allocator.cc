@@ -75,6 +75,7 @@ class VmmAllocator::SlabSubAllocator final : public SubAllocator {
     void* p = range->ptr;
     owner_->slab_granules_ += range->granules.size();
     owner_->slab_ranges_.emplace(p, std::move(range));
+    owner_->NotePeakWorkingLocked();
     return p;
   }
 
@@ -395,7 +396,7 @@ absl::StatusOr<void*> VmmAllocator::AllocateLarge(uint64_t bytes, uint64_t align
   void* p = range->user_ptr;
   const uint64_t footprint = range->footprint;
   block_granules_ += range->granules.size();
-  peak_block_granules_ = std::max(peak_block_granules_, block_granules_);
+  NotePeakWorkingLocked();
   blocks_.Insert(p, std::move(range));
   const uint64_t large = AddUnderLock(large_in_use_, footprint);
   ++num_allocs_;
@@ -465,7 +466,7 @@ std::unique_ptr<VmmAllocator::Range> VmmAllocator::TakeCachedLocked(uint64_t cou
   // its cap once the block is counted), so reshape a cached range of any size (the smallest
   // larger one, shrunk; else the largest, grown) rather than unmapping one and mapping the
   // block from the pool: fewer map calls.
-  if (options_.allow_growth && !cache_.empty() && cached_granules_ + count > CacheCapLocked()) {
+  if (options_.allow_growth && !cache_.empty() && cached_granules_ > CacheCapLocked(count)) {
     if (auto it = cache_.lower_bound(count); it != cache_.end()) {
       if (auto r = take(it, false)) return reshape(std::move(r));
     } else if (auto r = take(std::prev(cache_.end()), true)) {
@@ -493,7 +494,7 @@ absl::Status VmmAllocator::FreeLarge(void* ptr, bool* found) {
   bool cached = false;
   // A free that unmaps (shared views; a range over the cache's cap) while the block's streams
   // may still use it is deferred behind events instead of waiting for them here.
-  const bool unmaps = shared || count == 0 || count > CacheCapLocked();
+  const bool unmaps = shared || count == 0 || count > CacheCapLocked(0, count);
   if (!unmaps || !DeferFreeLocked(&range)) {
     VGPU_RETURN_IF_ERROR(RetireLocked(std::move(range), &cached));
   }
@@ -511,10 +512,12 @@ absl::Status VmmAllocator::RetireLocked(std::unique_ptr<Range> range, bool* cach
     VGPU_RETURN_IF_ERROR(UnmapSharedViewsLocked(range.get()));
   }
   const uint64_t count = range->granules.size();
-  const uint64_t cap = CacheCapLocked();
+  const uint64_t kept = range->kept_tail != kNoGranule ? 1 : 0;
+  // The cap once this range has left the working set (its granules are still mapped).
+  const uint64_t cap = CacheCapLocked(0, count + kept);
   *cached = count > 0 && count <= cap;
   if (!*cached) return UnmapRangeLocked(std::move(range));
-  cached_granules_ += count + (range->kept_tail != kNoGranule ? 1 : 0);
+  cached_granules_ += count + kept;
   cached_bytes_.store(cached_granules_ * granularity_, std::memory_order_relaxed);
   CachePutLocked(count, std::move(range));
   while (cached_granules_ > cap) VGPU_RETURN_IF_ERROR(EvictOneLocked());
@@ -661,22 +664,26 @@ absl::Status VmmAllocator::GiveBackIfIdle(const void* last_range, uint64_t last_
   return absl::OkStatus();
 }
 
-uint64_t VmmAllocator::CacheCapLocked() const {
+uint64_t VmmAllocator::CacheCapLocked(uint64_t incoming, uint64_t leaving) const {
   if (!options_.allow_growth || options_.cache_peak_headroom_divisor == 0) {
     return cache_limit_granules_;
   }
-  // Growth on: cached granules plus those in blocks stay within 1 + 1/divisor of the most ever
-  // in blocks, so the cache is large between peaks and gives way near one.
+  // Growth on: the cache plus the working set (every mapped granule not cached: blocks, the
+  // granules they share, slabs, deferred frees) stay within 1 + 1/divisor of the largest working
+  // set so far, so the cache is large between peaks and gives way near one. (Counting only
+  // blocks' own granules let shared tails and slabs grow past the cap: 1.23x peak live on a
+  // PyTorch snapshot.)
   const uint64_t target =
-      peak_block_granules_ + peak_block_granules_ / options_.cache_peak_headroom_divisor;
-  const uint64_t room = target > block_granules_ ? target - block_granules_ : 0;
+      peak_working_granules_ + peak_working_granules_ / options_.cache_peak_headroom_divisor;
+  const uint64_t working = WorkingGranulesLocked() + incoming - leaving;
+  const uint64_t room = target > working ? target - working : 0;
   return std::min(cache_limit_granules_, std::max(keep_granules_, room));
 }
 
 absl::Status VmmAllocator::EnsureFreeGranulesLocked(uint64_t count) {
   // Growth: a cache over its cap gives its granules to this request before new ones are made.
   while (options_.allow_growth && free_granules_.size() < count && cached_granules_ > 0 &&
-         cached_granules_ > CacheCapLocked()) {
+         cached_granules_ > CacheCapLocked(count)) {
     VGPU_RETURN_IF_ERROR(EvictOneLocked());
   }
   if (mapped_granules_ + count > limit_granules_ && cached_granules_ > 0) {

@@ -409,9 +409,11 @@ class VmmAllocator final : public Allocator {
   absl::Status EvictGranulesLocked(uint64_t need) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status GiveBackLocked(uint64_t keep) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The mapping cache's cap in granules: cache_limit_granules_, and with allow_growth (and a
-  // divisor) at most the room left below (1 + 1/divisor) x the peak granules in blocks (at least
+  // divisor) at most the room left below (1 + 1/divisor) x the peak working set once
+  // `incoming` more granules are in use and `leaving` mapped ones are not (at least
   // keep_granules_).
-  uint64_t CacheCapLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  uint64_t CacheCapLocked(uint64_t incoming = 0, uint64_t leaving = 0) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // After a free of a large block or a slab with allow_growth: granules free through a whole
   // epoch go back to the device (beyond keep_granules_).
   absl::Status EpochGiveBackLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -504,7 +506,15 @@ class VmmAllocator final : public Allocator {
   // why the pool last refused the slab BFC a slab ("" = it did not)
   std::string slab_refusal_ ABSL_GUARDED_BY(mu_);
   uint64_t block_granules_ ABSL_GUARDED_BY(mu_) = 0;
-  uint64_t peak_block_granules_ ABSL_GUARDED_BY(mu_) = 0;  // highest block_granules_ so far
+  // The working set: mapped granules not in the cache (blocks, shared granules, slabs, deferred
+  // frees), and its highest so far (growth's cache cap, CacheCapLocked).
+  uint64_t WorkingGranulesLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return mapped_granules_ - cached_granules_;
+  }
+  void NotePeakWorkingLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    peak_working_granules_ = std::max(peak_working_granules_, WorkingGranulesLocked());
+  }
+  uint64_t peak_working_granules_ ABSL_GUARDED_BY(mu_) = 0;
   // Tail sharing: shared granules (mapped, counted once in mapped_granules_), the open parts
   // by their free bytes, and how many shared granules are mapped in two ranges at once.
   std::vector<SharedGranule> shared_ ABSL_GUARDED_BY(mu_);  // by granule slot

@@ -123,6 +123,18 @@ printf '%s\\n' \"$out\" | tail -n 2; echo \"exit=$rc\"; done")
   set_tests_properties(vgpu_bench_bars_two_streams_snapshot_bfc_growth_off PROPERTIES
     LABELS bench TIMEOUT 120 PASS_REGULAR_EXPRESSION "ALL-WITHIN-BARS"
     FAIL_REGULAR_EXPRESSION "OVER-BAR")
+  # vmm with growth on users' own workloads (PyTorch snapshots of a transformer's training):
+  # min limit <= 1.05 and, at 2x peak live, peak reserved <= 1.10x peak live (PyTorch reserved
+  # 1.15-1.21x on them). The growth cache's cap counts shared granules and slabs (1.23x when it
+  # counted blocks' own granules only; docs/vmm.md).
+  foreach(snapshot expandable ring)
+    add_test(NAME vgpu_bench_bars_${snapshot}_snapshot_vmm_growth_on
+      COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/bench_bars_check.sh $<TARGET_FILE:vgpu-bench>
+        ${VGPU_IMPORT_DATA}/torch/${snapshot}.pickle vmm on 1.05 80 1.10)
+    set_tests_properties(vgpu_bench_bars_${snapshot}_snapshot_vmm_growth_on PROPERTIES
+      LABELS bench TIMEOUT 120 PASS_REGULAR_EXPRESSION "ALL-WITHIN-BARS"
+      FAIL_REGULAR_EXPRESSION "OVER-BAR")
+  endforeach()
   # A workload smaller than a vmm page (300 bytes live): vmm's limit cannot go below one
   # 2 MiB page, so its min limit is that page (ratio off the 1 + k/200 grid), the default
   # limit is raised to it, and plan still plans (vgpu_bench.h, AllocatorFloorBytes): every
