@@ -4,6 +4,7 @@
 #include <bit>
 #include <utility>
 
+#include "absl/base/attributes.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "vgpu/allocator/sub_allocators.h"
@@ -137,6 +138,22 @@ void BFCAllocator::MergeWithNext(uint32_t c) {
   a.next = b.next;
   if (b.next != kNone) chunks_[b.next].prev = c;
   DeleteChunk(n);
+}
+
+// Inlined: it is the whole of the free path.
+ABSL_ATTRIBUTE_ALWAYS_INLINE inline uint32_t BFCAllocator::CoalesceAndBinLocked(uint32_t c) {
+  const uint32_t next = chunks_[c].next, prev = chunks_[c].prev;
+  if (next != kNone && !chunks_[next].in_use) {
+    BinRemove(next);
+    MergeWithNext(c);
+  }
+  if (prev != kNone && !chunks_[prev].in_use) {
+    BinRemove(prev);
+    MergeWithNext(prev);
+    c = prev;
+  }
+  BinInsert(c);
+  return c;
 }
 
 void BFCAllocator::TreapSplit(uint32_t t, uint32_t c, uint32_t* l, uint32_t* r) {
@@ -806,7 +823,7 @@ void BFCAllocator::ReturnGatheredLocked(uint32_t c) {
     return;
   }
   counters_.stats.map_calls += chunks_[c].size / gather_page_;  // mapped back page by page
-  ++counters_.stats.unmap_calls;                                  // the range at once
+  ++counters_.stats.unmap_calls;                                // the range at once
   BinRemove(c);
   DeleteChunk(c);
   regions_.erase(regions_.begin() + static_cast<ptrdiff_t>(RegionOf(va)));
@@ -814,17 +831,7 @@ void BFCAllocator::ReturnGatheredLocked(uint32_t c) {
     Chunk& ch = chunks_[x];
     ch.in_use = false;
     ch.lent = false;
-    const uint32_t next = ch.next, prev = ch.prev;
-    if (next != kNone && !chunks_[next].in_use) {
-      BinRemove(next);
-      MergeWithNext(x);
-    }
-    if (prev != kNone && !chunks_[prev].in_use) {
-      BinRemove(prev);
-      MergeWithNext(prev);
-      x = prev;
-    }
-    BinInsert(x);
+    CoalesceAndBinLocked(x);
   }
   gathered_.erase(it);
 }
@@ -904,7 +911,7 @@ absl::Status BFCAllocator::DoDeallocate(void* ptr) {
 
 absl::Status BFCAllocator::DeallocateIfLive(void* ptr, bool* live) {
   SpinLockGuard l(mu_);
-  uint32_t c = live_.Erase(reinterpret_cast<uint64_t>(ptr));
+  const uint32_t c = live_.Erase(reinterpret_cast<uint64_t>(ptr));
   *live = c != PtrMap::kNotFound;
   if (!*live) return absl::OkStatus();
   Chunk& ch = chunks_[c];
@@ -912,20 +919,7 @@ absl::Status BFCAllocator::DeallocateIfLive(void* ptr, bool* live) {
   ch.in_use = false;
   ch.requested = 0;
   counters_.OnFree(ch.size);
-  const uint32_t next = ch.next, prev = ch.prev;
-  const bool next_free = next != kNone && !chunks_[next].in_use;
-  const bool prev_free = prev != kNone && !chunks_[prev].in_use;
-  // Coalesce with free neighbours; the merged chunk keeps the lowest record.
-  if (next_free) {
-    BinRemove(next);
-    MergeWithNext(c);
-  }
-  if (prev_free) {
-    BinRemove(prev);
-    MergeWithNext(prev);
-    c = prev;
-  }
-  BinInsert(c);
+  CoalesceAndBinLocked(c);
   NotifyLocked(AllocatorEventKind::kFree, reinterpret_cast<uint64_t>(ptr), requested);
   return absl::OkStatus();
 }

@@ -314,6 +314,9 @@ class BFCAllocator final : public Allocator {
   uint32_t SplitChunk(uint32_t c, uint64_t offset) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Merges c's next neighbour into c.
   void MergeWithNext(uint32_t c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Chunk c has just become free (not in a tree): merges it with its free neighbours (the
+  // merged chunk keeps the lowest record) and puts the result in its tree; returns it.
+  uint32_t CoalesceAndBinLocked(uint32_t c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Trees: one intrusive treap per size class, ordered by (size, address). The nodes are the
   // chunk records themselves, so inserting or removing a free chunk allocates nothing, and the

@@ -3,7 +3,6 @@
 #include "vgpu/tests/allocator_conformance.h"
 
 #include <memory>
-#include <vector>
 
 #include "vgpu/allocator/bfc_allocator.h"
 #include "vgpu/allocator/factory.h"
@@ -83,23 +82,11 @@ struct BfcFakeSmallFromTop {
   }
 };
 // Growth off over 4 KiB pages of the checked fake VMM device, gathering them (BFCOptions::
-// gather_pages): the suite's fragmenting and threaded cases gather and return pages. The suite
-// owns only the allocator, so the devices live in a list until the end of the program.
+// gather_pages): the suite's fragmenting and threaded cases gather and return pages.
 std::unique_ptr<Allocator> BfcPages(uint64_t limit, uint64_t va_base) {
-  static auto* devices = new std::vector<std::unique_ptr<FakeVmmExecutor>>;  // main thread only
-  devices->push_back(std::make_unique<FakeVmmExecutor>(4096, 0, true, va_base));
-  FakeVmmExecutor* device = devices->back().get();
-  auto sub = PagedDeviceSubAllocator::Create(device);
-  EXPECT_THAT(sub.status(), IsOk());
-  if (!sub.ok()) return nullptr;
-  BFCOptions o;
-  o.name = "GPU:0 (conformance, pages)";
-  o.memory_limit = limit;
-  o.allow_growth = false;
-  o.gather_pages = true;
-  auto a = BFCAllocator::Create(*std::move(sub), o);
+  auto a = CreateFakePagedBfc(4096, va_base, limit);
   EXPECT_THAT(a.status(), IsOk());
-  return a.ok() ? std::unique_ptr<Allocator>(std::move(*a)) : nullptr;
+  return a.ok() ? *std::move(a) : nullptr;
 }
 struct BfcFakePagesGrowthOff {
   static constexpr bool kRealMemory = false;

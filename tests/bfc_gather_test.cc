@@ -34,16 +34,8 @@ constexpr uint64_t kP = 4096;  // the fake device's page
 uint64_t U(const void* p) { return reinterpret_cast<uint64_t>(p); }
 
 std::unique_ptr<BFCAllocator> Make(Executor* executor, uint64_t limit, bool gather = true) {
-  absl::StatusOr<std::unique_ptr<PagedDeviceSubAllocator>> sub =
-      PagedDeviceSubAllocator::Create(executor);
-  EXPECT_THAT(sub.status(), IsOk());
-  if (!sub.ok()) return nullptr;
-  BFCOptions o;
-  o.name = "GPU:0 (gather test)";
-  o.memory_limit = limit;
-  o.allow_growth = false;
-  o.gather_pages = gather;
-  absl::StatusOr<std::unique_ptr<BFCAllocator>> a = BFCAllocator::Create(*std::move(sub), o);
+  absl::StatusOr<std::unique_ptr<BFCAllocator>> a =
+      ::vgpu::testing::CreatePagedBfc(executor, limit, gather);
   EXPECT_THAT(a.status(), IsOk());
   return a.ok() ? *std::move(a) : nullptr;
 }

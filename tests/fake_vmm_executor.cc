@@ -3,6 +3,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "vgpu/allocator/sub_allocators.h"
 #include "vgpu/runtime/status.h"
 
 namespace vgpu::testing {
@@ -181,16 +182,44 @@ FakeVmm MakeFakeVmm(uint64_t granularity, VmmOptions options, uint64_t capacity,
   return f;
 }
 
-absl::StatusOr<std::unique_ptr<Allocator>> CreateFakeVmmAllocator(uint64_t granularity,
-                                                                  VmmOptions options) {
-  // Devices outlive every allocator of the test program: kept here, never reused.
+namespace {
+
+// Devices outlive every allocator of the test program: kept here, never reused.
+void KeepUntilExit(std::unique_ptr<FakeVmmExecutor> device) {
   static vgpu::Mutex mu;
   static auto* devices = new std::vector<std::unique_ptr<FakeVmmExecutor>>();
+  vgpu::MutexLock l(&mu);
+  devices->push_back(std::move(device));
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Allocator>> CreateFakeVmmAllocator(uint64_t granularity,
+                                                                  VmmOptions options) {
   auto device = std::make_unique<FakeVmmExecutor>(granularity, 0, /*checked=*/false);
   VGPU_ASSIGN_OR_RETURN(std::unique_ptr<VmmAllocator> a,
                         VmmAllocator::Create(device.get(), std::move(options)));
-  vgpu::MutexLock l(&mu);
-  devices->push_back(std::move(device));
+  KeepUntilExit(std::move(device));
+  return std::unique_ptr<Allocator>(std::move(a));
+}
+
+absl::StatusOr<std::unique_ptr<BFCAllocator>> CreatePagedBfc(Executor* executor, uint64_t limit,
+                                                             bool gather) {
+  VGPU_ASSIGN_OR_RETURN(std::unique_ptr<PagedDeviceSubAllocator> sub,
+                        PagedDeviceSubAllocator::Create(executor));
+  BFCOptions o;
+  o.name = "GPU:0 (paged)";
+  o.memory_limit = limit;
+  o.allow_growth = false;
+  o.gather_pages = gather;
+  return BFCAllocator::Create(std::move(sub), o);
+}
+
+absl::StatusOr<std::unique_ptr<Allocator>> CreateFakePagedBfc(uint64_t page, uint64_t va_base,
+                                                              uint64_t limit) {
+  auto device = std::make_unique<FakeVmmExecutor>(page, 0, /*checked=*/true, va_base);
+  VGPU_ASSIGN_OR_RETURN(std::unique_ptr<BFCAllocator> a, CreatePagedBfc(device.get(), limit));
+  KeepUntilExit(std::move(device));
   return std::unique_ptr<Allocator>(std::move(a));
 }
 

@@ -3,7 +3,7 @@
 // (granular sizes, known handles, maps inside reservations, no double mapping), so tests see
 // misuse as errors and can look up what is mapped where. With `checked` false it is vgpu-bench's
 // address-only device (counters only), for replays. Also: the helpers that build a vmm allocator
-// over one and compare its granule counts with the device's.
+// (or a BFC over its pages) over one and compare its granule counts with the device's.
 //
 // Thread safety: FakeVmmExecutor is safe to call from any thread (one mutex in checked mode,
 // atomics otherwise); the helpers are called from the test's thread.
@@ -20,6 +20,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "vgpu/allocator/bfc_allocator.h"
 #include "vgpu/allocator/vmm_allocator.h"
 #include "vgpu/runtime/mutex.h"
 #include "vgpu/tools/vgpu_bench.h"
@@ -78,6 +79,14 @@ FakeVmm MakeFakeVmm(uint64_t granularity, VmmOptions options, uint64_t capacity 
 // std::unique_ptr<Allocator> (the device lives until the end of the test program).
 absl::StatusOr<std::unique_ptr<Allocator>> CreateFakeVmmAllocator(uint64_t granularity,
                                                                   VmmOptions options);
+// BFC without growth over PagedDeviceSubAllocator on `executor`, gathering pages or not
+// (BFCOptions::gather_pages): what the factory builds where a device has VMM calls.
+absl::StatusOr<std::unique_ptr<BFCAllocator>> CreatePagedBfc(Executor* executor, uint64_t limit,
+                                                             bool gather = true);
+// The same over its own checked fake device of `page` bytes whose addresses start at va_base,
+// for suites that own only the allocator (the device lives until the end of the test program).
+absl::StatusOr<std::unique_ptr<Allocator>> CreateFakePagedBfc(uint64_t page, uint64_t va_base,
+                                                              uint64_t limit);
 // The allocator's CheckInvariants, then its granule counts against the device's: bytes mapped
 // and physical bytes held must agree.
 absl::Status CheckFakeVmm(const FakeVmm& f);

@@ -41,6 +41,7 @@ struct Knob {
   const char* flag;
   const char* help;
   absl::Status (*read)(absl::string_view value, BenchTuning& t);
+  const char* value_name = "SIZE";  // in --help
 };
 
 absl::StatusOr<uint64_t> SizeIn(absl::string_view v, uint64_t min, uint64_t max) {
@@ -50,6 +51,12 @@ absl::StatusOr<uint64_t> SizeIn(absl::string_view v, uint64_t min, uint64_t max)
                                                    FormatBytes(max), "], not ", FormatBytes(b)));
   }
   return b;
+}
+
+// A switch: 0 (off) or 1 (on).
+absl::StatusOr<bool> ZeroOrOne(absl::string_view v) {
+  if (v == "0" || v == "1") return v == "1";
+  return absl::InvalidArgumentError("must be 0 or 1");
 }
 
 const Knob kKnobs[] = {
@@ -83,16 +90,15 @@ const Knob kKnobs[] = {
      [](absl::string_view v, BenchTuning& t) -> absl::Status {
        VGPU_ASSIGN_OR_RETURN(t.bfc_min_split_fraction, ParseDecimalInRange(v, 0, 1));
        return absl::OkStatus();
-     }},
+     },
+     "X"},
     {"VGPU_BFC_PARK_SLIVERS", "--bfc-park-slivers",
      "BFC: split off remainders under the fraction but park them (0 = off, the default; 1 = on)",
      [](absl::string_view v, BenchTuning& t) -> absl::Status {
-       if (v == "0" || v == "1") {
-         t.bfc_park_slivers = v == "1";
-         return absl::OkStatus();
-       }
-       return absl::InvalidArgumentError("must be 0 or 1");
-     }},
+       VGPU_ASSIGN_OR_RETURN(t.bfc_park_slivers, ZeroOrOne(v));
+       return absl::OkStatus();
+     },
+     "0|1"},
     {"VGPU_BFC_SEGMENT_BYTES", "--bfc-segment-bytes",
      "BFC with growth: requests of at least SIZE get a region of their own, cached whole "
      "(0 = off: TensorFlow's doubling regions)",
@@ -104,12 +110,10 @@ const Knob kKnobs[] = {
      "BFC without growth: take the limit as VMM pages and gather free ones for a request no hole "
      "fits (1 = on, the default; 0 = one region, TensorFlow's)",
      [](absl::string_view v, BenchTuning& t) -> absl::Status {
-       if (v == "0" || v == "1") {
-         t.bfc_gather_pages = v == "1";
-         return absl::OkStatus();
-       }
-       return absl::InvalidArgumentError("must be 0 or 1");
-     }},
+       VGPU_ASSIGN_OR_RETURN(t.bfc_gather_pages, ZeroOrOne(v));
+       return absl::OkStatus();
+     },
+     "0|1"},
     {"VGPU_VMM_SLAB_BYTES", "--vmm-slab-bytes",
      "VMM: slab size, a whole number of 2 MiB granules up to 1 TiB",
      [](absl::string_view v, BenchTuning& t) -> absl::Status {
@@ -167,9 +171,7 @@ void AddKnobFlags(flags::FlagSet& fs, std::vector<std::pair<std::string, std::st
   storage.resize(std::size(kKnobs));
   for (size_t i = 0; i < std::size(kKnobs); ++i) {
     const Knob& k = kKnobs[i];
-    fs.String(k.flag, &storage[i],
-              std::string(k.env).find("FRACTION") != std::string::npos ? "X" : "SIZE",
-              absl::StrCat(k.help, " (", k.env, ")"),
+    fs.String(k.flag, &storage[i], k.value_name, absl::StrCat(k.help, " (", k.env, ")"),
               [&k, &out](absl::string_view v) -> absl::Status {
                 BenchTuning t;
                 if (absl::Status s = k.read(v, t); !s.ok()) return s;
