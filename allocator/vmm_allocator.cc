@@ -202,8 +202,15 @@ absl::Status VmmAllocator::Init() {
     StdMutexLock l(&mu_);  // not shared yet; for the analysis
     open_upper_.Init(g, &shared_);
     open_lower_.Init(g, &shared_);
-    // The pool never holds more than the limit: no regrowth in the hot path.
-    free_granules_.reserve(std::min<uint64_t>(limit_granules_, uint64_t{1} << 20));
+    // The pool never holds more than the limit: no regrowth in the hot path. With growth the
+    // granule records (16 + 32 bytes each) are reserved up front too, up to 1 TiB of 2 MiB
+    // granules: a first fill otherwise copies them at every doubling.
+    const uint64_t records = std::min<uint64_t>(limit_granules_, uint64_t{1} << 20);
+    free_granules_.reserve(records);
+    if (options_.allow_growth) {
+      granules_.reserve(std::min<uint64_t>(records, uint64_t{1} << 19));
+      shared_.resize(granules_.capacity());
+    }
   }
   slab_bytes_ = options_.slab_bytes ? AlignUp(options_.slab_bytes, g) : g;
   if (small_block_max_ > slab_bytes_) {
