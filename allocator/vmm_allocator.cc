@@ -451,21 +451,24 @@ std::unique_ptr<VmmAllocator::Range> VmmAllocator::TakeCachedLocked(uint64_t cou
     UnmapRangeLocked(std::move(r)).IgnoreError();
     return nullptr;
   };
+  // One search serves every step below: takes that fail change nothing, and a successful one
+  // returns.
+  const auto lb = cache_.lower_bound(count);
+  const bool same = lb != cache_.end() && lb->first == count;
   // 1. The same size: no mapping call at all.
-  if (auto it = cache_.find(count); it != cache_.end()) {
-    if (auto r = take(it, false)) {
+  if (same) {
+    if (auto r = take(lb, false)) {
       ++cache_hits_;
       return r;
     }
   }
   // 2. A larger one (less than twice): unmap its tail, cheaper than mapping afresh.
-  if (auto it = cache_.upper_bound(count); it != cache_.end() && it->first < 2 * count) {
+  if (auto it = same ? std::next(lb) : lb; it != cache_.end() && it->first < 2 * count) {
     if (auto r = take(it, false)) return reshape(std::move(r));
   }
   // 3. A smaller one (more than half) with virtual room: map the missing granules at its end.
-  if (auto it = cache_.lower_bound(count); it != cache_.begin()) {
-    --it;
-    if (2 * it->first > count) {
+  if (lb != cache_.begin()) {
+    if (auto it = std::prev(lb); 2 * it->first > count) {
       if (auto r = take(it, true)) return reshape(std::move(r));
     }
   }
@@ -474,8 +477,8 @@ std::unique_ptr<VmmAllocator::Range> VmmAllocator::TakeCachedLocked(uint64_t cou
   // larger one, shrunk; else the largest, grown) rather than unmapping one and mapping the
   // block from the pool: fewer map calls.
   if (options_.allow_growth && !cache_.empty() && cached_granules_ > CacheCapLocked(count)) {
-    if (auto it = cache_.lower_bound(count); it != cache_.end()) {
-      if (auto r = take(it, false)) return reshape(std::move(r));
+    if (lb != cache_.end()) {
+      if (auto r = take(lb, false)) return reshape(std::move(r));
     } else if (auto r = take(std::prev(cache_.end()), true)) {
       return reshape(std::move(r));
     }
