@@ -251,11 +251,11 @@ class Allocator {
   void ResetPeakStats();
   // Gives cached memory that holds no live block back (PyTorch's torch.cuda.empty_cache):
   // bfc with growth returns its wholly free regions to the device (growth off took its limit
-  // up front and keeps it, as TensorFlow's BFC does, but puts gathered pages back in place); vmm unmaps its mapping cache and empty
-  // slabs and, with growth, returns every free granule to the device (without growth the
-  // granules stay created for later blocks); async trims its pool. Live blocks are untouched;
-  // memory goes back only after the streams that used it are done. Returns how far
-  // Stats().bytes_reserved fell.
+  // up front and keeps it, as TensorFlow's BFC does, but puts gathered pages back in place);
+  // vmm unmaps its mapping cache and empty slabs and, with growth, returns every free granule
+  // to the device (without growth the granules stay created for later blocks); async trims its
+  // pool. Live blocks are untouched; memory goes back only after the streams that used it are
+  // done. Returns how far Stats().bytes_reserved fell.
   absl::StatusOr<uint64_t> ReleaseCachedMemory();
   // Bins, chunks and an occupancy map; for OOM reports and debugging.
   virtual std::string DumpMemoryLog() const { return name() + ": no memory log\n"; }

@@ -13,10 +13,9 @@
 //   (32 MiB on cc >= 9.0, 4 MiB before, as cuBLAS 12/13) from device memory, once per
 //   (handle, stream), until cublasDestroy. cublasSetWorkspace_v2 with a device buffer
 //   (256-byte aligned, device memory throughout: one allocation or back-to-back mappings)
-//   avoids it; cublasSetStream_v2 resets
-//   the handle to the default workspace, as cuBLAS documents, so the platform must set its
-//   workspace again after every cublasSetStream. A GEMM writes the user workspace (the race
-//   detector sees two streams sharing one).
+//   avoids it; cublasSetStream_v2 resets the handle to the default workspace, as cuBLAS
+//   documents, so the platform must set its workspace again after every cublasSetStream. A
+//   GEMM writes the user workspace (the race detector sees two streams sharing one).
 // - Alpha and beta are host pointers (CUBLAS_POINTER_MODE_HOST), read at call time.
 // - Every entry point returns CUBLAS_STATUS_NOT_SUPPORTED when called from a cuLaunchHostFunc
 //   callback: the real library would make CUDA calls there, which cuda.h forbids, and the
