@@ -135,6 +135,16 @@ absl::Status PagedDeviceSubAllocator::Free(void* ptr, uint64_t /*bytes*/) {
   return absl::OkStatus();
 }
 
+absl::Status PagedDeviceSubAllocator::CheckRun(const PageRun& run, const PagedRegion& r,
+                                               const void* region) const {
+  if (run.bytes == 0 || run.offset % page_ != 0 || run.bytes % page_ != 0 || run.offset > r.bytes ||
+      run.bytes > r.bytes - run.offset) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        name(), ": pages [", run.offset, ", +", run.bytes, ") are not whole pages of ", P(region)));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<void*> PagedDeviceSubAllocator::GatherPages(void* region,
                                                            absl::Span<const PageRun> runs) {
   const uint64_t base = reinterpret_cast<uint64_t>(region);
@@ -148,12 +158,7 @@ absl::StatusOr<void*> PagedDeviceSubAllocator::GatherPages(void* region,
           absl::StrCat(name(), ": ", P(region), " is not a region it handed out"));
     }
     for (const PageRun& run : runs) {
-      if (run.bytes == 0 || run.offset % page_ != 0 || run.bytes % page_ != 0 ||
-          run.offset > it->second.bytes || run.bytes > it->second.bytes - run.offset) {
-        return absl::InvalidArgumentError(absl::StrCat(name(), ": pages [", run.offset, ", +",
-                                                       run.bytes, ") are not whole pages of ",
-                                                       P(region)));
-      }
+      VGPU_RETURN_IF_ERROR(CheckRun(run, it->second, region));
       for (uint64_t o = run.offset; o < run.offset + run.bytes; o += page_) {
         handles.push_back(it->second.pages[o / page_]);
       }
@@ -195,9 +200,7 @@ absl::Status PagedDeviceSubAllocator::ReturnPages(void* range, void* region,
           absl::StrCat(name(), ": ", P(range), " is not a range gathered from ", P(region)));
     }
     for (const PageRun& run : runs) {
-      if (run.offset > it->second.bytes || run.bytes > it->second.bytes - run.offset) {
-        return absl::InvalidArgumentError(absl::StrCat(name(), ": pages past ", P(region)));
-      }
+      VGPU_RETURN_IF_ERROR(CheckRun(run, it->second, region));
       back.emplace_back(run.offset,
                         std::vector<PhysicalMemoryHandle>(
                             it->second.pages.begin() + run.offset / page_,

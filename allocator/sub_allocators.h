@@ -62,6 +62,9 @@ class PagedDeviceSubAllocator final : public SubAllocator {
     uint64_t bytes = 0;  // whole pages
     std::vector<PhysicalMemoryHandle> pages;
   };
+  // InvalidArgument unless `run` is whole pages inside region r (at `region`), for GatherPages
+  // and ReturnPages alike.
+  absl::Status CheckRun(const PageRun& run, const PagedRegion& r, const void* region) const;
   // Releases handles[0, n) (after a failed Alloc or at Free).
   void ReleaseHandles(const PhysicalMemoryHandle* handles, size_t n);
 
