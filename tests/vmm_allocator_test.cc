@@ -549,33 +549,25 @@ TEST(VmmAllocatorTest, GrowthCacheGivesWayToSharedGranulesAndSlabs) {
     peak_shared = std::max(peak_shared, g.shared);
     peak_slabs = std::max(peak_slabs, g.slabs);
   };
+  auto alloc = [&](std::vector<void*>& into, uint64_t bytes) {
+    auto p = f.alloc->AllocateRaw(bytes);
+    ASSERT_THAT(p.status(), IsOk());
+    into.push_back(*p);
+    note();
+  };
   std::vector<void*> keep;  // live throughout, so the allocator never goes idle
-  auto k = f.alloc->AllocateRaw(kG);
-  ASSERT_THAT(k.status(), IsOk());
-  keep.push_back(*k);
-  note();
+  ASSERT_NO_FATAL_FAILURE(alloc(keep, kG));
   for (int step = 0; step < 4; ++step) {
     // Phase A: whole-granule blocks, freed into the cache.
     std::vector<void*> a;
-    for (int i = 0; i < 12; ++i) {
-      auto p = f.alloc->AllocateRaw(2 * kG);
-      ASSERT_THAT(p.status(), IsOk());
-      a.push_back(*p);
-      note();
-    }
+    for (int i = 0; i < 12; ++i) ASSERT_NO_FATAL_FAILURE(alloc(a, 2 * kG));
     for (void* p : a) ASSERT_THAT(f.alloc->Deallocate(p), IsOk());
     note();
     // Phase B: as many bytes in blocks whose tails share granules, and small blocks (slabs).
     std::vector<void*> b;
     for (int i = 0; i < 16; ++i) {
-      auto p = f.alloc->AllocateRaw(kG + kG / 2 + 4096 * static_cast<uint64_t>(i));
-      ASSERT_THAT(p.status(), IsOk());
-      b.push_back(*p);
-      note();
-      auto s = f.alloc->AllocateRaw(200 * kKiB);
-      ASSERT_THAT(s.status(), IsOk());
-      b.push_back(*s);
-      note();
+      ASSERT_NO_FATAL_FAILURE(alloc(b, kG + kG / 2 + 4096 * static_cast<uint64_t>(i)));
+      ASSERT_NO_FATAL_FAILURE(alloc(b, 200 * kKiB));
     }
     for (void* p : b) ASSERT_THAT(f.alloc->Deallocate(p), IsOk());
     note();
