@@ -288,10 +288,9 @@ VmmAllocator::~VmmAllocator() {
   });
   for (auto& [p, range] : slab_ranges_) UnmapRangeLocked(std::move(range)).IgnoreError();
   slab_ranges_.clear();
-  for (auto& [count, ranges] : cache_) {
-    for (auto& range : ranges) UnmapRangeLocked(std::move(range)).IgnoreError();
-  }
-  cache_.clear();
+  cache_.Drain([&](std::unique_ptr<Range> range) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    UnmapRangeLocked(std::move(range)).IgnoreError();  // under mu_, held above
+  });
   GiveBackLocked(0).IgnoreError();
   if (slab_arena_reserved_ != nullptr) {
     executor_->FreeAddressRange(slab_arena_reserved_, slab_arena_reserved_bytes_).IgnoreError();
@@ -419,18 +418,17 @@ std::unique_ptr<VmmAllocator::Range> VmmAllocator::TakeCachedLocked(uint64_t cou
                                                                     bool head_room,
                                                                     bool tail_room) {
   if (cached_granules_ == 0) return nullptr;
-  auto take = [&](CacheMap::iterator it, bool need_room)
+  auto take = [&](uint64_t n, bool need_room)
       // Runs under the caller's mu_; the analysis does not follow lambdas.
       ABSL_NO_THREAD_SAFETY_ANALYSIS -> std::unique_ptr<Range> {
-    auto& v = it->second;
-    for (size_t i = v.size(); i-- > 0;) {
-      if (reinterpret_cast<uintptr_t>(v[i]->ptr) % alignment != 0) continue;
-      if ((need_room || tail_room) && CapacityOf(*v[i]) < count + (tail_room ? 1 : 0)) continue;
-      if (head_room && static_cast<char*>(v[i]->ptr) - static_cast<char*>(v[i]->reserved) <
+    for (Range* r = cache_.First(n); r != nullptr; r = r->cache_next) {
+      if (reinterpret_cast<uintptr_t>(r->ptr) % alignment != 0) continue;
+      if ((need_room || tail_room) && CapacityOf(*r) < count + (tail_room ? 1 : 0)) continue;
+      if (head_room && static_cast<char*>(r->ptr) - static_cast<char*>(r->reserved) <
                            static_cast<ptrdiff_t>(granularity_)) {
         continue;
       }
-      return CacheTakeLocked(it, i);
+      return CacheTakeLocked(r, n);
     }
     return nullptr;
   };
@@ -453,8 +451,8 @@ std::unique_ptr<VmmAllocator::Range> VmmAllocator::TakeCachedLocked(uint64_t cou
   };
   // One search serves every step below: takes that fail change nothing, and a successful one
   // returns.
-  const auto lb = cache_.lower_bound(count);
-  const bool same = lb != cache_.end() && lb->first == count;
+  const uint64_t lb = cache_.AtLeast(count);  // 0: none
+  const bool same = lb == count;
   // 1. The same size: no mapping call at all.
   if (same) {
     if (auto r = take(lb, false)) {
@@ -463,23 +461,21 @@ std::unique_ptr<VmmAllocator::Range> VmmAllocator::TakeCachedLocked(uint64_t cou
     }
   }
   // 2. A larger one (less than twice): unmap its tail, cheaper than mapping afresh.
-  if (auto it = same ? std::next(lb) : lb; it != cache_.end() && it->first < 2 * count) {
-    if (auto r = take(it, false)) return reshape(std::move(r));
+  if (const uint64_t n = same ? cache_.AtLeast(count + 1) : lb; n != 0 && n < 2 * count) {
+    if (auto r = take(n, false)) return reshape(std::move(r));
   }
   // 3. A smaller one (more than half) with virtual room: map the missing granules at its end.
-  if (lb != cache_.begin()) {
-    if (auto it = std::prev(lb); 2 * it->first > count) {
-      if (auto r = take(it, true)) return reshape(std::move(r));
-    }
+  if (const uint64_t n = cache_.Below(count); n != 0 && 2 * n > count) {
+    if (auto r = take(n, true)) return reshape(std::move(r));
   }
   // 4. Growth near the peak: the cache would have to give way to this block anyway (it is over
   // its cap once the block is counted), so reshape a cached range of any size (the smallest
   // larger one, shrunk; else the largest, grown) rather than unmapping one and mapping the
   // block from the pool: fewer map calls.
   if (options_.allow_growth && !cache_.empty() && cached_granules_ > CacheCapLocked(count)) {
-    if (lb != cache_.end()) {
+    if (lb != 0) {
       if (auto r = take(lb, false)) return reshape(std::move(r));
-    } else if (auto r = take(std::prev(cache_.end()), true)) {
+    } else if (auto r = take(cache_.Largest(), true)) {
       return reshape(std::move(r));
     }
   }
@@ -529,7 +525,7 @@ absl::Status VmmAllocator::RetireLocked(std::unique_ptr<Range> range, bool* cach
   if (!*cached) return UnmapRangeLocked(std::move(range));
   cached_granules_ += count + kept;
   cached_bytes_.store(cached_granules_ * granularity_, std::memory_order_relaxed);
-  CachePutLocked(count, std::move(range));
+  CachePutLocked(std::move(range));
   while (cached_granules_ > cap) VGPU_RETURN_IF_ERROR(EvictOneLocked());
   return absl::OkStatus();
 }
@@ -683,8 +679,7 @@ uint64_t VmmAllocator::CacheCapLocked(uint64_t incoming, uint64_t leaving) const
   // set so far, so the cache is large between peaks and gives way near one. (Counting only
   // blocks' own granules let shared tails and slabs grow past the cap: 1.23x peak live on a
   // PyTorch snapshot.)
-  const uint64_t target =
-      peak_working_granules_ + peak_working_granules_ / options_.cache_peak_headroom_divisor;
+  const uint64_t target = cache_cap_target_;
   const uint64_t working = WorkingGranulesLocked() + incoming - leaving;
   const uint64_t room = target > working ? target - working : 0;
   return std::min(cache_limit_granules_, std::max(keep_granules_, room));
@@ -755,8 +750,8 @@ void VmmAllocator::OpenParts::Init(uint64_t granularity, std::vector<SharedGranu
   while ((granularity >> shift_) > 8192) ++shift_;
   const size_t n = std::max<size_t>(1, granularity >> shift_);
   heads_.assign(n, kNoGranule);
-  bits_.assign((n + 63) / 64, 0);
-  top_.assign((bits_.size() + 63) / 64, 0);
+  nonempty_ = BucketBitmap();
+  nonempty_.Resize(n);
 }
 
 void VmmAllocator::OpenParts::Insert(uint64_t bytes, uint32_t granule) {
@@ -767,8 +762,7 @@ void VmmAllocator::OpenParts::Insert(uint64_t bytes, uint32_t granule) {
   sg.next = heads_[b];
   if (heads_[b] != kNoGranule) (*g_)[heads_[b]].prev = granule;
   heads_[b] = granule;
-  bits_[b >> 6] |= uint64_t{1} << (b & 63);
-  top_[b >> 12] |= uint64_t{1} << ((b >> 6) & 63);
+  nonempty_.Set(b);
   ++size_;
 }
 
@@ -783,52 +777,13 @@ void VmmAllocator::OpenParts::Erase(uint32_t granule) {
   if (sg.next != kNoGranule) (*g_)[sg.next].prev = sg.prev;
   sg.next = sg.prev = kNoGranule;
   --size_;
-  if (heads_[b] == kNoGranule) {
-    bits_[b >> 6] &= ~(uint64_t{1} << (b & 63));
-    if (bits_[b >> 6] == 0) top_[b >> 12] &= ~(uint64_t{1} << ((b >> 6) & 63));
-  }
-}
-
-int VmmAllocator::OpenParts::Prev(int b) const {
-  if (b <= 0) return -1;
-  int w = b >> 6;
-  if (uint64_t m = bits_[w] & ((uint64_t{1} << (b & 63)) - 1); m != 0) {
-    return w * 64 + 63 - std::countl_zero(m);
-  }
-  // The highest non-empty word below w, through the summary.
-  for (int t = w >> 6; t >= 0; --t) {
-    uint64_t m = top_[t];
-    if (t == (w >> 6)) m &= (uint64_t{1} << (w & 63)) - 1;
-    if (m != 0) {
-      const int pw = t * 64 + 63 - std::countl_zero(m);
-      return pw * 64 + 63 - std::countl_zero(bits_[pw]);
-    }
-  }
-  return -1;
-}
-
-int VmmAllocator::OpenParts::Next(int b) const {
-  ++b;
-  if (b >= static_cast<int>(bits_.size() * 64)) return -1;
-  int w = b >> 6;
-  if (uint64_t m = bits_[w] & (~uint64_t{0} << (b & 63)); m != 0) {
-    return w * 64 + std::countr_zero(m);
-  }
-  ++w;
-  for (int t = w >> 6; t < static_cast<int>(top_.size()); ++t) {
-    uint64_t m = top_[t];
-    if (t == (w >> 6)) m &= (w & 63) == 0 ? ~uint64_t{0} : ~uint64_t{0} << (w & 63);
-    if (m != 0) {
-      const int nw = t * 64 + std::countr_zero(m);
-      return nw * 64 + std::countr_zero(bits_[nw]);
-    }
-  }
-  return -1;
+  if (heads_[b] == kNoGranule) nonempty_.Clear(b);
 }
 
 bool VmmAllocator::OpenParts::FindAtMost(uint64_t x, uint64_t* bytes, uint32_t* granule) const {
   if (size_ == 0) return false;
-  for (int b = static_cast<int>(BucketOf(x)); b >= 0; b = Prev(b)) {
+  for (int64_t b = nonempty_.AtMost(static_cast<int64_t>(BucketOf(x))); b >= 0;
+       b = nonempty_.Prev(b)) {
     bool found = false;
     for (uint32_t i = heads_[b]; i != kNoGranule; i = (*g_)[i].next) {
       const uint64_t n = (*g_)[i].open_bytes;
@@ -846,7 +801,8 @@ bool VmmAllocator::OpenParts::FindAtMost(uint64_t x, uint64_t* bytes, uint32_t* 
 
 bool VmmAllocator::OpenParts::FindAtLeast(uint64_t x, uint64_t* bytes, uint32_t* granule) const {
   if (size_ == 0 || (x >> shift_) >= heads_.size()) return false;
-  for (int b = static_cast<int>(x >> shift_); b >= 0; b = Next(b)) {
+  for (int64_t b = nonempty_.AtLeast(static_cast<int64_t>(x >> shift_)); b >= 0;
+       b = nonempty_.Next(b)) {
     bool found = false;
     for (uint32_t i = heads_[b]; i != kNoGranule; i = (*g_)[i].next) {
       const uint64_t n = (*g_)[i].open_bytes;
@@ -1134,11 +1090,13 @@ void VmmAllocator::PoolTopHandlesLocked(uint64_t n, PhysicalMemoryHandle* out) c
 void VmmAllocator::AdoptPoolGranulesLocked(Range* range, uint64_t n) {
   const uint64_t g = granularity_;
   char* at = static_cast<char*>(range->ptr) + range->granules.size() * g;
-  // The pool's top n, last first (the order PoolTopHandlesLocked gave the mapping), in one copy.
-  const auto top = free_granules_.end();
-  range->granules.insert(range->granules.end(), std::make_reverse_iterator(top),
-                         std::make_reverse_iterator(top - static_cast<ptrdiff_t>(n)));
-  free_granules_.erase(top - static_cast<ptrdiff_t>(n), top);
+  // The pool's top n, last first (the order PoolTopHandlesLocked gave the mapping). A plain loop:
+  // n is a few granules, where a ranged insert of reverse iterators costs more than the copy.
+  range->granules.reserve(range->granules.size() + n);
+  for (uint64_t i = 0; i < n; ++i) {
+    range->granules.push_back(free_granules_.back());
+    free_granules_.pop_back();
+  }
   mapped_granules_ += n;
   regions_mapped_ += n;
   free_low_water_ = std::min<uint64_t>(free_low_water_, free_granules_.size());
@@ -1241,30 +1199,41 @@ void VmmAllocator::RecycleRangeLocked(std::unique_ptr<Range> range) {
   range_pool_.push_back(std::move(range));
 }
 
-void VmmAllocator::CachePutLocked(uint64_t count, std::unique_ptr<Range> range) {
-  auto it = cache_.find(count);
-  if (it == cache_.end()) {
-    if (!cache_nodes_.empty()) {
-      CacheMap::node_type node = std::move(cache_nodes_.back());
-      cache_nodes_.pop_back();
-      node.key() = count;
-      it = cache_.insert(std::move(node)).position;
-    } else {
-      it = cache_.try_emplace(count).first;
-    }
+void VmmAllocator::RangeCache::Put(std::unique_ptr<Range> range) {
+  const uint64_t count = range->granules.size();
+  if (count >= heads_.size()) {
+    // Grows to the largest count seen (at most the limit's granules), doubling.
+    heads_.resize(std::max<size_t>(count + 1, 2 * heads_.size()), nullptr);
+    nonempty_.Resize(heads_.size());
   }
-  it->second.push_back(std::move(range));
+  Range* r = range.release();
+  r->cache_prev = nullptr;
+  r->cache_next = heads_[count];
+  if (r->cache_next != nullptr) r->cache_next->cache_prev = r;
+  heads_[count] = r;
+  nonempty_.Set(count);
+  ++ranges_;
 }
 
-std::unique_ptr<VmmAllocator::Range> VmmAllocator::CacheTakeLocked(CacheMap::iterator it,
-                                                                   size_t i) {
-  auto& v = it->second;
-  std::unique_ptr<Range> r = std::move(v[i]);
-  v.erase(v.begin() + static_cast<ptrdiff_t>(i));
-  cached_granules_ -= r->granules.size() + (r->kept_tail != kNoGranule ? 1 : 0);
+std::unique_ptr<VmmAllocator::Range> VmmAllocator::RangeCache::Take(Range* range, uint64_t count) {
+  if (range->cache_prev != nullptr) {
+    range->cache_prev->cache_next = range->cache_next;
+  } else {
+    heads_[count] = range->cache_next;
+    if (range->cache_next == nullptr) nonempty_.Clear(count);
+  }
+  if (range->cache_next != nullptr) range->cache_next->cache_prev = range->cache_prev;
+  range->cache_prev = range->cache_next = nullptr;
+  --ranges_;
+  return std::unique_ptr<Range>(range);
+}
+
+void VmmAllocator::CachePutLocked(std::unique_ptr<Range> range) { cache_.Put(std::move(range)); }
+
+std::unique_ptr<VmmAllocator::Range> VmmAllocator::CacheTakeLocked(Range* range, uint64_t count) {
+  std::unique_ptr<Range> r = cache_.Take(range, count);
+  cached_granules_ -= count + (r->kept_tail != kNoGranule ? 1 : 0);
   cached_bytes_.store(cached_granules_ * granularity_, std::memory_order_relaxed);
-  // An emptied bucket leaves the map; its node is kept for the next one.
-  if (v.empty()) cache_nodes_.push_back(cache_.extract(it));
   return r;
 }
 
@@ -1274,16 +1243,15 @@ absl::Status VmmAllocator::EvictGranulesLocked(uint64_t need) {
   // and the rest serves its size again after mapping the few granules it lacks
   // (TakeCachedLocked grows a range of more than half the size).
   while (need > 0 && cached_granules_ > 0) {
-    auto it = std::prev(cache_.end());
-    const Range& largest = *it->second.back();
-    const uint64_t own = largest.granules.size();
-    if (own <= need || largest.kept_tail != kNoGranule) {
-      const uint64_t freed = own + (largest.kept_tail != kNoGranule ? 1 : 0);
+    const uint64_t own = cache_.Largest();
+    Range* const largest = cache_.First(own);
+    if (own <= need || largest->kept_tail != kNoGranule) {
+      const uint64_t freed = own + (largest->kept_tail != kNoGranule ? 1 : 0);
       VGPU_RETURN_IF_ERROR(EvictOneLocked());
       need = freed >= need ? 0 : need - freed;
       continue;
     }
-    std::unique_ptr<Range> range = CacheTakeLocked(it, it->second.size() - 1);
+    std::unique_ptr<Range> range = CacheTakeLocked(largest, own);
     if (absl::Status s = ShrinkRangeLocked(range.get(), own - need); !s.ok()) {
       UnmapRangeLocked(std::move(range)).IgnoreError();
       return s;
@@ -1291,7 +1259,7 @@ absl::Status VmmAllocator::EvictGranulesLocked(uint64_t need) {
     ++cache_evictions_;
     cached_granules_ += own - need;
     cached_bytes_.store(cached_granules_ * granularity_, std::memory_order_relaxed);
-    CachePutLocked(own - need, std::move(range));
+    CachePutLocked(std::move(range));
     need = 0;
   }
   return absl::OkStatus();
@@ -1299,14 +1267,13 @@ absl::Status VmmAllocator::EvictGranulesLocked(uint64_t need) {
 
 absl::Status VmmAllocator::EvictOneLocked(const void* spare) {
   // The largest cached range first: one unmap frees the most granules. `spare` goes last.
-  for (auto it = cache_.rbegin(); it != cache_.rend(); ++it) {
-    std::vector<std::unique_ptr<Range>>& v = it->second;
-    for (size_t i = v.size(); i-- > 0;) {
-      if (spare != nullptr && v[i]->ptr == spare &&
-          cached_granules_ > v[i]->granules.size() + (v[i]->kept_tail != kNoGranule ? 1 : 0)) {
+  for (uint64_t n = cache_.Largest(); n != 0; n = cache_.Below(n)) {
+    for (Range* r = cache_.First(n); r != nullptr; r = r->cache_next) {
+      if (spare != nullptr && r->ptr == spare &&
+          cached_granules_ > n + (r->kept_tail != kNoGranule ? 1 : 0)) {
         continue;  // something else can go first
       }
-      std::unique_ptr<Range> range = CacheTakeLocked(std::prev(it.base()), i);
+      std::unique_ptr<Range> range = CacheTakeLocked(r, n);
       ++cache_evictions_;
       return UnmapRangeLocked(std::move(range));
     }
@@ -1514,11 +1481,10 @@ std::string VmmAllocator::DumpMemoryLog() const {
       if (shared_[i].shared) map[i] = 'B';
     for (const auto& [p, r] : slab_ranges_)
       for (uint32_t i : r->granules) map[i] = 'S';
-    for (const auto& [n, rs] : cache_)
-      for (const auto& r : rs) {
-        for (uint32_t i : r->granules) map[i] = 'C';
-        if (r->kept_tail != kNoGranule) map[r->kept_tail] = 'C';
-      }
+    cache_.ForEach([&](uint64_t, const Range& r) {
+      for (uint32_t i : r.granules) map[i] = 'C';
+      if (r.kept_tail != kNoGranule) map[r.kept_tail] = 'C';
+    });
     // At most 4096 characters: on big pools one character stands for several granules and
     // shows the busiest state among them (B > S > C > . > given back).
     const size_t per = std::max<size_t>(1, (map.size() + 4095) / 4096);
@@ -1555,8 +1521,19 @@ std::string VmmAllocator::DumpMemoryLog() const {
     }
     if (sorted.size() > 64) absl::StrAppend(&out, "    ... ", sorted.size() - 64, " more\n");
     absl::StrAppend(&out, "  cache:");
-    for (const auto& [n, rs] : cache_)
-      if (!rs.empty()) absl::StrAppend(&out, " ", rs.size(), "x", n, "g");
+    uint64_t bucket = 0, in_bucket = 0;
+    auto flush = [&] {
+      if (in_bucket > 0) absl::StrAppend(&out, " ", in_bucket, "x", bucket, "g");
+    };
+    cache_.ForEach([&](uint64_t n, const Range&) {
+      if (n != bucket) {
+        flush();
+        bucket = n;
+        in_bucket = 0;
+      }
+      ++in_bucket;
+    });
+    flush();
     absl::StrAppend(&out, "\n");
   }
   if (slabs_ != nullptr) absl::StrAppend(&out, slabs_->DumpMemoryLog());
@@ -1663,12 +1640,21 @@ absl::Status VmmAllocator::CheckInvariants() const {
                 open_lower_.size());
   }
   for (const auto& [p, r] : slab_ranges_) VGPU_RETURN_IF_ERROR(visit(*r, &n_slabs));
-  for (const auto& [n, rs] : cache_) {
-    for (const auto& r : rs) {
-      if (r->granules.size() != n)
-        return fail("cache bucket ", n, " holds a range of ", r->granules.size());
-      VGPU_RETURN_IF_ERROR(visit(*r, &n_cache));
+  absl::Status cached = absl::OkStatus();
+  size_t cache_ranges = 0;
+  cache_.ForEach([&](uint64_t n, const Range& r) {
+    ++cache_ranges;
+    if (!cached.ok()) return;
+    if (r.granules.size() != n) {
+      cached = fail("cache bucket ", n, " holds a range of ", r.granules.size());
+    } else {
+      cached = visit(r, &n_cache);
     }
+  });
+  VGPU_RETURN_IF_ERROR(cached);
+  if (cache_ranges != cache_.ranges()) {
+    return fail("mapping cache: ", cache_ranges, " ranges in its lists, ", cache_.ranges(),
+                " counted");
   }
   for (uint32_t i : free_granules_) {
     if (i >= granules_.size() || granules_[i].handle.bytes == 0) {

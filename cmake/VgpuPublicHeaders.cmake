@@ -25,6 +25,7 @@ set(VGPU_PUBLIC_HEADERS
   allocator/allocator.h
   allocator/async_allocator.h
   allocator/bfc_allocator.h
+  allocator/bucket_bitmap.h
   allocator/factory.h
   allocator/locks.h
   allocator/memory_history.h
