@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <random>
 #include <set>
+#include <vector>
 
 #include "gtest/gtest.h"
 
@@ -26,21 +27,15 @@ TEST(BucketBitmapTest, EmptyFindsNothing) {
 TEST(BucketBitmapTest, NeighboursAcrossWordsAndSummaryWords) {
   BucketBitmap b;
   b.Resize(10000);
-  for (size_t i : {0, 63, 64, 4095, 4096, 9999}) b.Set(i);
-  EXPECT_EQ(b.Next(-1), 0);
-  EXPECT_EQ(b.Next(0), 63);
-  EXPECT_EQ(b.Next(63), 64);
-  EXPECT_EQ(b.Next(64), 4095);
-  EXPECT_EQ(b.Next(4095), 4096);
-  EXPECT_EQ(b.Next(4096), 9999);
-  EXPECT_EQ(b.Next(9999), -1);
-  EXPECT_EQ(b.Prev(10000), 9999);
-  EXPECT_EQ(b.Prev(9999), 4096);
-  EXPECT_EQ(b.Prev(4096), 4095);
-  EXPECT_EQ(b.Prev(4095), 64);
-  EXPECT_EQ(b.Prev(64), 63);
-  EXPECT_EQ(b.Prev(63), 0);
-  EXPECT_EQ(b.Prev(0), -1);
+  const std::vector<int64_t> set = {0, 63, 64, 4095, 4096, 9999};
+  for (int64_t i : set) b.Set(static_cast<size_t>(i));
+  // Each set bucket's neighbours are the next and previous in the list, -1 past either end.
+  EXPECT_EQ(b.Next(-1), set.front());
+  EXPECT_EQ(b.Prev(10000), set.back());
+  for (size_t i = 0; i < set.size(); ++i) {
+    EXPECT_EQ(b.Next(set[i]), i + 1 < set.size() ? set[i + 1] : -1) << "Next(" << set[i] << ")";
+    EXPECT_EQ(b.Prev(set[i]), i > 0 ? set[i - 1] : -1) << "Prev(" << set[i] << ")";
+  }
   EXPECT_EQ(b.AtLeast(64), 64);
   EXPECT_EQ(b.AtLeast(65), 4095);
   EXPECT_EQ(b.AtMost(4094), 64);
