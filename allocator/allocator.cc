@@ -98,6 +98,7 @@ Allocator::Allocator() = default;
 Allocator::~Allocator() { DetachStreams(); }
 
 void Allocator::DetachStreams() {
+  if (slot_owner_ != this) return;  // the owner detaches the streams it shares
   for (StreamSlotState& slot : slots_) {
     StdMutexLock l(&slot.event_mu);
     Stream* s = slot.stream.exchange(nullptr, std::memory_order_acq_rel);
@@ -183,6 +184,7 @@ absl::Status Allocator::RecordStream(void* ptr, Stream* stream) {
 }
 
 absl::Status Allocator::SetDefaultStream(Stream* stream) {
+  if (slot_owner_ != this) return slot_owner_->SetDefaultStream(stream);
   StdMutexLock l(&slots_mu_);
   if (allocated_.load(std::memory_order_relaxed)) {
     return absl::FailedPreconditionError(
@@ -199,6 +201,7 @@ absl::Status Allocator::SetDefaultStream(Stream* stream) {
 }
 
 absl::StatusOr<int> Allocator::RegisteredSlot(Stream* stream) {
+  if (slot_owner_ != this) return slot_owner_->RegisteredSlot(stream);
   // Lock-free lookup first: the hot path of a program that passes its streams.
   for (int i = 0; i < kMaxStreams; ++i) {
     if (slots_[i].stream.load(std::memory_order_acquire) == stream) return i;
@@ -227,6 +230,7 @@ absl::Status Allocator::ReleaseStream(Stream* stream) {
   if (stream == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat(name(), ": ReleaseStream of a null stream"));
   }
+  if (slot_owner_ != this) return slot_owner_->ReleaseStream(stream);
   int slot = -1;
   {
     StdMutexLock l(&slots_mu_);
@@ -258,17 +262,17 @@ absl::Status Allocator::SynchronizeSlotsSlow(uint64_t mask) {
     const int i = std::countr_zero(mask);
     // A slot without a stream (host-synchronous, or released: its work was waited for) has
     // nothing pending; a stream that takes the slot later never used this memory.
-    if (slots_[i].stream.load(std::memory_order_acquire) == nullptr) continue;
-    StdMutexLock l(&slots_[i].event_mu);
-    if (Stream* s = slots_[i].stream.load(std::memory_order_acquire))
+    if (slot_owner_->slots_[i].stream.load(std::memory_order_acquire) == nullptr) continue;
+    StdMutexLock l(&slot_owner_->slots_[i].event_mu);
+    if (Stream* s = slot_owner_->slots_[i].stream.load(std::memory_order_acquire))
       first.Update(s->Synchronize());
   }
   return first;
 }
 
 absl::StatusOr<bool> Allocator::RecordSlotEvent(int slot, Event* event) {
-  StdMutexLock l(&slots_[slot].event_mu);
-  Stream* s = slots_[slot].stream.load(std::memory_order_acquire);
+  StdMutexLock l(&slot_owner_->slots_[slot].event_mu);
+  Stream* s = slot_owner_->slots_[slot].stream.load(std::memory_order_acquire);
   if (s == nullptr) return false;
   VGPU_RETURN_IF_ERROR(s->RecordEvent(event));
   return true;
@@ -281,7 +285,7 @@ absl::Status Allocator::WaitForSlots(int slot, uint64_t mask) {
   while (mask != 0) {
     const int other = std::countr_zero(mask);
     mask &= mask - 1;
-    StreamSlotState& o = slots_[other];
+    StreamSlotState& o = slot_owner_->slots_[other];
     // The event lock also keeps ReleaseStream from dropping the slot's stream meanwhile.
     StdMutexLock l(&o.event_mu);
     Stream* s = o.stream.load(std::memory_order_acquire);

@@ -230,7 +230,9 @@ class Allocator {
   // caller has finished its work with a block before freeing it. Call before the first
   // allocation; FailedPrecondition afterwards.
   absl::Status SetDefaultStream(Stream* stream);
-  Stream* default_stream() const { return slots_[0].stream.load(std::memory_order_acquire); }
+  Stream* default_stream() const {
+    return slot_owner_->slots_[0].stream.load(std::memory_order_acquire);
+  }
   // Forgets `stream` before it is destroyed: waits (on the host) for its work, so blocks it
   // used are safe for everyone, and frees its slot. NotFound for a stream never used here.
   // Every stream used with an allocator must be released, or outlive it: the allocator's
@@ -281,7 +283,14 @@ class Allocator {
 
   // The stream of slot `slot` (0: the default stream); nullptr for a host-synchronous or
   // released slot.
-  Stream* SlotStream(int slot) const { return slots_[slot].stream.load(std::memory_order_acquire); }
+  Stream* SlotStream(int slot) const {
+    return slot_owner_->slots_[slot].stream.load(std::memory_order_acquire);
+  }
+  // For an allocator that serves another allocator's blocks (vmm's slab BFC): from now on the
+  // stream slots are `owner`'s, so requests and block masks carry the owner's slot numbers,
+  // waits and syncs go to the owner's streams and events, and the owner registers, releases
+  // and detaches streams. Call before the first allocation; `owner` must outlive this one.
+  void ShareStreamSlotsOf(Allocator* owner) { slot_owner_ = owner != nullptr ? owner : this; }
   static uint64_t SlotBit(int slot) { return uint64_t{1} << slot; }
   // Makes slot `slot`'s stream wait (an event, no host wait) for the work enqueued so far on
   // each other slot in `mask`; a null stream waits on the host. Counted in `stats`.
@@ -357,6 +366,7 @@ class Allocator {
     StdMutex event_mu;
   };
   StreamSlotState slots_[kMaxStreams];
+  Allocator* slot_owner_ = this;        // whose slots_ this allocator uses (ShareStreamSlotsOf)
   StdMutex slots_mu_;                   // registration and release; lookups read the atomics
   std::atomic<bool> allocated_{false};  // SetDefaultStream is refused after this
   bool skip_stream_waits_ = false;

@@ -21,6 +21,7 @@ uint64_t AlignUp(uint64_t a, uint64_t b) { return (a + b - 1) & ~(b - 1); }
 
 BFCAllocator::BFCAllocator(std::unique_ptr<SubAllocator> sub_allocator, BFCOptions options)
     : sub_allocator_(std::move(sub_allocator)), options_(std::move(options)) {
+  ShareStreamSlotsOf(options_.stream_slot_owner);
   std::fill(std::begin(roots_), std::end(roots_), kNone);
   std::fill(std::begin(segment_heads_), std::end(segment_heads_), kNone);
   page_ = std::max<uint64_t>(RoundedBytes(options_.segment_granularity), kMinAllocationSize);

@@ -119,6 +119,11 @@ struct BFCOptions {
   // The largest free block (a tree walk) goes into events for the observer list, and for the
   // usage observer only while *usage_largest_free is true (when set).
   const std::atomic<bool>* usage_largest_free = nullptr;
+  // An allocator this one serves blocks for (the vmm allocator's slabs): the stream slots are
+  // its (Allocator::ShareStreamSlotsOf), and it allocates with AllocateForOwner and records
+  // streams with RecordStreamForOwner, its own AllocateRaw having made the checks and making
+  // the stream waits. Must outlive this allocator.
+  Allocator* stream_slot_owner = nullptr;
 };
 
 class BFCAllocator final : public Allocator {
@@ -160,6 +165,15 @@ class BFCAllocator final : public Allocator {
   // and nothing happens (no error is built: the vmm allocator asks this of pointers that may
   // be its own large blocks).
   absl::Status DeallocateIfLive(void* ptr, bool* live);
+  // For BFCOptions::stream_slot_owner, whose AllocateRaw checked the request (a power-of-two
+  // alignment of at least 256, bytes > 0) and waits for *wait_for's slots once this returns:
+  // the placement alone, with the owner's slot numbers. Without the second pass through
+  // AllocateRaw a small block of the vmm allocator costs what a bfc one does.
+  absl::StatusOr<void*> AllocateForOwner(const AllocationRequest& request, uint64_t* wait_for) {
+    return DoAllocate(request, wait_for);
+  }
+  // RecordStream with the owner's slot number; InvalidArgument when `ptr` is not live here.
+  absl::Status RecordStreamForOwner(void* ptr, int slot) { return DoRecordStream(ptr, slot); }
   // Rounded size of a live allocation (the chunk it occupies); NotFound for other pointers.
   absl::StatusOr<uint64_t> AllocatedSize(const void* ptr) const;
 

@@ -34,14 +34,20 @@ class BucketBitmap {
   }
   bool Test(size_t b) const { return b < n_ && (bits_[b >> 6] >> (b & 63) & 1) != 0; }
 
-  // The highest set bucket below b, or -1.
-  int64_t Prev(int64_t b) const {
-    if (b <= 0) return -1;
-    if (b > static_cast<int64_t>(n_)) b = static_cast<int64_t>(n_);
-    const int64_t w = (b - 1) >> 6;
-    const uint64_t below = (b & 63) == 0 ? ~uint64_t{0} : (uint64_t{1} << (b & 63)) - 1;
-    if (const uint64_t m = bits_[w] & below; m != 0) return w * 64 + 63 - std::countl_zero(m);
-    // The highest non-empty word below w, through the summary.
+  // The highest set bucket below b / the lowest above b, or -1.
+  int64_t Prev(int64_t b) const { return AtMost(b - 1); }
+  int64_t Next(int64_t b) const { return b < 0 ? AtLeast(0) : AtLeast(b + 1); }
+
+  // The highest set bucket <= b / the lowest >= b, or -1. The word of b first (the common
+  // case: one load and a bit scan), then the summary.
+  int64_t AtMost(int64_t b) const {
+    if (b < 0 || n_ == 0) return -1;
+    if (b >= static_cast<int64_t>(n_)) b = static_cast<int64_t>(n_) - 1;
+    const int64_t w = b >> 6;
+    if (const uint64_t m = bits_[w] & (~uint64_t{0} >> (63 - (b & 63))); m != 0) {
+      return w * 64 + 63 - std::countl_zero(m);
+    }
+    // The highest non-empty word below w.
     for (int64_t t = w >> 6; t >= 0; --t) {
       uint64_t m = top_[t];
       if (t == (w >> 6)) m &= (uint64_t{1} << (w & 63)) - 1;
@@ -52,33 +58,23 @@ class BucketBitmap {
     }
     return -1;
   }
-
-  // The lowest set bucket above b, or -1.
-  int64_t Next(int64_t b) const {
-    ++b;
+  int64_t AtLeast(int64_t b) const {
     if (b < 0) b = 0;
     if (b >= static_cast<int64_t>(n_)) return -1;
-    int64_t w = b >> 6;
+    const int64_t w = b >> 6;
     if (const uint64_t m = bits_[w] & (~uint64_t{0} << (b & 63)); m != 0) {
       return w * 64 + std::countr_zero(m);
     }
-    ++w;
-    for (int64_t t = w >> 6; t < static_cast<int64_t>(top_.size()); ++t) {
+    // The lowest non-empty word above w.
+    for (int64_t t = (w + 1) >> 6; t < static_cast<int64_t>(top_.size()); ++t) {
       uint64_t m = top_[t];
-      if (t == (w >> 6)) m &= (w & 63) == 0 ? ~uint64_t{0} : ~uint64_t{0} << (w & 63);
+      if (t == ((w + 1) >> 6)) m &= ~uint64_t{0} << ((w + 1) & 63);
       if (m != 0) {
         const int64_t nw = t * 64 + std::countr_zero(m);
         return nw * 64 + std::countr_zero(bits_[nw]);
       }
     }
     return -1;
-  }
-
-  // The lowest set bucket >= b / the highest <= b, or -1.
-  int64_t AtLeast(int64_t b) const { return Test(b) ? b : Next(b); }
-  int64_t AtMost(int64_t b) const {
-    if (b >= static_cast<int64_t>(n_)) return Prev(static_cast<int64_t>(n_));
-    return Test(b) ? b : Prev(b);
   }
 
  private:

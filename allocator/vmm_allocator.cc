@@ -123,10 +123,7 @@ class VmmAllocator::SlabObserver final : public AllocatorObserver {
   VmmAllocator* owner_;
 };
 
-void VmmAllocator::NotePeak(uint64_t bytes) { AtomicMax(peak_in_use_, bytes); }
-
-void VmmAllocator::NotifyEvent(AllocatorEventKind kind, const void* ptr, uint64_t bytes) const {
-  if (!HasObservers()) return;
+void VmmAllocator::NotifyObservers(AllocatorEventKind kind, const void* ptr, uint64_t bytes) const {
   // From now on the slab BFC reports its largest free block (for fragmentation over time).
   if (!slab_largest_free_wanted_.load(std::memory_order_relaxed)) {
     slab_largest_free_wanted_.store(true, std::memory_order_relaxed);
@@ -252,6 +249,7 @@ absl::Status VmmAllocator::Init() {
   slab_observer_ = std::make_unique<SlabObserver>(this);
   bo.usage_observer = slab_observer_.get();
   bo.usage_largest_free = &slab_largest_free_wanted_;
+  bo.stream_slot_owner = this;  // small blocks carry our slot numbers; our AllocateRaw waits
   VGPU_ASSIGN_OR_RETURN(slabs_, BFCAllocator::Create(std::make_unique<SlabSubAllocator>(this), bo));
   if (!options_.allow_growth) {
     StdMutexLock l(&mu_);  // not shared yet; for the analysis
@@ -304,14 +302,17 @@ absl::StatusOr<void*> VmmAllocator::DoAllocate(const AllocationRequest& request,
   // A small block must fit a slab even after BFC's alignment padding.
   if (slabs_ != nullptr && bytes < small_block_max_ &&
       AlignUp(bytes, kDefaultAlignment) + alignment - kDefaultAlignment <= slab_bytes_) {
-    return AllocateSmall(bytes, alignment, request.slot);
+    return AllocateSmall(request, wait_for);
   }
   return AllocateLarge(bytes, alignment, request.slot, wait_for);
 }
 
-absl::StatusOr<void*> VmmAllocator::AllocateSmall(uint64_t bytes, uint64_t alignment, int slot) {
-  absl::StatusOr<void*> p = slabs_->AllocateRaw(bytes, SlotStream(slot), alignment);
+absl::StatusOr<void*> VmmAllocator::AllocateSmall(const AllocationRequest& request,
+                                                  uint64_t* wait_for) {
+  // Our slot numbers (the slab BFC shares our stream slots); AllocateRaw waits for *wait_for.
+  absl::StatusOr<void*> p = slabs_->AllocateForOwner(request, wait_for);
   if (p.ok() || !absl::IsResourceExhausted(p.status())) return p;
+  const uint64_t bytes = request.bytes;
   std::string why;
   {
     StdMutexLock l(&mu_);
@@ -748,6 +749,9 @@ void VmmAllocator::OpenParts::Init(uint64_t granularity, std::vector<SharedGranu
   // At most 8192 buckets: one per 256 bytes for a 2 MiB granule.
   shift_ = 8;
   while ((granularity >> shift_) > 8192) ++shift_;
+  // Parts are multiples of 256 bytes below one granule: with 256-byte buckets each bucket
+  // holds one size.
+  exact_ = shift_ == 8 && granularity % 256 == 0;
   const size_t n = std::max<size_t>(1, granularity >> shift_);
   heads_.assign(n, kNoGranule);
   nonempty_ = BucketBitmap();
@@ -782,8 +786,13 @@ void VmmAllocator::OpenParts::Erase(uint32_t granule) {
 
 bool VmmAllocator::OpenParts::FindAtMost(uint64_t x, uint64_t* bytes, uint32_t* granule) const {
   if (size_ == 0) return false;
-  for (int64_t b = nonempty_.AtMost(static_cast<int64_t>(BucketOf(x))); b >= 0;
-       b = nonempty_.Prev(b)) {
+  int64_t b = nonempty_.AtMost(static_cast<int64_t>(BucketOf(x)));
+  if (exact_ && b >= 0) {  // one size per bucket, all <= x: the head is the answer
+    *granule = heads_[b];
+    *bytes = (*g_)[*granule].open_bytes;
+    return true;
+  }
+  for (; b >= 0; b = nonempty_.Prev(b)) {
     bool found = false;
     for (uint32_t i = heads_[b]; i != kNoGranule; i = (*g_)[i].next) {
       const uint64_t n = (*g_)[i].open_bytes;
@@ -791,7 +800,6 @@ bool VmmAllocator::OpenParts::FindAtMost(uint64_t x, uint64_t* bytes, uint32_t* 
         *bytes = n;
         *granule = i;
         found = true;
-        if (shift_ == 8) break;  // one size per bucket
       }
     }
     if (found) return true;
@@ -800,7 +808,17 @@ bool VmmAllocator::OpenParts::FindAtMost(uint64_t x, uint64_t* bytes, uint32_t* 
 }
 
 bool VmmAllocator::OpenParts::FindAtLeast(uint64_t x, uint64_t* bytes, uint32_t* granule) const {
-  if (size_ == 0 || (x >> shift_) >= heads_.size()) return false;
+  if (size_ == 0) return false;
+  if (exact_) {  // bucket b holds parts of exactly b << shift_ bytes
+    const uint64_t first = (x + (uint64_t{1} << shift_) - 1) >> shift_;
+    if (first >= heads_.size()) return false;
+    const int64_t b = nonempty_.AtLeast(static_cast<int64_t>(first));
+    if (b < 0) return false;
+    *granule = heads_[b];
+    *bytes = (*g_)[*granule].open_bytes;
+    return true;
+  }
+  if ((x >> shift_) >= heads_.size()) return false;
   for (int64_t b = nonempty_.AtLeast(static_cast<int64_t>(x >> shift_)); b >= 0;
        b = nonempty_.Next(b)) {
     bool found = false;
@@ -810,7 +828,6 @@ bool VmmAllocator::OpenParts::FindAtLeast(uint64_t x, uint64_t* bytes, uint32_t*
         *bytes = n;
         *granule = i;
         found = true;
-        if (shift_ == 8) break;
       }
     }
     if (found) return true;
@@ -1138,17 +1155,13 @@ absl::Status VmmAllocator::DoRecordStream(void* ptr, int slot) {
     }
   }
   if (slot != 0) used_slots_.fetch_or(SlotBit(slot), std::memory_order_relaxed);
-  absl::Status s = slabs_ != nullptr ? slabs_->RecordStream(ptr, SlotStream(slot))
-                                     : absl::InvalidArgumentError("");
+  absl::Status s =
+      slabs_ != nullptr ? slabs_->RecordStreamForOwner(ptr, slot) : absl::InvalidArgumentError("");
   if (absl::IsInvalidArgument(s)) {
     return absl::InvalidArgumentError(absl::StrCat(name(), ": RecordStream of ", P(ptr),
                                                    ", which is not a live allocation here"));
   }
   return s;
-}
-
-void VmmAllocator::OnReleaseStream(Stream* stream) {
-  if (slabs_ != nullptr) slabs_->ReleaseStream(stream).IgnoreError();  // NotFound if unused
 }
 
 absl::Status VmmAllocator::DropKeptTailLocked(Range* range) {
@@ -1628,6 +1641,13 @@ absl::Status VmmAllocator::CheckInvariants() const {
                   " blocks, marked ", sg.lower_live, "/", sg.upper_live);
     }
     if (!sg.lower_live && !sg.upper_live) return fail("shared granule ", i, " is unused");
+    // An open part is offered under the bytes of its free part: whole 256-byte units, so a
+    // bucket of OpenParts holds one size.
+    if (const uint64_t open = sg.lower_live ? granularity_ - sg.split : sg.split;
+        sg.lower_live != sg.upper_live && (sg.open_bytes != open || open % 256 != 0)) {
+      return fail("shared granule ", i, " is offered with ", sg.open_bytes,
+                  " bytes, its free part has ", open);
+    }
     both += sg.lower_live && sg.upper_live;
     open_upper += sg.lower_live && !sg.upper_live;
     open_lower += !sg.lower_live && sg.upper_live;

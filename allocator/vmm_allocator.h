@@ -279,6 +279,7 @@ class VmmAllocator final : public Allocator {
     }
     std::vector<SharedGranule>* g_ = nullptr;
     int shift_ = 8;
+    bool exact_ = true;  // one size per bucket (shift_ == 8)
     std::vector<uint32_t> heads_;
     BucketBitmap nonempty_;
     size_t size_ = 0;
@@ -337,10 +338,19 @@ class VmmAllocator final : public Allocator {
   };
   class SlabSubAllocator;
   class SlabObserver;
-  void NotePeak(uint64_t bytes);
+  // Inline: both run on every small operation (through SlabObserver).
+  void NotePeak(uint64_t bytes) {
+    uint64_t cur = peak_in_use_.load(std::memory_order_relaxed);
+    while (cur < bytes &&
+           !peak_in_use_.compare_exchange_weak(cur, bytes, std::memory_order_relaxed)) {
+    }
+  }
   // An event (allocator.h) with the in-use and mapped bytes after it; under mu_ or the slab
   // BFC's lock (atomics only).
-  void NotifyEvent(AllocatorEventKind kind, const void* ptr, uint64_t bytes) const;
+  void NotifyEvent(AllocatorEventKind kind, const void* ptr, uint64_t bytes) const {
+    if (HasObservers()) NotifyObservers(kind, ptr, bytes);
+  }
+  void NotifyObservers(AllocatorEventKind kind, const void* ptr, uint64_t bytes) const;
 
   VmmAllocator(Executor* executor, VmmOptions options, uint64_t granularity);
   absl::Status Init();
@@ -351,10 +361,10 @@ class VmmAllocator final : public Allocator {
   void DoResetPeakStats() override;
   absl::Status DoReleaseCachedMemory() override;
   absl::Status DoRecordStream(void* ptr, int slot) override;
-  void OnReleaseStream(Stream* stream) override;
 
-  // Small blocks are ordered by the slab BFC, which sees the same streams.
-  absl::StatusOr<void*> AllocateSmall(uint64_t bytes, uint64_t alignment, int slot)
+  // Small blocks come from the slab BFC, which shares our stream slots: its blocks carry our
+  // slot numbers and AllocateRaw waits for *wait_for as for a large block.
+  absl::StatusOr<void*> AllocateSmall(const AllocationRequest& request, uint64_t* wait_for)
       ABSL_LOCKS_EXCLUDED(mu_);
   absl::StatusOr<void*> AllocateLarge(uint64_t bytes, uint64_t alignment, int slot,
                                       uint64_t* wait_for) ABSL_LOCKS_EXCLUDED(mu_);

@@ -60,7 +60,7 @@ TEST(BucketBitmapTest, GrowingKeepsMarks) {
 // Against std::set on random sets and queries.
 TEST(BucketBitmapTest, MatchesAnOrderedSet) {
   std::mt19937_64 rng(7);
-  for (size_t n : {1, 63, 64, 65, 4096, 4097, 70000}) {
+  for (size_t n : {1, 63, 64, 65, 4095, 4096, 4097, 70000}) {
     BucketBitmap b;
     b.Resize(n);
     std::set<int64_t> s;
@@ -73,12 +73,13 @@ TEST(BucketBitmapTest, MatchesAnOrderedSet) {
         b.Set(i);
         s.insert(i);
       }
-      const int64_t q = static_cast<int64_t>(rng() % (n + 2)) - 1;
+      const int64_t q = static_cast<int64_t>(rng() % (n + 4)) - 2;  // past both ends too
       auto up = s.upper_bound(q);
       ASSERT_EQ(b.Next(q), up == s.end() ? -1 : *up) << "n " << n << " q " << q;
       auto lo = s.lower_bound(q);
       ASSERT_EQ(b.Prev(q), lo == s.begin() ? -1 : *std::prev(lo)) << "n " << n << " q " << q;
-      ASSERT_EQ(b.AtLeast(q), q >= 0 && s.count(q) ? q : b.Next(q));
+      ASSERT_EQ(b.AtLeast(q), lo == s.end() ? -1 : *lo) << "n " << n << " q " << q;
+      ASSERT_EQ(b.AtMost(q), up == s.begin() ? -1 : *std::prev(up)) << "n " << n << " q " << q;
     }
   }
 }

@@ -32,7 +32,8 @@ using ::vgpu::testing::IsOk;
 using ::vgpu::testing::StatusIs;
 
 constexpr uint64_t kLimit = 64 << 20;
-constexpr uint64_t kBlock = 4 << 20;  // a large block for vmm (granule-mapped) too
+constexpr uint64_t kBlock = 4 << 20;        // a large block for vmm (granule-mapped) too
+constexpr uint64_t kSmallBlock = 64 << 10;  // from vmm's slabs (a BFC that shares its streams)
 constexpr auto kSlow = std::chrono::milliseconds(150);
 
 struct Bfc {
@@ -86,19 +87,26 @@ class StreamOrderTest : public ::testing::Test {
     return a.ok() ? *std::move(a) : nullptr;
   }
 
+  // A fresh allocator, and `block` bytes for the helpers below.
+  void UseBlock(uint64_t block) {
+    block_ = block;
+    allocator_ = Make(a_.get());
+    ASSERT_NE(allocator_, nullptr);
+  }
+
   // Fills `p` with `value` on `s`, then (still on `s`) keeps using it for kSlow and checks it
   // still holds `value`: false in *intact when another stream wrote it meanwhile.
   // Returns once the stream has started that use (the fill is done), so a write from another
   // stream can only land during it.
   void SlowUse(Stream* s, void* p, uint8_t value, std::atomic<bool>* intact) {
     std::atomic<bool> started{false};
-    ASSERT_THAT(s->Memset8(p, value, kBlock), IsOk());
-    ASSERT_THAT(s->LaunchHostFunc([p, value, intact, &started] {
+    ASSERT_THAT(s->Memset8(p, value, block_), IsOk());
+    ASSERT_THAT(s->LaunchHostFunc([p, value, intact, &started, n = block_] {
       started.store(true);
       std::this_thread::sleep_for(kSlow);
       const auto* b = static_cast<const uint8_t*>(p);
       bool same = true;
-      for (uint64_t i = 0; i < kBlock; i += 4096) same &= b[i] == value;
+      for (uint64_t i = 0; i < n; i += 4096) same &= b[i] == value;
       intact->store(same);
     }),
                 IsOk());
@@ -109,16 +117,16 @@ class StreamOrderTest : public ::testing::Test {
   // it. Whether A's data stayed intact; *same_block: whether B got A's block.
   bool FreeOnAThenReuseOnB(bool* same_block) {
     std::atomic<bool> intact{false};
-    auto p = allocator_->AllocateRaw(kBlock, a_.get());
+    auto p = allocator_->AllocateRaw(block_, a_.get());
     EXPECT_THAT(p.status(), IsOk());
     if (!p.ok()) return false;
     SlowUse(a_.get(), *p, 0xAA, &intact);
     EXPECT_THAT(allocator_->Deallocate(*p), IsOk());  // A is still busy with it
-    auto q = allocator_->AllocateRaw(kBlock, b_.get());
+    auto q = allocator_->AllocateRaw(block_, b_.get());
     EXPECT_THAT(q.status(), IsOk());
     if (!q.ok()) return false;
     *same_block = *q == *p;
-    EXPECT_THAT(b_->Memset8(*q, 0x55, kBlock), IsOk());
+    EXPECT_THAT(b_->Memset8(*q, 0x55, block_), IsOk());
     EXPECT_THAT(a_->Synchronize(), IsOk());
     EXPECT_THAT(b_->Synchronize(), IsOk());
     EXPECT_THAT(allocator_->Deallocate(*q), IsOk());
@@ -129,32 +137,32 @@ class StreamOrderTest : public ::testing::Test {
   // the block is freed on the host at once and A takes it again and writes it.
   bool UseOnBFreeThenReuseOnA(bool record, bool* same_block) {
     std::atomic<bool> intact{false};
-    auto p = allocator_->AllocateRaw(kBlock, a_.get());
+    auto p = allocator_->AllocateRaw(block_, a_.get());
     EXPECT_THAT(p.status(), IsOk());
     if (!p.ok()) return false;
-    EXPECT_THAT(a_->Memset8(*p, 0xAA, kBlock), IsOk());
+    EXPECT_THAT(a_->Memset8(*p, 0xAA, block_), IsOk());
     auto filled = executor_->CreateEvent();
     EXPECT_THAT(filled.status(), IsOk());
     EXPECT_THAT(a_->RecordEvent(filled->get()), IsOk());
     EXPECT_THAT(b_->WaitEvent(filled->get()), IsOk());
     std::atomic<bool> started{false};
-    EXPECT_THAT(b_->LaunchHostFunc([p = *p, &intact, &started] {
+    EXPECT_THAT(b_->LaunchHostFunc([p = *p, &intact, &started, n = block_] {
       started.store(true);
       std::this_thread::sleep_for(kSlow);
       const auto* b = static_cast<const uint8_t*>(p);
       bool same = true;
-      for (uint64_t i = 0; i < kBlock; i += 4096) same &= b[i] == 0xAA;
+      for (uint64_t i = 0; i < n; i += 4096) same &= b[i] == 0xAA;
       intact.store(same);
     }),
                 IsOk());
     while (!started.load()) std::this_thread::yield();
     if (record) EXPECT_THAT(allocator_->RecordStream(*p, b_.get()), IsOk());
     EXPECT_THAT(allocator_->Deallocate(*p), IsOk());
-    auto q = allocator_->AllocateRaw(kBlock, a_.get());
+    auto q = allocator_->AllocateRaw(block_, a_.get());
     EXPECT_THAT(q.status(), IsOk());
     if (!q.ok()) return false;
     *same_block = *q == *p;
-    EXPECT_THAT(a_->Memset8(*q, 0x55, kBlock), IsOk());
+    EXPECT_THAT(a_->Memset8(*q, 0x55, block_), IsOk());
     EXPECT_THAT(a_->Synchronize(), IsOk());
     EXPECT_THAT(b_->Synchronize(), IsOk());
     EXPECT_THAT(allocator_->Deallocate(*q), IsOk());
@@ -163,6 +171,8 @@ class StreamOrderTest : public ::testing::Test {
 
   std::unique_ptr<HostPlatform> platform_;
   Executor* executor_ = nullptr;
+  // The block the helpers above use: large by default; kSmallBlock for vmm's slab path.
+  uint64_t block_ = kBlock;
   std::unique_ptr<Stream> a_, b_;
   std::unique_ptr<Allocator> allocator_;
 };
@@ -190,27 +200,36 @@ TYPED_TEST(StreamOrderTest, SameStreamReuseIsImmediate) {
   EXPECT_THAT(a.CheckInvariants(), IsOk());
 }
 
+// Large blocks, and small ones (vmm's slabs: a BFC that shares vmm's stream slots).
 TYPED_TEST(StreamOrderTest, ReuseOnAnotherStreamWaitsForTheFreeingStream) {
-  bool same = false;
-  EXPECT_TRUE(this->FreeOnAThenReuseOnB(&same));
-  if (TypeParam::kReusesAcrossStreams) {
-    EXPECT_TRUE(same) << "B should get A's block (after waiting for A), or the test is void";
-    const AllocatorStats s = this->allocator_->Stats();
-    EXPECT_GE(s.cross_stream_reuses, 1u);
-    EXPECT_GE(s.stream_waits, 1u);
+  for (uint64_t block : {kBlock, kSmallBlock}) {
+    SCOPED_TRACE(block);
+    ASSERT_NO_FATAL_FAILURE(this->UseBlock(block));
+    bool same = false;
+    EXPECT_TRUE(this->FreeOnAThenReuseOnB(&same));
+    if (TypeParam::kReusesAcrossStreams) {
+      EXPECT_TRUE(same) << "B should get A's block (after waiting for A), or the test is void";
+      const AllocatorStats s = this->allocator_->Stats();
+      EXPECT_GE(s.cross_stream_reuses, 1u);
+      EXPECT_GE(s.stream_waits, 1u);
+    }
+    EXPECT_EQ(this->allocator_->Stats().bytes_in_use, 0u);
+    EXPECT_THAT(this->allocator_->CheckInvariants(), IsOk());
   }
-  EXPECT_EQ(this->allocator_->Stats().bytes_in_use, 0u);
-  EXPECT_THAT(this->allocator_->CheckInvariants(), IsOk());
 }
 
 TYPED_TEST(StreamOrderTest, RecordStreamHoldsReuseBehindTheOtherStream) {
-  bool same = false;
-  EXPECT_TRUE(this->UseOnBFreeThenReuseOnA(/*record=*/true, &same));
-  if (TypeParam::kReusesAcrossStreams) {
-    EXPECT_TRUE(same);
-    EXPECT_GE(this->allocator_->Stats().stream_waits, 1u);
+  for (uint64_t block : {kBlock, kSmallBlock}) {
+    SCOPED_TRACE(block);
+    ASSERT_NO_FATAL_FAILURE(this->UseBlock(block));
+    bool same = false;
+    EXPECT_TRUE(this->UseOnBFreeThenReuseOnA(/*record=*/true, &same));
+    if (TypeParam::kReusesAcrossStreams) {
+      EXPECT_TRUE(same);
+      EXPECT_GE(this->allocator_->Stats().stream_waits, 1u);
+    }
+    EXPECT_THAT(this->allocator_->CheckInvariants(), IsOk());
   }
-  EXPECT_THAT(this->allocator_->CheckInvariants(), IsOk());
 }
 
 // The tests above can fail: with the waits switched off, the same workloads see their block
@@ -226,15 +245,19 @@ using PlacingKinds = ::testing::Types<Bfc, Vmm>;
 TYPED_TEST_SUITE(BrokenStreamOrderTest, PlacingKinds);
 
 TYPED_TEST(BrokenStreamOrderTest, IsCaught) {
-  bool same = false;
-  EXPECT_FALSE(this->UseOnBFreeThenReuseOnA(/*record=*/false, &same))
-      << "without RecordStream the reuse on A must race with B's use";
-  EXPECT_TRUE(same);
-  this->allocator_->SetSkipStreamWaitsForTesting(true);
-  EXPECT_FALSE(this->FreeOnAThenReuseOnB(&same));
-  EXPECT_TRUE(same);
-  EXPECT_FALSE(this->UseOnBFreeThenReuseOnA(/*record=*/true, &same));
-  EXPECT_TRUE(same);
+  for (uint64_t block : {kBlock, kSmallBlock}) {
+    SCOPED_TRACE(block);
+    ASSERT_NO_FATAL_FAILURE(this->UseBlock(block));
+    bool same = false;
+    EXPECT_FALSE(this->UseOnBFreeThenReuseOnA(/*record=*/false, &same))
+        << "without RecordStream the reuse on A must race with B's use";
+    EXPECT_TRUE(same);
+    this->allocator_->SetSkipStreamWaitsForTesting(true);
+    EXPECT_FALSE(this->FreeOnAThenReuseOnB(&same));
+    EXPECT_TRUE(same);
+    EXPECT_FALSE(this->UseOnBFreeThenReuseOnA(/*record=*/true, &same));
+    EXPECT_TRUE(same);
+  }
 }
 #endif  // !__SANITIZE_THREAD__
 
