@@ -3,6 +3,7 @@
 #include <bit>
 #include <utility>
 
+#include "absl/base/optimization.h"
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -111,34 +112,44 @@ absl::StatusOr<void*> Allocator::AllocateRaw(uint64_t bytes, uint64_t alignment)
 }
 
 absl::StatusOr<void*> Allocator::AllocateRaw(uint64_t bytes, Stream* stream, uint64_t alignment) {
-  if (alignment == 0 || (alignment & (alignment - 1)) != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(name(), ": alignment ", alignment,
-                                                   " is not a power of two (request of ", bytes,
-                                                   " bytes)"));
+  if (ABSL_PREDICT_FALSE(alignment == 0 || (alignment & (alignment - 1)) != 0)) {
+    return BadAlignmentError(bytes, alignment);
   }
   if (alignment < kDefaultAlignment) alignment = kDefaultAlignment;
-  absl::StatusOr<int> slot = SlotFor(stream);
-  if (!slot.ok()) return slot.status();
+  int slot = 0;
+  if (stream != nullptr) {
+    absl::StatusOr<int> s = RegisteredSlot(stream);
+    if (!s.ok()) return s.status();
+    slot = *s;
+  }
   if (!allocated_.load(std::memory_order_relaxed)) {
     allocated_.store(true, std::memory_order_relaxed);
   }
   if (bytes == 0) return nullptr;
   uint64_t wait_for = 0;
-  absl::StatusOr<void*> p = DoAllocate(AllocationRequest{bytes, alignment, *slot}, &wait_for);
-  if (p.ok() && (wait_for & ~SlotBit(*slot)) != 0) {
-    cross_stream_reuses_.fetch_add(1, std::memory_order_relaxed);
-    absl::Status s = WaitForSlots(*slot, wait_for);
-    if (!s.ok()) {
-      // The block cannot be made safe for this stream: give it back (its streams stay on it).
-      absl::Status freed = DoDeallocate(*p);
-      if (!freed.ok()) ReportAllocatorError(absl::StrCat("vgpu: ", freed.ToString()));
-      return absl::Status(s.code(), absl::StrCat(name(),
-                                                 ": ordering a block freed on another "
-                                                 "stream before its reuse: ",
-                                                 s.message()));
-    }
+  absl::StatusOr<void*> p = DoAllocate(AllocationRequest{bytes, alignment, slot}, &wait_for);
+  if (ABSL_PREDICT_FALSE(p.ok() && (wait_for & ~SlotBit(slot)) != 0)) {
+    return WaitForReuse(*p, slot, wait_for);
   }
   return p;
+}
+
+absl::Status Allocator::BadAlignmentError(uint64_t bytes, uint64_t alignment) const {
+  return absl::InvalidArgumentError(absl::StrCat(
+      name(), ": alignment ", alignment, " is not a power of two (request of ", bytes, " bytes)"));
+}
+
+absl::StatusOr<void*> Allocator::WaitForReuse(void* p, int slot, uint64_t wait_for) {
+  cross_stream_reuses_.fetch_add(1, std::memory_order_relaxed);
+  absl::Status s = WaitForSlots(slot, wait_for);
+  if (s.ok()) return p;
+  // The block cannot be made safe for this stream: give it back (its streams stay on it).
+  absl::Status freed = DoDeallocate(p);
+  if (!freed.ok()) ReportAllocatorError(absl::StrCat("vgpu: ", freed.ToString()));
+  return absl::Status(s.code(), absl::StrCat(name(),
+                                             ": ordering a block freed on another "
+                                             "stream before its reuse: ",
+                                             s.message()));
 }
 
 absl::StatusOr<DeviceBuffer> Allocator::Allocate(uint64_t bytes, uint64_t alignment) {

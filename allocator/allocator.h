@@ -337,6 +337,10 @@ class Allocator {
     return stream == nullptr ? absl::StatusOr<int>(0) : RegisteredSlot(stream);
   }
   absl::StatusOr<int> RegisteredSlot(Stream* stream);
+  // AllocateRaw's rare paths, out of line so its hot path keeps a small frame (the messages'
+  // string building made it save six registers and 360 bytes of stack on every call).
+  absl::Status BadAlignmentError(uint64_t bytes, uint64_t alignment) const;
+  absl::StatusOr<void*> WaitForReuse(void* p, int slot, uint64_t wait_for);
 
   // Placement. `*wait_for` (0 on entry): the slots whose work on the block must be complete
   // before the new owner's stream uses it (the base waits after DoAllocate returns, without

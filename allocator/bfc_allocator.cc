@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/base/attributes.h"
+#include "absl/base/optimization.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "vgpu/allocator/sub_allocators.h"
@@ -902,12 +903,15 @@ absl::Status BFCAllocator::DoRecordStream(void* ptr, int slot) {
 absl::Status BFCAllocator::DoDeallocate(void* ptr) {
   bool live = false;
   absl::Status s = DeallocateIfLive(ptr, &live);
-  if (!live) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(name(), ": ", P(reinterpret_cast<uint64_t>(ptr)),
-                     " was not allocated by this allocator, or was already freed"));
-  }
+  if (ABSL_PREDICT_FALSE(!live)) return NotLiveError(ptr);
   return s;
+}
+
+// Out of line: the message's string building would give every free a large frame.
+absl::Status BFCAllocator::NotLiveError(const void* ptr) const {
+  return absl::InvalidArgumentError(
+      absl::StrCat(name(), ": ", P(reinterpret_cast<uint64_t>(ptr)),
+                   " was not allocated by this allocator, or was already freed"));
 }
 
 absl::Status BFCAllocator::DeallocateIfLive(void* ptr, bool* live) {

@@ -323,6 +323,7 @@ class BFCAllocator final : public Allocator {
     Notify(options_.name, e);
   }
 
+  absl::Status NotLiveError(const void* ptr) const;
   uint32_t NewChunk() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void DeleteChunk(uint32_t c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Splits chunk c at `offset`: c keeps [0, offset), the returned new chunk the rest.

@@ -630,9 +630,7 @@ absl::Status VmmAllocator::DoDeallocate(void* ptr) {
       absl::Status f = FreeLarge(ptr, &found);
       if (found) return f;
     }
-    return absl::InvalidArgumentError(absl::StrCat(
-        name(), ": Deallocate(", P(ptr),
-        ") is not a live allocation of this allocator (double free or foreign pointer)"));
+    return NotLiveError(ptr);
   }
   // The last small block gone with no large one live: idle, whichever path freed last. Two
   // relaxed loads on the hot path; GiveBackIfIdle re-checks under the locks.
@@ -641,6 +639,13 @@ absl::Status VmmAllocator::DoDeallocate(void* ptr) {
     return GiveBackIfIdle(nullptr, 0);
   }
   return s;
+}
+
+// Out of line: the message's string building would give every free a large frame.
+absl::Status VmmAllocator::NotLiveError(const void* ptr) const {
+  return absl::InvalidArgumentError(absl::StrCat(
+      name(), ": Deallocate(", P(ptr),
+      ") is not a live allocation of this allocator (double free or foreign pointer)"));
 }
 
 bool VmmAllocator::IdleLocked() const {

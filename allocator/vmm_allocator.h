@@ -351,6 +351,7 @@ class VmmAllocator final : public Allocator {
     if (HasObservers()) NotifyObservers(kind, ptr, bytes);
   }
   void NotifyObservers(AllocatorEventKind kind, const void* ptr, uint64_t bytes) const;
+  absl::Status NotLiveError(const void* ptr) const;
 
   VmmAllocator(Executor* executor, VmmOptions options, uint64_t granularity);
   absl::Status Init();
