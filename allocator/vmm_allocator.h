@@ -26,7 +26,9 @@
 // block's views, a range the cache will not take) while the block's streams may still use it
 // records an event on each of them and parks the block, mapped, until the events complete
 // (retired by later large-path operations; waited for only when its memory is needed, at idle
-// give-back, Trim() and destruction). Granules() counts them.
+// give-back, Trim() and destruction). Granules() counts them. The slab BFC shares this
+// allocator's stream slots (BFCOptions::stream_slot_owner): small blocks carry our slot numbers
+// and our AllocateRaw makes their cross-stream waits.
 //
 // Thread safety: thread-safe (see allocator.h). One mutex guards the granule pool and large
 // blocks; the slab BFC has its own, and is always locked before ours, never after. Small
