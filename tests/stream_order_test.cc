@@ -16,7 +16,9 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "vgpu/allocator/bfc_allocator.h"
 #include "vgpu/allocator/factory.h"
+#include "vgpu/allocator/sub_allocators.h"
 #include "vgpu/allocator/vmm_allocator.h"
 #include "vgpu/devices/config.h"
 #include "vgpu/devices/runtime.h"
@@ -754,6 +756,60 @@ TYPED_TEST(StreamOrderTest, RandomOperationsOnBusyStreamsStayOrdered) {
     ASSERT_THAT(this->a_->Synchronize(), IsOk());
     ASSERT_THAT(this->b_->Synchronize(), IsOk());
   }
+}
+
+// An allocator that serves another's blocks (BFCOptions::stream_slot_owner, as vmm's slab BFC)
+// uses the owner's stream slots: a stream it sees is registered, released and waited for there.
+TEST(StreamSlotSharingTest, AllocatorOverAnotherUsesItsStreamSlots) {
+  auto platform = HostPlatform::Create(HostPlatformOptions{{uint64_t{1} << 30}});
+  ASSERT_THAT(platform.status(), IsOk());
+  auto executor = (*platform)->GetExecutor(0);
+  ASSERT_THAT(executor.status(), IsOk());
+  auto a = (*executor)->CreateStream(StreamOptions{});
+  auto b = (*executor)->CreateStream(StreamOptions{});
+  ASSERT_THAT(a.status(), IsOk());
+  ASSERT_THAT(b.status(), IsOk());
+  BFCOptions oo;
+  oo.name = "owner";
+  oo.memory_limit = kLimit;
+  auto owner = BFCAllocator::Create(std::make_unique<DeviceSubAllocator>(*executor), oo);
+  ASSERT_THAT(owner.status(), IsOk());
+  BFCOptions so;
+  so.name = "served";
+  so.memory_limit = kLimit;
+  so.stream_slot_owner = owner->get();
+  auto served = BFCAllocator::Create(std::make_unique<DeviceSubAllocator>(*executor), so);
+  ASSERT_THAT(served.status(), IsOk());
+  // A block on b freed while b is busy, taken again on a: the wait goes through the slots.
+  auto p = (*served)->AllocateRaw(kSmallBlock, b->get());
+  ASSERT_THAT(p.status(), IsOk());
+  std::atomic<bool> intact{false};
+  ASSERT_THAT((*b)->Memset8(*p, 0xAA, kSmallBlock), IsOk());
+  std::atomic<bool> started{false};
+  ASSERT_THAT((*b)->LaunchHostFunc([p = *p, &intact, &started] {
+    started.store(true);
+    std::this_thread::sleep_for(kSlow);
+    intact.store(static_cast<const uint8_t*>(p)[kSmallBlock - 1] == 0xAA);
+  }),
+              IsOk());
+  while (!started.load()) std::this_thread::yield();
+  ASSERT_THAT((*served)->Deallocate(*p), IsOk());
+  auto q = (*served)->AllocateRaw(kSmallBlock, a->get());
+  ASSERT_THAT(q.status(), IsOk());
+  EXPECT_EQ(*q, *p);
+  ASSERT_THAT((*a)->Memset8(*q, 0x55, kSmallBlock), IsOk());
+  ASSERT_THAT((*a)->Synchronize(), IsOk());
+  EXPECT_TRUE(intact.load()) << "the reuse on a must wait for b's use";
+  EXPECT_GE((*served)->Stats().stream_waits, 1u);
+  ASSERT_THAT((*served)->Deallocate(*q), IsOk());
+  // The streams were registered with the owner: it releases them; the served allocator's
+  // ReleaseStream is the owner's.
+  EXPECT_THAT((*owner)->ReleaseStream(b->get()), IsOk());
+  EXPECT_THAT((*served)->ReleaseStream(b->get()), StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_THAT((*served)->ReleaseStream(a->get()), IsOk());
+  EXPECT_THAT((*owner)->ReleaseStream(a->get()), StatusIs(absl::StatusCode::kNotFound));
+  served->reset();
+  owner->reset();
 }
 
 // A logical device's allocator is ordered on the device's stream: Allocate without a stream
