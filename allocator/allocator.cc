@@ -116,12 +116,9 @@ absl::StatusOr<void*> Allocator::AllocateRaw(uint64_t bytes, Stream* stream, uin
     return BadAlignmentError(bytes, alignment);
   }
   if (alignment < kDefaultAlignment) alignment = kDefaultAlignment;
-  int slot = 0;
-  if (stream != nullptr) {
-    absl::StatusOr<int> s = RegisteredSlot(stream);
-    if (!s.ok()) return s.status();
-    slot = *s;
-  }
+  absl::StatusOr<int> slot_or = SlotFor(stream);
+  if (!slot_or.ok()) return slot_or.status();
+  const int slot = *slot_or;
   if (!allocated_.load(std::memory_order_relaxed)) {
     allocated_.store(true, std::memory_order_relaxed);
   }
@@ -273,17 +270,16 @@ absl::Status Allocator::SynchronizeSlotsSlow(uint64_t mask) {
     const int i = std::countr_zero(mask);
     // A slot without a stream (host-synchronous, or released: its work was waited for) has
     // nothing pending; a stream that takes the slot later never used this memory.
-    if (slot_owner_->slots_[i].stream.load(std::memory_order_acquire) == nullptr) continue;
-    StdMutexLock l(&slot_owner_->slots_[i].event_mu);
-    if (Stream* s = slot_owner_->slots_[i].stream.load(std::memory_order_acquire))
-      first.Update(s->Synchronize());
+    if (SlotStream(i) == nullptr) continue;
+    StdMutexLock l(&Slot(i).event_mu);
+    if (Stream* s = SlotStream(i)) first.Update(s->Synchronize());
   }
   return first;
 }
 
 absl::StatusOr<bool> Allocator::RecordSlotEvent(int slot, Event* event) {
-  StdMutexLock l(&slot_owner_->slots_[slot].event_mu);
-  Stream* s = slot_owner_->slots_[slot].stream.load(std::memory_order_acquire);
+  StdMutexLock l(&Slot(slot).event_mu);
+  Stream* s = SlotStream(slot);
   if (s == nullptr) return false;
   VGPU_RETURN_IF_ERROR(s->RecordEvent(event));
   return true;
@@ -296,7 +292,7 @@ absl::Status Allocator::WaitForSlots(int slot, uint64_t mask) {
   while (mask != 0) {
     const int other = std::countr_zero(mask);
     mask &= mask - 1;
-    StreamSlotState& o = slot_owner_->slots_[other];
+    StreamSlotState& o = Slot(other);
     // The event lock also keeps ReleaseStream from dropping the slot's stream meanwhile.
     StdMutexLock l(&o.event_mu);
     Stream* s = o.stream.load(std::memory_order_acquire);

@@ -230,9 +230,7 @@ class Allocator {
   // caller has finished its work with a block before freeing it. Call before the first
   // allocation; FailedPrecondition afterwards.
   absl::Status SetDefaultStream(Stream* stream);
-  Stream* default_stream() const {
-    return slot_owner_->slots_[0].stream.load(std::memory_order_acquire);
-  }
+  Stream* default_stream() const { return SlotStream(0); }
   // Forgets `stream` before it is destroyed: waits (on the host) for its work, so blocks it
   // used are safe for everyone, and frees its slot. NotFound for a stream never used here.
   // Every stream used with an allocator must be released, or outlive it: the allocator's
@@ -283,9 +281,7 @@ class Allocator {
 
   // The stream of slot `slot` (0: the default stream); nullptr for a host-synchronous or
   // released slot.
-  Stream* SlotStream(int slot) const {
-    return slot_owner_->slots_[slot].stream.load(std::memory_order_acquire);
-  }
+  Stream* SlotStream(int slot) const { return Slot(slot).stream.load(std::memory_order_acquire); }
   // For an allocator that serves another allocator's blocks (vmm's slab BFC): from now on the
   // stream slots are `owner`'s, so requests and block masks carry the owner's slot numbers,
   // waits and syncs go to the owner's streams and events, and the owner registers, releases
@@ -369,6 +365,8 @@ class Allocator {
     std::unique_ptr<Event> event;  // recorded on `stream` for waiters; made on first need
     StdMutex event_mu;
   };
+  // Slot `i` of the table in use: ours, or the owner's (ShareStreamSlotsOf).
+  StreamSlotState& Slot(int i) const { return slot_owner_->slots_[i]; }
   StreamSlotState slots_[kMaxStreams];
   Allocator* slot_owner_ = this;        // whose slots_ this allocator uses (ShareStreamSlotsOf)
   StdMutex slots_mu_;                   // registration and release; lookups read the atomics

@@ -20,11 +20,6 @@ namespace {
 uint64_t CeilDiv(uint64_t a, uint64_t b) { return a / b + (a % b != 0); }
 uint64_t AlignUp(uint64_t a, uint64_t b) { return CeilDiv(a, b) * b; }
 std::string P(const void* p) { return absl::StrFormat("%p", p); }
-void AtomicMax(std::atomic<uint64_t>& a, uint64_t v) {
-  uint64_t cur = a.load(std::memory_order_relaxed);
-  while (cur < v && !a.compare_exchange_weak(cur, v, std::memory_order_relaxed)) {
-  }
-}
 
 // For an atomic that only writers holding one lock change (readers take no lock): a plain
 // load and store, without the locked read-modify-write (~20 cycles on x86) it does not need.

@@ -340,13 +340,13 @@ class VmmAllocator final : public Allocator {
   };
   class SlabSubAllocator;
   class SlabObserver;
-  // Inline: both run on every small operation (through SlabObserver).
-  void NotePeak(uint64_t bytes) {
-    uint64_t cur = peak_in_use_.load(std::memory_order_relaxed);
-    while (cur < bytes &&
-           !peak_in_use_.compare_exchange_weak(cur, bytes, std::memory_order_relaxed)) {
+  static void AtomicMax(std::atomic<uint64_t>& a, uint64_t v) {
+    uint64_t cur = a.load(std::memory_order_relaxed);
+    while (cur < v && !a.compare_exchange_weak(cur, v, std::memory_order_relaxed)) {
     }
   }
+  // Inline: both run on every small operation (through SlabObserver).
+  void NotePeak(uint64_t bytes) { AtomicMax(peak_in_use_, bytes); }
   // An event (allocator.h) with the in-use and mapped bytes after it; under mu_ or the slab
   // BFC's lock (atomics only).
   void NotifyEvent(AllocatorEventKind kind, const void* ptr, uint64_t bytes) const {
