@@ -276,6 +276,9 @@ class Allocator {
   }
   // Whether Notify would call anyone (to skip work that only observers need).
   bool HasObservers() const { return has_observers_.load(std::memory_order_relaxed); }
+  // The flag HasObservers reads, for an allocator whose own events another one sends on
+  // (BFCUsageMirror::forward).
+  const std::atomic<bool>* ObserversFlag() const { return &has_observers_; }
   // ResourceExhausted with the message shape above.
   absl::Status OutOfMemoryError(const OutOfMemoryReport& report) const;
 

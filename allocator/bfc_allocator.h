@@ -50,6 +50,29 @@ inline constexpr uint64_t kBfcDefaultSmallFromTopBytes = uint64_t{64} << 10;
 // ... and the hole a small request gives up for the top (BFCOptions::small_from_top_hole_bytes).
 inline constexpr uint64_t kBfcDefaultSmallFromTopHoleBytes = uint64_t{1} << 20;
 
+// What a BFC that serves another allocator (the vmm allocator's slabs) keeps current for it:
+// relaxed atomics written under the BFC's lock on every event, so the owner reads its small
+// blocks' usage without that lock and without a call per operation.
+struct BFCUsageMirror {
+  // Raises `a` to at least `v` (relaxed).
+  static void RaiseTo(std::atomic<uint64_t>& a, uint64_t v) {
+    uint64_t cur = a.load(std::memory_order_relaxed);
+    while (cur < v && !a.compare_exchange_weak(cur, v, std::memory_order_relaxed)) {
+    }
+  }
+  std::atomic<uint64_t> in_use{0};         // the BFC's bytes in use (whole chunks)
+  std::atomic<uint64_t> largest_alloc{0};  // the largest request so far
+  // At each allocation peak_in_use is raised to in_use + *other_in_use (the owner's bytes in
+  // use elsewhere; the owner raises it on its own path too).
+  const std::atomic<uint64_t>* other_in_use = nullptr;
+  std::atomic<uint64_t> peak_in_use{0};
+  // While *forward is true (the owner has observers), every event also goes to `events`, and
+  // largest_free holds the BFC's largest free block after it (a tree walk, so only then).
+  const std::atomic<bool>* forward = nullptr;
+  AllocatorObserver* events = nullptr;
+  std::atomic<uint64_t> largest_free{0};
+};
+
 struct BFCOptions {
   std::string name;                         // device name for messages
   uint64_t memory_limit = 0;                // hard limit, > 0
@@ -113,12 +136,9 @@ struct BFCOptions {
   // docs/allocator.md, "Gathered pages"). The device allocator factory turns it on without
   // growth where the device has VMM calls.
   bool gather_pages = false;
-  // Called for every event under the allocator's lock before the observer list, without its
-  // mutex (the vmm allocator tracks its slab BFC's usage with it); must outlive the allocator.
-  AllocatorObserver* usage_observer = nullptr;
-  // The largest free block (a tree walk) goes into events for the observer list, and for the
-  // usage observer only while *usage_largest_free is true (when set).
-  const std::atomic<bool>* usage_largest_free = nullptr;
+  // Counters this allocator keeps current for the allocator it serves (the vmm allocator's
+  // slabs), written under its lock (BFCUsageMirror); must outlive the allocator.
+  BFCUsageMirror* usage_mirror = nullptr;
   // An allocator this one serves blocks for (the vmm allocator's slabs): the stream slots are
   // its (Allocator::ShareStreamSlotsOf), and it allocates with AllocateForOwner and records
   // streams with RecordStreamForOwner, its own AllocateRaw having made the checks and making
@@ -304,24 +324,32 @@ class BFCAllocator final : public Allocator {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   AllocatorStats StatsLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   uint64_t LargestFreeLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  bool WantLargestFree() const {
-    return HasObservers() || (options_.usage_largest_free != nullptr &&
-                              options_.usage_largest_free->load(std::memory_order_relaxed));
-  }
-  // An event (allocator.h) with the counts after it.
+  // An event (allocator.h) with the counts after it: the usage mirror, then the observers.
   void NotifyLocked(AllocatorEventKind kind, uint64_t ptr, uint64_t bytes) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    if (options_.usage_observer == nullptr && !HasObservers()) return;
-    const AllocatorEvent e{kind,
-                           ptr,
-                           bytes,
-                           counters_.stats.bytes_in_use,
-                           counters_.stats.bytes_reserved,
-                           WantLargestFree() ? LargestFreeLocked() : 0};
-    if (options_.usage_observer != nullptr)
-      options_.usage_observer->OnAllocatorEvent(options_.name, e);
-    Notify(options_.name, e);
+    if (BFCUsageMirror* const m = options_.usage_mirror; m != nullptr) {
+      const uint64_t in_use = counters_.stats.bytes_in_use;
+      m->in_use.store(in_use, std::memory_order_relaxed);
+      if (kind == AllocatorEventKind::kAlloc) {
+        BFCUsageMirror::RaiseTo(m->largest_alloc, bytes);
+        BFCUsageMirror::RaiseTo(
+            m->peak_in_use,
+            in_use + (m->other_in_use != nullptr ? m->other_in_use->load(std::memory_order_relaxed)
+                                                 : 0));
+      }
+      if (m->forward != nullptr && m->forward->load(std::memory_order_relaxed)) {
+        ForwardLocked(kind, ptr, bytes);
+      }
+    }
+    if (HasObservers()) NotifyObserversLocked(kind, ptr, bytes);
   }
+  // NotifyLocked's rare parts, out of line.
+  AllocatorEvent EventLocked(AllocatorEventKind kind, uint64_t ptr, uint64_t bytes,
+                             uint64_t largest_free) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ForwardLocked(AllocatorEventKind kind, uint64_t ptr, uint64_t bytes) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void NotifyObserversLocked(AllocatorEventKind kind, uint64_t ptr, uint64_t bytes) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   absl::Status NotLiveError(const void* ptr) const;
   uint32_t NewChunk() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -48,7 +48,7 @@ class VmmAllocator::SlabSubAllocator final : public SubAllocator {
   // they fail the same way and BFC ends with the pool's own reason.
   absl::StatusOr<void*> Alloc(uint64_t bytes, uint64_t alignment) override {
     if (bytes == 0) return absl::InvalidArgumentError(absl::StrCat(name(), ": empty slab"));
-    StdMutexLock l(&owner_->mu_);
+    FutexMutexLock l(&owner_->mu_);
     const uint64_t count = CeilDiv(bytes, owner_->granularity_);
     const uint64_t align = std::max(alignment, owner_->granularity_);
     // A slot of the slab arena when one is free (slots are granule-aligned), else a
@@ -75,7 +75,7 @@ class VmmAllocator::SlabSubAllocator final : public SubAllocator {
   }
 
   absl::Status Free(void* ptr, uint64_t bytes) override {
-    StdMutexLock l(&owner_->mu_);
+    FutexMutexLock l(&owner_->mu_);
     auto it = owner_->slab_ranges_.find(ptr);
     if (it == owner_->slab_ranges_.end() ||
         it->second->granules.size() != CeilDiv(bytes, owner_->granularity_)) {
@@ -95,22 +95,15 @@ class VmmAllocator::SlabSubAllocator final : public SubAllocator {
   VmmAllocator* owner_;
 };
 
-// Keeps the small path's in-use bytes (and so the combined peak) current without a second
-// lookup per operation. Called under the slab BFC's lock: atomics only.
+// Sends the slab BFC's block events on as ours while we have observers (BFCUsageMirror::forward;
+// its usage reaches us through the mirror's counters, not through here). Called under the slab
+// BFC's lock: atomics only.
 class VmmAllocator::SlabObserver final : public AllocatorObserver {
  public:
   explicit SlabObserver(VmmAllocator* owner) : owner_(owner) {}
   void OnAllocatorEvent(const std::string&, const AllocatorEvent& e) override {
-    owner_->slab_largest_free_.store(e.largest_free, std::memory_order_relaxed);
-    if (e.kind == AllocatorEventKind::kAlloc) {
-      owner_->small_in_use_.store(e.bytes_in_use, std::memory_order_relaxed);
-      AtomicMax(owner_->largest_alloc_, e.bytes);
-      owner_->NotePeak(e.bytes_in_use + owner_->large_in_use_.load(std::memory_order_relaxed));
-    } else if (e.kind == AllocatorEventKind::kFree) {
-      owner_->small_in_use_.store(e.bytes_in_use, std::memory_order_relaxed);
-    } else {
-      return;  // slab map/unmap are reported by the granule pool, OOMs by AllocateSmall
-    }
+    // Slab map/unmap are reported by the granule pool, OOMs by AllocateSmall.
+    if (e.kind != AllocatorEventKind::kAlloc && e.kind != AllocatorEventKind::kFree) return;
     owner_->NotifyEvent(e.kind, reinterpret_cast<const void*>(e.ptr), e.bytes);
   }
 
@@ -119,15 +112,11 @@ class VmmAllocator::SlabObserver final : public AllocatorObserver {
 };
 
 void VmmAllocator::NotifyObservers(AllocatorEventKind kind, const void* ptr, uint64_t bytes) const {
-  // From now on the slab BFC reports its largest free block (for fragmentation over time).
-  if (!slab_largest_free_wanted_.load(std::memory_order_relaxed)) {
-    slab_largest_free_wanted_.store(true, std::memory_order_relaxed);
-  }
   // Cached granules can be restitched into one block (Stats' largest free block).
   Notify(options_.name,
          AllocatorEvent{kind, reinterpret_cast<uint64_t>(ptr), bytes,
-                        large_in_use_.load() + small_in_use_.load(), mapped_bytes_.load(),
-                        std::max(slab_largest_free_.load(std::memory_order_relaxed),
+                        large_in_use_.load() + small_in_use(), mapped_bytes_.load(),
+                        std::max(slab_usage_.largest_free.load(std::memory_order_relaxed),
                                  cached_bytes_.load(std::memory_order_relaxed))});
 }
 
@@ -181,7 +170,7 @@ absl::Status VmmAllocator::Init() {
   keep_granules_ = options_.pool_keep_bytes ? options_.pool_keep_bytes / g
                                             : std::max<uint64_t>(1, limit_granules_ / 64);
   {
-    StdMutexLock l(&mu_);  // not shared yet; for the analysis
+    FutexMutexLock l(&mu_);  // not shared yet; for the analysis
     epoch_len_ = BaseEpochLen();
     epoch_interval_ns_ = BaseEpochIntervalNs();
   }
@@ -191,7 +180,7 @@ absl::Status VmmAllocator::Init() {
   // (docs/vmm.md)
   small_block_max_ = options_.small_block_max ? options_.small_block_max : g / 2;
   {
-    StdMutexLock l(&mu_);  // not shared yet; for the analysis
+    FutexMutexLock l(&mu_);  // not shared yet; for the analysis
     open_upper_.Init(g, &shared_);
     open_lower_.Init(g, &shared_);
     // The pool never holds more than the limit: no regrowth in the hot path. With growth the
@@ -239,15 +228,17 @@ absl::Status VmmAllocator::Init() {
   // Small random sizes (256 B - 1 MiB) fragment slabs less when slivers down to an eighth of
   // the request are split off: 1.075x peak live instead of 1.10x at 0.25 (docs/vmm.md).
   bo.min_split_fraction = options_.slab_min_split_fraction;
-  // The usage observer is called directly under the slab BFC's lock, not through the observer
-  // list (whose mutex cost a lock per small operation).
+  // The slab BFC keeps our small-block counters itself, under its lock (no call per small
+  // operation), and sends its events on only while we have observers.
   slab_observer_ = std::make_unique<SlabObserver>(this);
-  bo.usage_observer = slab_observer_.get();
-  bo.usage_largest_free = &slab_largest_free_wanted_;
+  slab_usage_.other_in_use = &large_in_use_;
+  slab_usage_.forward = ObserversFlag();
+  slab_usage_.events = slab_observer_.get();
+  bo.usage_mirror = &slab_usage_;
   bo.stream_slot_owner = this;  // small blocks carry our slot numbers; our AllocateRaw waits
   VGPU_ASSIGN_OR_RETURN(slabs_, BFCAllocator::Create(std::make_unique<SlabSubAllocator>(this), bo));
   if (!options_.allow_growth) {
-    StdMutexLock l(&mu_);  // not shared yet; for the analysis
+    FutexMutexLock l(&mu_);  // not shared yet; for the analysis
     // Everything up front, one physical allocation per granule: a driver maps an allocation
     // from its start only (Executor::Map), so granules that are mapped one by one, anywhere,
     // are allocated one by one.
@@ -274,7 +265,7 @@ absl::Status VmmAllocator::Init() {
 VmmAllocator::~VmmAllocator() {
   // The slab BFC frees its regions through SlabSubAllocator, which takes mu_.
   slabs_.reset();
-  StdMutexLock l(&mu_);
+  FutexMutexLock l(&mu_);
   ReapPendingLocked(/*wait=*/true).IgnoreError();
   blocks_.Drain([&](std::unique_ptr<Range> range) ABSL_NO_THREAD_SAFETY_ANALYSIS {
     UnmapRangeLocked(std::move(range)).IgnoreError();  // under mu_, held above
@@ -310,7 +301,7 @@ absl::StatusOr<void*> VmmAllocator::AllocateSmall(const AllocationRequest& reque
   const uint64_t bytes = request.bytes;
   std::string why;
   {
-    StdMutexLock l(&mu_);
+    FutexMutexLock l(&mu_);
     ++num_ooms_;
     NotifyEvent(AllocatorEventKind::kOom, nullptr, bytes);
     // The slab BFC's own message would repeat the numbers (and suggest vmm); say why no slab
@@ -402,8 +393,8 @@ absl::StatusOr<void*> VmmAllocator::AllocateLarge(uint64_t bytes, uint64_t align
   blocks_.Insert(p, std::move(range));
   const uint64_t large = AddUnderLock(large_in_use_, footprint);
   ++num_allocs_;
-  AtomicMax(largest_alloc_, bytes);
-  NotePeak(large + small_in_use_.load(std::memory_order_relaxed));
+  BFCUsageMirror::RaiseTo(slab_usage_.largest_alloc, bytes);
+  NotePeak(large + small_in_use());
   NotifyEvent(AllocatorEventKind::kAlloc, p, bytes);
   mu_.Unlock();
   return p;
@@ -479,7 +470,7 @@ std::unique_ptr<VmmAllocator::Range> VmmAllocator::TakeCachedLocked(uint64_t cou
 }
 
 absl::Status VmmAllocator::FreeLarge(void* ptr, bool* found) {
-  StdMutexLock l(&mu_);
+  FutexMutexLock l(&mu_);
   std::unique_ptr<Range> range = blocks_.Take(ptr);
   *found = range != nullptr;
   if (!*found) return absl::OkStatus();
@@ -629,7 +620,7 @@ absl::Status VmmAllocator::DoDeallocate(void* ptr) {
   }
   // The last small block gone with no large one live: idle, whichever path freed last. Two
   // relaxed loads on the hot path; GiveBackIfIdle re-checks under the locks.
-  if (s.ok() && options_.allow_growth && small_in_use_.load(std::memory_order_relaxed) == 0 &&
+  if (s.ok() && options_.allow_growth && small_in_use() == 0 &&
       large_in_use_.load(std::memory_order_relaxed) == 0) {
     return GiveBackIfIdle(nullptr, 0);
   }
@@ -643,9 +634,7 @@ absl::Status VmmAllocator::NotLiveError(const void* ptr) const {
       ") is not a live allocation of this allocator (double free or foreign pointer)"));
 }
 
-bool VmmAllocator::IdleLocked() const {
-  return blocks_.empty() && small_in_use_.load(std::memory_order_relaxed) == 0;
-}
+bool VmmAllocator::IdleLocked() const { return blocks_.empty() && small_in_use() == 0; }
 
 absl::Status VmmAllocator::GiveBackIfIdle(const void* last_range, uint64_t last_granules) {
   // An idle allocator keeps a reserve of keep_granules_ mapped for the next step, the memory
@@ -658,7 +647,7 @@ absl::Status VmmAllocator::GiveBackIfIdle(const void* last_range, uint64_t last_
   // SlabSubAllocator::Free, which takes ours). Only wholly free slabs go, so a block another
   // thread allocated meanwhile is safe.
   if (slabs_ != nullptr) VGPU_RETURN_IF_ERROR(slabs_->ReleaseEmptyRegions(keep_slab).status());
-  StdMutexLock l(&mu_);
+  FutexMutexLock l(&mu_);
   if (!IdleLocked()) return absl::OkStatus();  // busy again: the epoch rule applies
   // Memory goes back to the device now: deferred frees wait for their streams.
   VGPU_RETURN_IF_ERROR(ReapPendingLocked(/*wait=*/true));
@@ -1148,7 +1137,7 @@ absl::Status VmmAllocator::ShrinkRangeLocked(Range* range, uint64_t count) {
 absl::Status VmmAllocator::DoRecordStream(void* ptr, int slot) {
   {
     // Large blocks by the pointer handed out (with tail sharing it need not be on a granule).
-    StdMutexLock l(&mu_);
+    FutexMutexLock l(&mu_);
     if (Range* b = blocks_.Find(ptr); b != nullptr) {
       b->streams |= SlotBit(slot);
       return absl::OkStatus();
@@ -1359,7 +1348,7 @@ absl::Status VmmAllocator::GiveBackLocked(uint64_t keep) {
 
 absl::Status VmmAllocator::Trim() {
   if (slabs_ != nullptr) slabs_->ReleaseEmptyRegions().IgnoreError();
-  StdMutexLock l(&mu_);
+  FutexMutexLock l(&mu_);
   VGPU_RETURN_IF_ERROR(ReapPendingLocked(/*wait=*/true));
   while (cached_granules_ > 0) VGPU_RETURN_IF_ERROR(EvictOneLocked());
   if (options_.allow_growth) VGPU_RETURN_IF_ERROR(GiveBackLocked(0));
@@ -1370,7 +1359,7 @@ absl::Status VmmAllocator::OomError(uint64_t bytes, uint64_t rounded, absl::stri
   // The same numbers as Stats(): the slab BFC's first (its lock comes before ours).
   AllocatorStats slab;
   if (slabs_ != nullptr) slab = slabs_->Stats();
-  StdMutexLock l(&mu_);
+  FutexMutexLock l(&mu_);
   const AllocatorStats s = CombinedStatsLocked(slab);
   const uint64_t g = granularity_;
   // Granules below the limit plus cached ones can all be stitched into one new block.
@@ -1390,11 +1379,11 @@ absl::Status VmmAllocator::OomError(uint64_t bytes, uint64_t rounded, absl::stri
 }
 
 void VmmAllocator::DoResetPeakStats() {
-  StdMutexLock l(&mu_);
+  FutexMutexLock l(&mu_);
   peak_mapped_ = mapped_granules_;
-  peak_in_use_.store(large_in_use_.load() + small_in_use_.load(), std::memory_order_relaxed);
+  slab_usage_.peak_in_use.store(large_in_use_.load() + small_in_use(), std::memory_order_relaxed);
   // The small path raises the peak without mu_: one that raced the store above is seen now.
-  NotePeak(large_in_use_.load() + small_in_use_.load());
+  NotePeak(large_in_use_.load() + small_in_use());
 }
 
 absl::Status VmmAllocator::DoReleaseCachedMemory() { return Trim(); }
@@ -1404,12 +1393,12 @@ AllocatorStats VmmAllocator::CombinedStatsLocked(const AllocatorStats& slab) con
   const uint64_t g = granularity_;
   s.num_allocs = num_allocs_ + slab.num_allocs;
   s.num_frees = num_frees_ + slab.num_frees;
-  s.bytes_in_use = large_in_use_.load() + small_in_use_.load();
-  s.peak_bytes_in_use = peak_in_use_.load();
+  s.bytes_in_use = large_in_use_.load() + small_in_use();
+  s.peak_bytes_in_use = slab_usage_.peak_in_use.load();
   s.bytes_reserved = mapped_granules_ * g;
   s.peak_bytes_reserved = peak_mapped_ * g;
   s.bytes_limit = limit_granules_ * g;
-  s.largest_alloc_size = largest_alloc_.load();
+  s.largest_alloc_size = slab_usage_.largest_alloc.load();
   s.num_ooms = num_ooms_;
   s.regions_mapped = regions_mapped_;
   s.regions_unmapped = regions_unmapped_;
@@ -1429,7 +1418,7 @@ AllocatorStats VmmAllocator::CombinedStatsLocked(const AllocatorStats& slab) con
 AllocatorStats VmmAllocator::DoStats() const {
   AllocatorStats slab;
   if (slabs_ != nullptr) slab = slabs_->Stats();
-  StdMutexLock l(&mu_);
+  FutexMutexLock l(&mu_);
   AllocatorStats s = CombinedStatsLocked(slab);
   // The small path's stream order is the slab BFC's; the base adds the large path's.
   s.cross_stream_reuses = slab.cross_stream_reuses;
@@ -1438,7 +1427,7 @@ AllocatorStats VmmAllocator::DoStats() const {
 }
 
 VmmAllocator::GranuleCounts VmmAllocator::Granules() const {
-  StdMutexLock l(&mu_);
+  FutexMutexLock l(&mu_);
   GranuleCounts c;
   c.created = created_granules_;
   c.granule_creates = granule_creates_;
@@ -1470,7 +1459,7 @@ std::string VmmAllocator::DumpMemoryLog() const {
   {
     AllocatorStats slab;
     if (slabs_ != nullptr) slab = slabs_->Stats();
-    StdMutexLock l(&mu_);
+    FutexMutexLock l(&mu_);
     const uint64_t g = granularity_;
     absl::StrAppend(&out, name(), " (vmm over ", VmmDeviceName(executor_), ", granule ",
                     FormatBytes(g), ")\n  ", CombinedStatsLocked(slab).ToString(), "\n");
@@ -1559,7 +1548,7 @@ absl::Status VmmAllocator::CheckInvariants() const {
     VGPU_RETURN_IF_ERROR(slabs_->CheckInvariants());
     slab = slabs_->Stats();
   }
-  StdMutexLock l(&mu_);
+  FutexMutexLock l(&mu_);
   auto fail = [&](auto... parts) {
     return absl::InternalError(absl::StrCat(name(), ": invariant broken: ", parts...));
   };
@@ -1708,8 +1697,8 @@ absl::Status VmmAllocator::CheckInvariants() const {
   if (large != large_in_use_.load()) {
     return fail("large in use ", large_in_use_.load(), " but blocks hold ", large);
   }
-  if (slab.bytes_in_use != small_in_use_.load()) {
-    return fail("small in use ", small_in_use_.load(), " but the slab BFC has ", slab.bytes_in_use);
+  if (slab.bytes_in_use != small_in_use()) {
+    return fail("small in use ", small_in_use(), " but the slab BFC has ", slab.bytes_in_use);
   }
   if (slab.bytes_reserved > n_slabs * granularity_) {
     return fail("slab BFC holds ", slab.bytes_reserved, " bytes, slabs map ",

@@ -50,6 +50,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "vgpu/allocator/allocator.h"
+#include "vgpu/allocator/bfc_allocator.h"
 #include "vgpu/allocator/bucket_bitmap.h"
 #include "vgpu/allocator/factory.h"
 #include "vgpu/allocator/locks.h"
@@ -57,8 +58,6 @@
 #include "vgpu/runtime/platform.h"
 
 namespace vgpu {
-
-class BFCAllocator;
 
 struct VmmOptions {
   std::string name = "vmm";   // device name for messages, e.g. "/device:GPU:0 (physical GPU 0)"
@@ -340,13 +339,8 @@ class VmmAllocator final : public Allocator {
   };
   class SlabSubAllocator;
   class SlabObserver;
-  static void AtomicMax(std::atomic<uint64_t>& a, uint64_t v) {
-    uint64_t cur = a.load(std::memory_order_relaxed);
-    while (cur < v && !a.compare_exchange_weak(cur, v, std::memory_order_relaxed)) {
-    }
-  }
-  // Inline: both run on every small operation (through SlabObserver).
-  void NotePeak(uint64_t bytes) { AtomicMax(peak_in_use_, bytes); }
+  void NotePeak(uint64_t bytes) { BFCUsageMirror::RaiseTo(slab_usage_.peak_in_use, bytes); }
+  uint64_t small_in_use() const { return slab_usage_.in_use.load(std::memory_order_relaxed); }
   // An event (allocator.h) with the in-use and mapped bytes after it; under mu_ or the slab
   // BFC's lock (atomics only).
   void NotifyEvent(AllocatorEventKind kind, const void* ptr, uint64_t bytes) const {
@@ -510,9 +504,10 @@ class VmmAllocator final : public Allocator {
   uint64_t slab_arena_bytes_ = 0;  // 0: no arena
   uint32_t arena_slots_ = 0;
   std::unique_ptr<SlabObserver> slab_observer_;
+  BFCUsageMirror slab_usage_;            // kept by slabs_ (declared first: outlives it)
   std::unique_ptr<BFCAllocator> slabs_;  // small blocks, over SlabSubAllocator
 
-  mutable StdMutex mu_;
+  mutable FutexMutex mu_;
   // growth off: the one allocation of the whole limit
   // index -> granule; holes have handle.bytes == 0
   std::vector<Granule> granules_ ABSL_GUARDED_BY(mu_);
@@ -596,16 +591,11 @@ class VmmAllocator final : public Allocator {
   uint64_t num_frees_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t num_ooms_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t peak_mapped_ ABSL_GUARDED_BY(mu_) = 0;
-  // Atomics: the small path never takes mu_; the slab BFC reports through SlabObserver.
+  // Atomics: the small path never takes mu_. The slab BFC keeps slab_usage_ (small bytes in
+  // use, the largest request, the combined peak, its largest free block) under its own lock.
   std::atomic<uint64_t> large_in_use_{0};  // written under mu_ only (AddUnderLock)
-  std::atomic<uint64_t> small_in_use_{0};
-  std::atomic<uint64_t> peak_in_use_{0};
-  std::atomic<uint64_t> largest_alloc_{0};
-  std::atomic<uint64_t> mapped_bytes_{0};       // mirror of mapped_granules_ for observers
-  std::atomic<uint64_t> cached_bytes_{0};       // mirror of cached_granules_ for observers
-  std::atomic<uint64_t> slab_largest_free_{0};  // the slab BFC's, after its last event
-  // Set once events have observers: the slab BFC's largest free block is then worth its cost.
-  mutable std::atomic<bool> slab_largest_free_wanted_{false};
+  std::atomic<uint64_t> mapped_bytes_{0};  // mirror of mapped_granules_ for observers
+  std::atomic<uint64_t> cached_bytes_{0};  // mirror of cached_granules_ for observers
   uint64_t regions_mapped_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t regions_unmapped_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t map_calls_ ABSL_GUARDED_BY(mu_) = 0;

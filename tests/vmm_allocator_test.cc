@@ -1063,6 +1063,38 @@ TEST(VmmAllocatorTest, ObserversSeeEveryBlockAndMapping) {
   EXPECT_EQ(e.bytes, 2 * kG);
   EXPECT_EQ(e.bytes_in_use, 4096 + 2 * kG);
   EXPECT_EQ(e.bytes_reserved, 3 * kG);
+  // The small block's event (after its slab's map) comes from the slab BFC, sent on while
+  // there are observers, with the slab's largest free chunk: the rest of its granule.
+  const AllocatorEvent& s = r.events[1];
+  ASSERT_EQ(s.kind, AllocatorEventKind::kAlloc);
+  EXPECT_EQ(s.bytes, 4096u);
+  EXPECT_EQ(s.bytes_in_use, 4096u);
+  EXPECT_EQ(s.largest_free, kG - 4096);
+}
+
+// The small path's counters are kept by the slab BFC, the large path's by the granule pool:
+// in use, the peak over both and the largest request stay exact across them.
+TEST(VmmAllocatorTest, StatsSpanBothPaths) {
+  Fake f = MakeFake(Opts(8 * kG, false, /*cache=*/false));
+  auto big = f.alloc->AllocateRaw(2 * kG);
+  ASSERT_THAT(big.status(), IsOk());
+  auto small = f.alloc->AllocateRaw(3000);  // 3072 in use (whole 256-byte units)
+  ASSERT_THAT(small.status(), IsOk());
+  AllocatorStats s = f.alloc->Stats();
+  EXPECT_EQ(s.bytes_in_use, 2 * kG + 3072);
+  EXPECT_EQ(s.peak_bytes_in_use, 2 * kG + 3072);
+  EXPECT_EQ(s.largest_alloc_size, 2 * kG);
+  ASSERT_THAT(f.alloc->Deallocate(*big), IsOk());
+  auto small2 = f.alloc->AllocateRaw(kMiB - 256);  // the largest small request
+  ASSERT_THAT(small2.status(), IsOk());
+  s = f.alloc->Stats();
+  EXPECT_EQ(s.bytes_in_use, 3072 + kMiB - 256);
+  EXPECT_EQ(s.peak_bytes_in_use, 2 * kG + 3072);  // the peak was with the big block
+  EXPECT_EQ(s.largest_alloc_size, 2 * kG);
+  ASSERT_THAT(f.alloc->Deallocate(*small), IsOk());
+  ASSERT_THAT(f.alloc->Deallocate(*small2), IsOk());
+  EXPECT_EQ(f.alloc->Stats().bytes_in_use, 0u);
+  EXPECT_THAT(f.alloc->CheckInvariants(), IsOk());
 }
 
 TEST(VmmAllocatorTest, DumpShowsOccupancy) {
