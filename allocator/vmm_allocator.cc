@@ -368,9 +368,11 @@ absl::StatusOr<void*> VmmAllocator::AllocateLarge(uint64_t bytes, uint64_t align
       ++num_ooms_;
       NotifyEvent(AllocatorEventKind::kOom, nullptr, bytes);
       mu_.Unlock();  // OomError reads the slab BFC's stats, whose lock comes before ours
-      const uint64_t rounded =
-          count > UINT64_MAX / granularity_ ? UINT64_MAX : count * granularity_;
-      return OomError(bytes, rounded, r.status().message());
+      // What the block would have cost: whole granules, or with tail sharing its 256-byte units.
+      const uint64_t need = share                               ? rounded
+                            : count > UINT64_MAX / granularity_ ? UINT64_MAX
+                                                                : count * granularity_;
+      return OomError(bytes, need, r.status().message());
     }
     range = *std::move(r);
   }
@@ -1362,8 +1364,19 @@ absl::Status VmmAllocator::OomError(uint64_t bytes, uint64_t rounded, absl::stri
   FutexMutexLock l(&mu_);
   const AllocatorStats s = CombinedStatsLocked(slab);
   const uint64_t g = granularity_;
-  // Granules below the limit plus cached ones can all be stitched into one new block.
+  // Granules below the limit plus cached ones can all be stitched into one new block; with
+  // tail sharing a block also takes the largest open upper part as its head and an open lower
+  // part as its tail (sizes that are not whole granules).
   const uint64_t stitchable = (limit_granules_ - mapped_granules_ + cached_granules_) * g;
+  uint64_t head = 0, tail = 0;
+  uint32_t unused;
+  if (!open_upper_.FindAtMost(UINT64_MAX, &head, &unused)) head = 0;
+  if (!open_lower_.FindAtMost(UINT64_MAX, &tail, &unused)) tail = 0;
+  std::string largest = FormatBytes(stitchable);
+  if (options_.share_tail_granules && head + tail > 0) {
+    largest = absl::StrCat(FormatBytes(stitchable + head + tail), " (", largest,
+                           " for whole-granule sizes)");
+  }
   return OutOfMemoryError(
       {bytes, FormatBytes(rounded), why,
        absl::StrFormat("limit %s (%d granules of %s), in use %s, reserved (mapped) %s, largest "
@@ -1372,8 +1385,7 @@ absl::Status VmmAllocator::OomError(uint64_t bytes, uint64_t rounded, absl::stri
                        FormatBytes(s.bytes_limit), limit_granules_, FormatBytes(g),
                        FormatBytes(s.bytes_in_use), FormatBytes(s.bytes_reserved),
                        FormatBytes(s.largest_free_block), s.fragmentation,
-                       FormatBytes(cached_granules_ * g), FormatBytes(slab_granules_ * g),
-                       FormatBytes(stitchable)),
+                       FormatBytes(cached_granules_ * g), FormatBytes(slab_granules_ * g), largest),
        "raise the logical device's memory limit or free buffers earlier; the vmm allocator "
        "stitches any free granules, so large blocks never fail from fragmentation."});
 }

@@ -758,7 +758,9 @@ TEST(VmmAllocatorTest, OomMessageMatchesStats) {
   AllocatorStats after = f.alloc->Stats();
   EXPECT_EQ(after.num_ooms, 1u);
   EXPECT_THAT(msg, AllOf(HasSubstr("GPU:0 (physical GPU 0)"), HasSubstr("(6291457 bytes"),
-                         HasSubstr("rounded to 8 MiB"), HasSubstr("limit 16 MiB (8 granules"),
+                         // Tail sharing: the block would cost its 256-byte units.
+                         HasSubstr("rounded to " + FormatBytes(3 * kG + 256) + ")"),
+                         HasSubstr("limit 16 MiB (8 granules"),
                          HasSubstr("in use " + FormatBytes(5 * kG + 100 * kKiB)),
                          HasSubstr("reserved (mapped) " + FormatBytes(after.bytes_reserved)),
                          HasSubstr("largest free block " + FormatBytes(after.largest_free_block)),
@@ -787,6 +789,32 @@ TEST(VmmAllocatorTest, OomMessageMatchesStats) {
   for (void* q : fill) ASSERT_THAT(f.alloc->Deallocate(q), IsOk());
   ASSERT_THAT(f.alloc->Deallocate(*big), IsOk());
   ASSERT_THAT(f.alloc->Deallocate(*small), IsOk());
+  EXPECT_THAT(CheckFakeVmm(f), IsOk());
+}
+
+// With tail sharing the OOM message reports what the block would cost (its 256-byte units, not
+// whole granules) and counts open parts of shared granules in the largest block still possible.
+TEST(VmmAllocatorTest, OomMessageCountsSharedGranules) {
+  Fake f = MakeFake(Opts(8 * kG, false, /*cache=*/false));
+  auto a = f.alloc->AllocateRaw(3 * kG + kG / 4);  // 3 granules + a shared one, 3/4 of it open
+  auto b = f.alloc->AllocateRaw(4 * kG);           // whole granules: the limit is full
+  ASSERT_THAT(a.status(), IsOk());
+  ASSERT_THAT(b.status(), IsOk());
+  ASSERT_EQ(f.alloc->Granules().mapped, 8u);
+  // 3/4 of a granule fits in the open part as it is.
+  auto fits = f.alloc->AllocateRaw(kG / 2 + kG / 4);
+  ASSERT_THAT(fits.status(), IsOk());
+  ASSERT_THAT(f.alloc->Deallocate(*fits), IsOk());
+  // 1.25 granules: the open 3/4 as its head, but its tail needs a granule there is no room for.
+  auto p = f.alloc->AllocateRaw(kG + kG / 4);
+  ASSERT_THAT(p.status(), StatusIs(absl::StatusCode::kResourceExhausted));
+  EXPECT_THAT(p.status().message(),
+              AllOf(HasSubstr("(2621440 bytes, rounded to 2.5 MiB)"),
+                    HasSubstr("largest block the limit still allows 1.5 MiB (0 B for "
+                              "whole-granule sizes)")))
+      << p.status().message();
+  ASSERT_THAT(f.alloc->Deallocate(*a), IsOk());
+  ASSERT_THAT(f.alloc->Deallocate(*b), IsOk());
   EXPECT_THAT(CheckFakeVmm(f), IsOk());
 }
 
