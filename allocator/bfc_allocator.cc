@@ -412,24 +412,20 @@ uint64_t BFCAllocator::LargestFreeLocked() const {
   return largest;
 }
 
-AllocatorEvent BFCAllocator::EventLocked(AllocatorEventKind kind, uint64_t ptr, uint64_t bytes,
-                                         uint64_t largest_free) const {
-  return AllocatorEvent{
-      kind, ptr, bytes, counters_.stats.bytes_in_use, counters_.stats.bytes_reserved, largest_free};
-}
-
-void BFCAllocator::ForwardLocked(AllocatorEventKind kind, uint64_t ptr, uint64_t bytes) const {
-  BFCUsageMirror& m = *options_.usage_mirror;
-  const uint64_t largest_free = LargestFreeLocked();
-  m.largest_free.store(largest_free, std::memory_order_relaxed);
-  if (m.events != nullptr) {
-    m.events->OnAllocatorEvent(options_.name, EventLocked(kind, ptr, bytes, largest_free));
+void BFCAllocator::SendEventLocked(AllocatorEventKind kind, uint64_t ptr, uint64_t bytes,
+                                   bool forward) const {
+  const AllocatorEvent e{kind,
+                         ptr,
+                         bytes,
+                         counters_.stats.bytes_in_use,
+                         counters_.stats.bytes_reserved,
+                         LargestFreeLocked()};
+  if (forward) {
+    BFCUsageMirror& m = *options_.usage_mirror;
+    m.largest_free.store(e.largest_free, std::memory_order_relaxed);
+    if (m.events != nullptr) m.events->OnAllocatorEvent(options_.name, e);
   }
-}
-
-void BFCAllocator::NotifyObserversLocked(AllocatorEventKind kind, uint64_t ptr,
-                                         uint64_t bytes) const {
-  Notify(options_.name, EventLocked(kind, ptr, bytes, LargestFreeLocked()));
+  Notify(options_.name, e);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -327,6 +327,7 @@ class BFCAllocator final : public Allocator {
   // An event (allocator.h) with the counts after it: the usage mirror, then the observers.
   void NotifyLocked(AllocatorEventKind kind, uint64_t ptr, uint64_t bytes) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    bool forward = false;
     if (BFCUsageMirror* const m = options_.usage_mirror; m != nullptr) {
       const uint64_t in_use = counters_.stats.bytes_in_use;
       m->in_use.store(in_use, std::memory_order_relaxed);
@@ -337,18 +338,13 @@ class BFCAllocator final : public Allocator {
             in_use + (m->other_in_use != nullptr ? m->other_in_use->load(std::memory_order_relaxed)
                                                  : 0));
       }
-      if (m->forward != nullptr && m->forward->load(std::memory_order_relaxed)) {
-        ForwardLocked(kind, ptr, bytes);
-      }
+      forward = m->forward != nullptr && m->forward->load(std::memory_order_relaxed);
     }
-    if (HasObservers()) NotifyObserversLocked(kind, ptr, bytes);
+    if (forward || HasObservers()) SendEventLocked(kind, ptr, bytes, forward);
   }
-  // NotifyLocked's rare parts, out of line.
-  AllocatorEvent EventLocked(AllocatorEventKind kind, uint64_t ptr, uint64_t bytes,
-                             uint64_t largest_free) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void ForwardLocked(AllocatorEventKind kind, uint64_t ptr, uint64_t bytes) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void NotifyObserversLocked(AllocatorEventKind kind, uint64_t ptr, uint64_t bytes) const
+  // NotifyLocked's rare part, out of line: the event with the largest free block (one tree
+  // walk), to the mirror's `events` when `forward`, and to the observer list.
+  void SendEventLocked(AllocatorEventKind kind, uint64_t ptr, uint64_t bytes, bool forward) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   absl::Status NotLiveError(const void* ptr) const;
