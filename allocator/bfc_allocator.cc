@@ -65,9 +65,9 @@ BFCAllocator::~BFCAllocator() {
   // destructor waits for them too, but only after this body).
   SynchronizeStreams().IgnoreError();
   SpinLockGuard l(mu_);
-  if (!live_.empty()) {
+  if (live_count_ != 0) {
     ReportAllocatorError(absl::StrFormat("vgpu: %s destroyed with %zu live allocations (%s in use)",
-                                         name(), live_.size(),
+                                         name(), live_count_,
                                          FormatBytes(counters_.stats.bytes_in_use)));
   }
   // Gathered pages go back to their places before their region goes.
@@ -108,6 +108,49 @@ uint32_t BFCAllocator::NewChunk() {
   rng_ ^= rng_ << 5;
   chunks_[c].priority = rng_;
   return c;
+}
+
+void BFCAllocator::LiveInsert(uint32_t c) {
+  if (2 * (live_count_ + 1) > buckets_.size())
+    RehashLive(std::max<size_t>(64, 2 * buckets_.size()));
+  uint32_t& head = buckets_[BucketOf(chunks_[c].ptr)];
+  chunks_[c].left = head;
+  head = c;
+  ++live_count_;
+}
+
+uint32_t BFCAllocator::LiveFind(uint64_t ptr) const {
+  if (buckets_.empty()) return kNone;
+  uint32_t c = buckets_[BucketOf(ptr)];
+  while (c != kNone && chunks_[c].ptr != ptr) c = chunks_[c].left;
+  return c;
+}
+
+uint32_t BFCAllocator::LiveErase(uint64_t ptr) {
+  if (buckets_.empty()) return kNone;
+  uint32_t* link = &buckets_[BucketOf(ptr)];
+  while (*link != kNone && chunks_[*link].ptr != ptr) link = &chunks_[*link].left;
+  const uint32_t c = *link;
+  if (c == kNone) return kNone;
+  *link = chunks_[c].left;
+  chunks_[c].left = kNone;
+  --live_count_;
+  return c;
+}
+
+void BFCAllocator::RehashLive(size_t buckets) {
+  std::vector<uint32_t> old = std::move(buckets_);
+  buckets_.assign(buckets, kNone);
+  bucket_shift_ = 64 - std::countr_zero(buckets);
+  for (uint32_t head : old) {
+    for (uint32_t c = head; c != kNone;) {
+      const uint32_t next = chunks_[c].left;
+      uint32_t& h = buckets_[BucketOf(chunks_[c].ptr)];
+      chunks_[c].left = h;
+      h = c;
+      c = next;
+    }
+  }
 }
 
 void BFCAllocator::DeleteChunk(uint32_t c) {
@@ -660,7 +703,7 @@ void* BFCAllocator::HandOutLocked(uint32_t c, const AllocationRequest& request,
   ch.requested = request.bytes;
   *wait_for = ch.streams;  // the streams that used it before (the base waits for others')
   ch.streams = SlotBit(request.slot);
-  live_.Insert(ch.ptr, c);
+  LiveInsert(c);
   counters_.OnAlloc(request.bytes, ch.size);
   NotifyLocked(AllocatorEventKind::kAlloc, ch.ptr, request.bytes);
   return reinterpret_cast<void*>(ch.ptr);
@@ -906,8 +949,8 @@ absl::StatusOr<void*> BFCAllocator::DoAllocate(const AllocationRequest& request,
 
 absl::Status BFCAllocator::DoRecordStream(void* ptr, int slot) {
   SpinLockGuard l(mu_);
-  const uint32_t c = live_.Find(reinterpret_cast<uint64_t>(ptr));
-  if (c == PtrMap::kNotFound) {
+  const uint32_t c = LiveFind(reinterpret_cast<uint64_t>(ptr));
+  if (c == kNone) {
     return absl::InvalidArgumentError(absl::StrCat(name(), ": RecordStream of ",
                                                    P(reinterpret_cast<uint64_t>(ptr)),
                                                    ", which is not a live allocation here"));
@@ -932,8 +975,8 @@ absl::Status BFCAllocator::NotLiveError(const void* ptr) const {
 
 absl::Status BFCAllocator::DeallocateIfLive(void* ptr, bool* live) {
   SpinLockGuard l(mu_);
-  const uint32_t c = live_.Erase(reinterpret_cast<uint64_t>(ptr));
-  *live = c != PtrMap::kNotFound;
+  const uint32_t c = LiveErase(reinterpret_cast<uint64_t>(ptr));
+  *live = c != kNone;
   if (!*live) return absl::OkStatus();
   Chunk& ch = chunks_[c];
   uint64_t requested = ch.requested;
@@ -947,8 +990,8 @@ absl::Status BFCAllocator::DeallocateIfLive(void* ptr, bool* live) {
 
 absl::StatusOr<uint64_t> BFCAllocator::AllocatedSize(const void* ptr) const {
   SpinLockGuard l(mu_);
-  const uint32_t c = live_.Find(reinterpret_cast<uint64_t>(ptr));
-  if (c == PtrMap::kNotFound) {
+  const uint32_t c = LiveFind(reinterpret_cast<uint64_t>(ptr));
+  if (c == kNone) {
     return absl::NotFoundError(absl::StrCat(name(), ": ", P(reinterpret_cast<uint64_t>(ptr)),
                                             " is not a live allocation"));
   }
@@ -1090,6 +1133,23 @@ absl::Status BFCAllocator::CheckInvariants() const {
   uint64_t reserved = 0, in_use = 0, free_chunks = 0, used_chunks = 0, records = 0, parked = 0,
            listed_segments = 0, lent_chunks = 0;
   uint64_t lent_listed = 0;
+  // The live table first (the checks below look chunks up in it): its chains end, and hold
+  // live chunks in their own buckets, live_count_ of them.
+  size_t chained = 0;
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    for (uint32_t c = buckets_[b]; c != kNone; c = chunks_[c].left) {
+      if (c >= chunks_.size() || ++chained > chunks_.size()) {
+        return fail("a chain of the live table is broken");
+      }
+      const Chunk& ch = chunks_[c];
+      if (!ch.in_use || ch.lent || BucketOf(ch.ptr) != b) {
+        return fail("chunk ", P(ch.ptr), " is in the live table but not live or misplaced");
+      }
+    }
+  }
+  if (chained != live_count_) {
+    return fail(chained, " chunks in the live table but ", live_count_, " counted");
+  }
   for (const auto& [va, g] : gathered_) {
     lent_listed += g.lent.size();
     uint64_t pages = 0;
@@ -1127,14 +1187,14 @@ absl::Status BFCAllocator::CheckInvariants() const {
       }
       if (ch.lent) {
         ++lent_chunks;
-        if (!ch.in_use || ch.bin != -1 || live_.Find(ch.ptr) == c) {
+        if (!ch.in_use || ch.bin != -1 || LiveFind(ch.ptr) == c) {
           return fail("lent chunk ", P(ch.ptr), " is free, in a bin or live");
         }
       } else if (ch.in_use) {
         ++used_chunks;
         in_use += ch.size;
         if (ch.bin != -1) return fail("chunk ", P(ch.ptr), " is in use and in bin ", ch.bin);
-        if (live_.Find(ch.ptr) != c) {
+        if (LiveFind(ch.ptr) != c) {
           return fail("chunk ", P(ch.ptr), " is in use but not in the live map");
         }
       } else if (ch.bin == kParked) {
@@ -1233,8 +1293,8 @@ absl::Status BFCAllocator::CheckInvariants() const {
   if (lent_chunks != lent_listed) {
     return fail(lent_chunks, " lent chunks in regions but ", lent_listed, " listed");
   }
-  if (live_.size() != used_chunks) {
-    return fail(live_.size(), " live pointers but ", used_chunks, " chunks in use");
+  if (live_count_ != used_chunks) {
+    return fail(live_count_, " live pointers but ", used_chunks, " chunks in use");
   }
   if (records + free_records_.size() != chunks_.size()) {
     return fail(records, " chunk records in regions + ", free_records_.size(),
@@ -1248,7 +1308,7 @@ absl::Status BFCAllocator::CheckInvariants() const {
     return fail("bytes reserved ", stats.bytes_reserved, " != sum of regions ", reserved);
   }
   if (reserved > limit_) return fail("reserved ", reserved, " is over the limit ", limit_);
-  if (counters_.live() != live_.size()) {
+  if (counters_.live() != live_count_) {
     return fail("allocs - frees != live pointers");
   }
   return absl::OkStatus();

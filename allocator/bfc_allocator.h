@@ -40,7 +40,6 @@
 #include "vgpu/allocator/allocator.h"
 #include "vgpu/allocator/factory.h"
 #include "vgpu/allocator/locks.h"
-#include "vgpu/allocator/ptr_map.h"
 #include "vgpu/allocator/sub_allocator.h"
 
 namespace vgpu {
@@ -230,7 +229,7 @@ class BFCAllocator final : public Allocator {
     uint64_t streams = 0;
     uint32_t prev = kNone;  // address neighbours within the region
     uint32_t next = kNone;
-    uint32_t left = kNone;  // treap children (free chunks only)
+    uint32_t left = kNone;  // treap children (free chunks); live: the next in its hash chain
     uint32_t right = kNone;
     uint32_t parent = kNone;  // treap parent; kNone for a root
     uint32_t priority = 0;    // treap heap key, drawn when the record is (re)used
@@ -433,7 +432,24 @@ class BFCAllocator final : public Allocator {
   std::vector<Chunk> chunks_ ABSL_GUARDED_BY(mu_);
   std::vector<uint32_t> free_records_ ABSL_GUARDED_BY(mu_);
   std::vector<Region> regions_ ABSL_GUARDED_BY(mu_);
-  PtrMap live_ ABSL_GUARDED_BY(mu_);  // allocated ptr -> chunk
+  // The live chunks by address: a chained hash table whose chains run through the records
+  // themselves (a live chunk's `left`, a treap link only free chunks use). A lookup reads a
+  // 4-byte bucket and then the record the caller needs anyway; a table of (address, record)
+  // pairs is four times the size and missed the cache on most frees (docs/allocator.md).
+  std::vector<uint32_t> buckets_ ABSL_GUARDED_BY(mu_);
+  int bucket_shift_ ABSL_GUARDED_BY(mu_) = 64;
+  size_t live_count_ ABSL_GUARDED_BY(mu_) = 0;
+  size_t BucketOf(uint64_t ptr) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    // Fibonacci hashing of the address above its always-zero low bits.
+    return static_cast<size_t>(((ptr >> 8) * 0x9e3779b97f4a7c15ull) >> bucket_shift_);
+  }
+  // Live chunk c joins the table (at most half as many live chunks as buckets: it doubles).
+  void LiveInsert(uint32_t c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The live chunk at ptr (any value: foreign pointers included), or kNone.
+  uint32_t LiveFind(uint64_t ptr) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Takes the live chunk at ptr out of the table; kNone (nothing changed) when there is none.
+  uint32_t LiveErase(uint64_t ptr) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void RehashLive(size_t buckets) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Trees [0, kNumTrees) hold the shared regions' free chunks; the next kNumTrees, by the same
   // size classes, the cached segments (above every shared tree, so the shared searches stop
   // at kNumTrees).

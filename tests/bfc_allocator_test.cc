@@ -685,6 +685,43 @@ TEST(BFCAllocatorTest, BadPointersAreInvalidArgumentAndChangeNothing) {
   Free(*g.bfc, other);
 }
 
+// The live table (chains through the chunk records) across its doublings: every live block is
+// found, freed ones and pointers inside blocks are not, and a free before any allocation (no
+// buckets yet) is a clean InvalidArgument.
+TEST(BFCAllocatorTest, LiveTableFindsEveryBlockAcrossDoublings) {
+  Fixture f = Make(8 * kMiB, false);
+  EXPECT_THAT(f.bfc->Deallocate(reinterpret_cast<void*>(kBase)),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("not allocated")));
+  constexpr int kBlocks = 5000;  // the table doubles from 64 buckets to 16384
+  std::vector<void*> blocks;
+  for (int i = 0; i < kBlocks; ++i) {
+    absl::StatusOr<void*> p = f.bfc->AllocateRaw(512);
+    ASSERT_THAT(p, IsOk());
+    blocks.push_back(*p);
+  }
+  ASSERT_THAT(f.bfc->CheckInvariants(), IsOk());
+  for (void* p : blocks) {
+    ASSERT_THAT(f.bfc->AllocatedSize(p), IsOkAndHolds(512u));
+    // The second 256 bytes of a block are inside it: not a block of their own.
+    ASSERT_THAT(f.bfc->AllocatedSize(static_cast<char*>(p) + 256).status(),
+                StatusIs(absl::StatusCode::kNotFound));
+  }
+  for (int i = 0; i < kBlocks; i += 2) ASSERT_THAT(f.bfc->Deallocate(blocks[i]), IsOk());
+  ASSERT_THAT(f.bfc->CheckInvariants(), IsOk());
+  for (int i = 0; i < kBlocks; ++i) {
+    if (i % 2 == 0) {
+      ASSERT_THAT(f.bfc->Deallocate(blocks[i]),
+                  StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("already freed")));
+    } else {
+      ASSERT_THAT(f.bfc->AllocatedSize(blocks[i]), IsOkAndHolds(512u));
+    }
+  }
+  EXPECT_EQ(f.bfc->Stats().num_allocs - f.bfc->Stats().num_frees, uint64_t{kBlocks / 2});
+  for (int i = 1; i < kBlocks; i += 2) ASSERT_THAT(f.bfc->Deallocate(blocks[i]), IsOk());
+  EXPECT_EQ(f.bfc->Stats().bytes_in_use, 0u);
+  EXPECT_THAT(f.bfc->CheckInvariants(), IsOk());
+}
+
 TEST(BFCAllocatorTest, HugeRequestsAreOomNotOverflow) {
   Fixture f = Make(8 * kMiB, true);
   EXPECT_THAT(
