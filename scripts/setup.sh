@@ -4,7 +4,7 @@ set -euo pipefail
 VGPU_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VGPU_PACKAGES=(build-essential cmake ninja-build pkg-config libabsl-dev libgtest-dev libgmock-dev
   libbenchmark-dev libopenblas-dev zlib1g-dev clang libclang-rt-dev dataset-fashion-mnist
-  librsvg2-bin locales ccache openmpi-bin libopenmpi-dev)
+  librsvg2-bin locales ccache openmpi-bin libopenmpi-dev python3)
 
 vgpu_install_packages() {
   local missing=()

@@ -148,6 +148,59 @@ foreach(case transformer_train:bfc:off:1.022:50: transformer_train:bfc:on:1.043:
     LABELS bench TIMEOUT 120 SKIP_REGULAR_EXPRESSION "SKIPPED:"
     PASS_REGULAR_EXPRESSION "ALL-WITHIN-BARS" FAIL_REGULAR_EXPRESSION "OVER-BAR")
 endforeach()
+# The same bars on other workloads of the same families, so that passing them is not a fit to
+# the two shared traces: seed 3 of scripts/gen_traces.py (deterministic, under a second; the
+# seeds the allocators were tuned on are 1 and 2), written into the build tree by a fixture.
+# random_large is random_mixed's recipe (log-uniform 1 KiB - 64 MiB, ~4 GiB live), random_wide
+# and random_small its wider and smaller kin, kv_inference / kv_concat KV-cache serving,
+# transformer training. bfc's bars: TensorFlow's rule replayed by our harness (`--bfc-min-split-
+# fraction 1 --bfc-gather-pages 0 --bfc-small-from-top-bytes 0 --bfc-segment-bytes 0`, growth off
+# / on; docs/allocator.md), and the issue's 1.20 on the random family. vmm: 1.05, except on
+# random_small (1.075 there, not met: docs/vmm.md "Not done"), which only bfc is checked on.
+# Each runs alone (RUN_SERIAL): the timing of the short ones (transformer_s3: 3,936 events, a
+# third of a millisecond a replay) suffers most from a neighbour.
+find_package(Python3 COMPONENTS Interpreter)
+if(Python3_Interpreter_FOUND)
+  set(VGPU_FAMILY_TRACES ${CMAKE_CURRENT_BINARY_DIR}/family_traces)
+  add_test(NAME vgpu_family_traces_generate
+    COMMAND ${Python3_EXECUTABLE} ${PROJECT_SOURCE_DIR}/scripts/gen_traces.py
+      ${VGPU_FAMILY_TRACES} --seeds 3)
+  set_tests_properties(vgpu_family_traces_generate PROPERTIES LABELS bench TIMEOUT 120
+    FIXTURES_SETUP family_traces)
+  foreach(case random_large_s3:bfc:off:1.20:50: random_large_s3:bfc:on:1.20:50:
+               random_wide_s3:bfc:off:1.20:50: random_wide_s3:bfc:on:1.20:50:
+               random_small_s3:bfc:off:1.195:50: random_small_s3:bfc:on:1.195:50:
+               kv_inference_s3:bfc:off:1.005:50: kv_inference_s3:bfc:on:1.015:50:
+               kv_concat_s3:bfc:off:1.085:50: kv_concat_s3:bfc:on:1.09:50:
+               transformer_s3:bfc:off:1.105:50: transformer_s3:bfc:on:1.14:50:
+               random_large_s3:vmm:off:1.05:80: random_large_s3:vmm:on:1.05:80:1.10
+               random_wide_s3:vmm:off:1.05:80: random_wide_s3:vmm:on:1.05:80:1.10
+               kv_inference_s3:vmm:off:1.05:80: kv_inference_s3:vmm:on:1.05:80:1.10
+               kv_concat_s3:vmm:off:1.05:80: kv_concat_s3:vmm:on:1.05:80:1.10
+               transformer_s3:vmm:off:1.05:80: transformer_s3:vmm:on:1.05:80:1.10)
+    string(REPLACE ":" ";" parts "${case}")
+    list(GET parts 0 trace)
+    list(GET parts 1 allocator)
+    list(GET parts 2 growth)
+    list(GET parts 3 min_bar)
+    list(GET parts 4 ns_bar)
+    list(LENGTH parts n)
+    set(res_bar "")
+    if(n GREATER 5)
+      list(GET parts 5 res_bar)
+    endif()
+    add_test(NAME vgpu_bench_bars_family_${trace}_${allocator}_growth_${growth}
+      COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/bench_bars_check.sh $<TARGET_FILE:vgpu-bench>
+        ${VGPU_FAMILY_TRACES}/${trace}.trace ${allocator} ${growth} ${min_bar} ${ns_bar}
+        ${res_bar})
+    set_tests_properties(vgpu_bench_bars_family_${trace}_${allocator}_growth_${growth} PROPERTIES
+      LABELS bench TIMEOUT 120 FIXTURES_REQUIRED family_traces RUN_SERIAL TRUE
+      PASS_REGULAR_EXPRESSION "ALL-WITHIN-BARS" FAIL_REGULAR_EXPRESSION "OVER-BAR|SKIPPED")
+  endforeach()
+else()
+  message(WARNING "python3 not found: the family-trace bench bars (scripts/gen_traces.py) are "
+                  "not registered; scripts/setup.sh installs it")
+endif()
 # The issue's bfc bar on random_mixed, <= 1.20: with growth (segments, 1.105) and without
 # (gathered pages, 1.075; one region without them needs 1.24; docs/allocator.md).
 foreach(growth off on)
