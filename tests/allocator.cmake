@@ -119,6 +119,33 @@ if(TARGET vgpu_tools_lib)
   endforeach()
 endif()
 
+# vgpu_add_bench_bars(PREFIX DIR CASE...): one bench_bars_check.sh test per CASE,
+# TRACE:ALLOCATOR:GROWTH:MIN_BAR:NS_BAR:[RESERVED_BAR] on DIR/TRACE.trace, named
+# vgpu_bench_bars_PREFIX<trace>_<allocator>_growth_<growth>; the caller sets properties on
+# the names listed in VGPU_BENCH_BARS_ADDED.
+function(vgpu_add_bench_bars prefix dir)
+  set(added "")
+  foreach(case ${ARGN})
+    string(REPLACE ":" ";" parts "${case}")
+    list(GET parts 0 trace)
+    list(GET parts 1 allocator)
+    list(GET parts 2 growth)
+    list(GET parts 3 min_bar)
+    list(GET parts 4 ns_bar)
+    list(LENGTH parts n)
+    set(res_bar "")
+    if(n GREATER 5)
+      list(GET parts 5 res_bar)
+    endif()
+    set(name vgpu_bench_bars_${prefix}${trace}_${allocator}_growth_${growth})
+    add_test(NAME ${name}
+      COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/bench_bars_check.sh $<TARGET_FILE:vgpu-bench>
+        ${dir}/${trace}.trace ${allocator} ${growth} ${min_bar} ${ns_bar} ${res_bar})
+    list(APPEND added ${name})
+  endforeach()
+  set(VGPU_BENCH_BARS_ADDED ${added} PARENT_SCOPE)
+endfunction()
+
 # Issue 16's bars ("Waste less"), on the shared traces (../shared/traces beside the repository,
 # as in CI; SKIPPED when absent), one replay each (tests/bench_bars_check.sh, under a second):
 # min_limit_ratio: bfc never above TensorFlow's BFC (transformer_train 1.022 / 1.043 growth
@@ -126,28 +153,14 @@ endif()
 # vmm <= 80, with a 1.5x margin for the shared machine; vmm with growth at 2x peak live: peak
 # reserved <= 1.10x peak live and nothing but the reserve mapped once idle.
 set(VGPU_SHARED_TRACES ${PROJECT_SOURCE_DIR}/../shared/traces)
-foreach(case transformer_train:bfc:off:1.022:50: transformer_train:bfc:on:1.043:50:
-             random_mixed:bfc:off:1.395:50: random_mixed:bfc:on:1.363:50:
-             transformer_train:vmm:off:1.05:80: transformer_train:vmm:on:1.05:80:1.10
-             random_mixed:vmm:off:1.05:80: random_mixed:vmm:on:1.05:80:1.10)
-  string(REPLACE ":" ";" parts "${case}")
-  list(GET parts 0 trace)
-  list(GET parts 1 allocator)
-  list(GET parts 2 growth)
-  list(GET parts 3 min_bar)
-  list(GET parts 4 ns_bar)
-  list(LENGTH parts n)
-  set(res_bar "")
-  if(n GREATER 5)
-    list(GET parts 5 res_bar)
-  endif()
-  add_test(NAME vgpu_bench_bars_${trace}_${allocator}_growth_${growth}
-    COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/bench_bars_check.sh $<TARGET_FILE:vgpu-bench>
-      ${VGPU_SHARED_TRACES}/${trace}.trace ${allocator} ${growth} ${min_bar} ${ns_bar} ${res_bar})
-  set_tests_properties(vgpu_bench_bars_${trace}_${allocator}_growth_${growth} PROPERTIES
-    LABELS bench TIMEOUT 120 SKIP_REGULAR_EXPRESSION "SKIPPED:"
-    PASS_REGULAR_EXPRESSION "ALL-WITHIN-BARS" FAIL_REGULAR_EXPRESSION "OVER-BAR")
-endforeach()
+vgpu_add_bench_bars("" ${VGPU_SHARED_TRACES}
+  transformer_train:bfc:off:1.022:50: transformer_train:bfc:on:1.043:50:
+  random_mixed:bfc:off:1.395:50: random_mixed:bfc:on:1.363:50:
+  transformer_train:vmm:off:1.05:80: transformer_train:vmm:on:1.05:80:1.10
+  random_mixed:vmm:off:1.05:80: random_mixed:vmm:on:1.05:80:1.10)
+set_tests_properties(${VGPU_BENCH_BARS_ADDED} PROPERTIES
+  LABELS bench TIMEOUT 120 SKIP_REGULAR_EXPRESSION "SKIPPED:"
+  PASS_REGULAR_EXPRESSION "ALL-WITHIN-BARS" FAIL_REGULAR_EXPRESSION "OVER-BAR")
 # The same bars on other workloads of the same families, so that passing them is not a fit to
 # the two shared traces: seed 3 of scripts/gen_traces.py (deterministic, under a second; the
 # seeds the allocators were tuned on are 1 and 2), written into the build tree by a fixture.
@@ -167,36 +180,21 @@ if(Python3_Interpreter_FOUND)
       ${VGPU_FAMILY_TRACES} --seeds 3)
   set_tests_properties(vgpu_family_traces_generate PROPERTIES LABELS bench TIMEOUT 120
     FIXTURES_SETUP family_traces)
-  foreach(case random_large_s3:bfc:off:1.20:50: random_large_s3:bfc:on:1.20:50:
-               random_wide_s3:bfc:off:1.20:50: random_wide_s3:bfc:on:1.20:50:
-               random_small_s3:bfc:off:1.195:50: random_small_s3:bfc:on:1.195:50:
-               kv_inference_s3:bfc:off:1.005:50: kv_inference_s3:bfc:on:1.015:50:
-               kv_concat_s3:bfc:off:1.085:50: kv_concat_s3:bfc:on:1.09:50:
-               transformer_s3:bfc:off:1.105:50: transformer_s3:bfc:on:1.14:50:
-               random_large_s3:vmm:off:1.05:80: random_large_s3:vmm:on:1.05:80:1.10
-               random_wide_s3:vmm:off:1.05:80: random_wide_s3:vmm:on:1.05:80:1.10
-               kv_inference_s3:vmm:off:1.05:80: kv_inference_s3:vmm:on:1.05:80:1.10
-               kv_concat_s3:vmm:off:1.05:80: kv_concat_s3:vmm:on:1.05:80:1.10
-               transformer_s3:vmm:off:1.05:80: transformer_s3:vmm:on:1.05:80:1.10)
-    string(REPLACE ":" ";" parts "${case}")
-    list(GET parts 0 trace)
-    list(GET parts 1 allocator)
-    list(GET parts 2 growth)
-    list(GET parts 3 min_bar)
-    list(GET parts 4 ns_bar)
-    list(LENGTH parts n)
-    set(res_bar "")
-    if(n GREATER 5)
-      list(GET parts 5 res_bar)
-    endif()
-    add_test(NAME vgpu_bench_bars_family_${trace}_${allocator}_growth_${growth}
-      COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/bench_bars_check.sh $<TARGET_FILE:vgpu-bench>
-        ${VGPU_FAMILY_TRACES}/${trace}.trace ${allocator} ${growth} ${min_bar} ${ns_bar}
-        ${res_bar})
-    set_tests_properties(vgpu_bench_bars_family_${trace}_${allocator}_growth_${growth} PROPERTIES
-      LABELS bench TIMEOUT 120 FIXTURES_REQUIRED family_traces RUN_SERIAL TRUE
-      PASS_REGULAR_EXPRESSION "ALL-WITHIN-BARS" FAIL_REGULAR_EXPRESSION "OVER-BAR|SKIPPED")
-  endforeach()
+  vgpu_add_bench_bars(family_ ${VGPU_FAMILY_TRACES}
+    random_large_s3:bfc:off:1.20:50: random_large_s3:bfc:on:1.20:50:
+    random_wide_s3:bfc:off:1.20:50: random_wide_s3:bfc:on:1.20:50:
+    random_small_s3:bfc:off:1.195:50: random_small_s3:bfc:on:1.195:50:
+    kv_inference_s3:bfc:off:1.005:50: kv_inference_s3:bfc:on:1.015:50:
+    kv_concat_s3:bfc:off:1.085:50: kv_concat_s3:bfc:on:1.09:50:
+    transformer_s3:bfc:off:1.105:50: transformer_s3:bfc:on:1.14:50:
+    random_large_s3:vmm:off:1.05:80: random_large_s3:vmm:on:1.05:80:1.10
+    random_wide_s3:vmm:off:1.05:80: random_wide_s3:vmm:on:1.05:80:1.10
+    kv_inference_s3:vmm:off:1.05:80: kv_inference_s3:vmm:on:1.05:80:1.10
+    kv_concat_s3:vmm:off:1.05:80: kv_concat_s3:vmm:on:1.05:80:1.10
+    transformer_s3:vmm:off:1.05:80: transformer_s3:vmm:on:1.05:80:1.10)
+  set_tests_properties(${VGPU_BENCH_BARS_ADDED} PROPERTIES
+    LABELS bench TIMEOUT 120 FIXTURES_REQUIRED family_traces RUN_SERIAL TRUE
+    PASS_REGULAR_EXPRESSION "ALL-WITHIN-BARS" FAIL_REGULAR_EXPRESSION "OVER-BAR|SKIPPED")
 else()
   message(WARNING "python3 not found: the family-trace bench bars (scripts/gen_traces.py) are "
                   "not registered; scripts/setup.sh installs it")
