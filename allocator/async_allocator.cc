@@ -67,13 +67,13 @@ AsyncAllocator::AsyncAllocator(AsyncOptions options, std::unique_ptr<Stream> own
       owned_stream_(std::move(owned_stream)),
       stream_(stream),
       pool_(std::move(pool)) {
-  StdMutexLock l(&mu_);  // no other thread yet: for the analysis
+  FutexMutexLock l(&mu_);  // no other thread yet: for the analysis
   counters_.stats.bytes_limit = options_.memory_limit;
 }
 
 AsyncAllocator::~AsyncAllocator() {
   {
-    StdMutexLock l(&mu_);
+    FutexMutexLock l(&mu_);
     for (auto& [ptr, block] : live_) {
       pool_->FreeAsync(block.base, StreamOf(block.slot)).IgnoreError();
     }
@@ -91,7 +91,7 @@ absl::StatusOr<void*> AsyncAllocator::DoAllocate(const AllocationRequest& reques
   // The pool orders reuse itself: a block freed on one stream goes to another only behind it.
   const uint64_t bytes = request.bytes, alignment = request.alignment;
   Stream* const stream = StreamOf(request.slot);
-  StdMutexLock l(&mu_);
+  FutexMutexLock l(&mu_);
   const uint64_t limit = options_.memory_limit;
   if (bytes > limit) {
     return OomErrorLocked(bytes, RoundUp(limit, kRounding), "over the limit",
@@ -143,7 +143,7 @@ absl::StatusOr<void*> AsyncAllocator::DoAllocate(const AllocationRequest& reques
 }
 
 absl::Status AsyncAllocator::DoDeallocate(void* ptr) {
-  StdMutexLock l(&mu_);
+  FutexMutexLock l(&mu_);
   auto it = live_.find(ptr);
   if (it == live_.end()) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -164,7 +164,7 @@ absl::Status AsyncAllocator::DoDeallocate(void* ptr) {
 }
 
 absl::Status AsyncAllocator::DoRecordStream(void* ptr, int slot) {
-  StdMutexLock l(&mu_);
+  FutexMutexLock l(&mu_);
   auto it = live_.find(ptr);
   if (it == live_.end()) {
     return absl::InvalidArgumentError(absl::StrCat(name(), ": RecordStream of ", P(ptr),
@@ -178,7 +178,7 @@ absl::Status AsyncAllocator::Trim() {
   VGPU_RETURN_IF_ERROR(stream_->Synchronize());
   VGPU_RETURN_IF_ERROR(SynchronizeStreams());
   VGPU_RETURN_IF_ERROR(pool_->TrimTo(0));
-  StdMutexLock l(&mu_);
+  FutexMutexLock l(&mu_);
   RefreshReservedLocked();
   return absl::OkStatus();
 }
@@ -223,7 +223,7 @@ AllocatorStats AsyncAllocator::StatsLocked() const {
 }
 
 void AsyncAllocator::DoResetPeakStats() {
-  StdMutexLock l(&mu_);
+  FutexMutexLock l(&mu_);
   RefreshReservedLocked();
   counters_.ResetPeaks();
 }
@@ -231,12 +231,12 @@ void AsyncAllocator::DoResetPeakStats() {
 absl::Status AsyncAllocator::DoReleaseCachedMemory() { return Trim(); }
 
 AllocatorStats AsyncAllocator::DoStats() const {
-  StdMutexLock l(&mu_);
+  FutexMutexLock l(&mu_);
   return StatsLocked();
 }
 
 std::string AsyncAllocator::DumpMemoryLog() const {
-  StdMutexLock l(&mu_);
+  FutexMutexLock l(&mu_);
   AllocatorStats s = StatsLocked();
   std::string out =
       absl::StrCat(name(), " (async: the driver's stream-ordered pool)\n  ", s.ToString(), "\n");
@@ -261,7 +261,7 @@ std::string AsyncAllocator::DumpMemoryLog() const {
 }
 
 absl::Status AsyncAllocator::CheckInvariants() const {
-  StdMutexLock l(&mu_);
+  FutexMutexLock l(&mu_);
   const AllocatorStats& stats = counters_.stats;
   uint64_t sum = 0;
   for (const auto& [ptr, block] : live_) {

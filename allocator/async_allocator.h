@@ -103,7 +103,7 @@ class AsyncAllocator final : public Allocator {
   Stream* const stream_;
   std::unique_ptr<MemoryPool> pool_;
 
-  mutable StdMutex mu_;
+  mutable FutexMutex mu_;
   absl::flat_hash_map<void*, Block> live_ ABSL_GUARDED_BY(mu_);  // by the pointer handed out
   uint64_t pending_ ABSL_GUARDED_BY(mu_) = 0;  // bytes of allocations waiting out a trim
   // Reserved is refreshed from the pool, also by const readers (Stats).
