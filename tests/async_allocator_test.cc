@@ -205,8 +205,13 @@ TEST_F(AsyncAllocatorTest, DoubleFreeAndForeignPointersChangeNothing) {
   EXPECT_THAT(other->Deallocate(*foreign), IsOk());
 }
 
-TEST_F(AsyncAllocatorTest, FreedMemoryIsReusedOnlyOnceTheStreamReachesTheFree) {
+// The driver's pool's rule: a freed block is reused at once on its own stream (work there after
+// the allocation runs after the free), and on other streams only once its stream has reached
+// the free.
+TEST_F(AsyncAllocatorTest, FreedMemoryIsReusedAtOnceOnItsStreamAndElsewhereOnceReached) {
   MakeAllocator(64 * kMiB);
+  auto other = exec_->CreateStream(StreamOptions{});
+  ASSERT_THAT(other, IsOk());
   auto a = allocator_->AllocateRaw(kMiB);
   ASSERT_THAT(a, IsOk());
   // Work on the stream that still "uses" the block: the stream waits for the gate.
@@ -215,17 +220,50 @@ TEST_F(AsyncAllocatorTest, FreedMemoryIsReusedOnlyOnceTheStreamReachesTheFree) {
   ASSERT_THAT(stream_->LaunchHostFunc([opened] { opened.wait(); }), IsOk());
   ASSERT_THAT(allocator_->Deallocate(*a), IsOk());
   EXPECT_EQ(allocator_->Stats().bytes_in_use, 0u);
-  auto b = allocator_->AllocateRaw(kMiB);  // the stream has not reached the free
+  // Another stream: its work could run before the gated work, so not the same block.
+  auto b = allocator_->AllocateRaw(kMiB, other->get());
   ASSERT_THAT(b, IsOk());
   EXPECT_NE(*b, *a);
   EXPECT_EQ(allocator_->Stats().bytes_reserved, 2 * kMiB);
-  gate.set_value();
-  ASSERT_THAT(stream_->Synchronize(), IsOk());
+  // The block's own stream takes it back before reaching the free, and frees it again.
   auto c = allocator_->AllocateRaw(kMiB);
   ASSERT_THAT(c, IsOk());
-  EXPECT_EQ(*c, *a);  // cached and reused
+  EXPECT_EQ(*c, *a);
   EXPECT_EQ(allocator_->Stats().bytes_reserved, 2 * kMiB);
-  for (void* p : {*b, *c}) ASSERT_THAT(allocator_->Deallocate(p), IsOk());
+  ASSERT_THAT(allocator_->Deallocate(*c), IsOk());
+  ASSERT_THAT(allocator_->Deallocate(*b), IsOk());
+  gate.set_value();
+  ASSERT_THAT(stream_->Synchronize(), IsOk());
+  ASSERT_THAT((*other)->Synchronize(), IsOk());
+  // Both frees of the block landed (the first finds it taken again and does nothing): it is
+  // cached once, for any stream.
+  auto d = allocator_->AllocateRaw(kMiB, other->get());
+  auto e = allocator_->AllocateRaw(kMiB, other->get());
+  ASSERT_THAT(d, IsOk());
+  ASSERT_THAT(e, IsOk());
+  EXPECT_NE(*d, *e);
+  EXPECT_TRUE(*d == *a || *e == *a);
+  EXPECT_EQ(allocator_->Stats().bytes_reserved, 2 * kMiB);
+  for (void* p : {*d, *e}) ASSERT_THAT(allocator_->Deallocate(p), IsOk());
+  ASSERT_THAT(allocator_->ReleaseStream(other->get()), IsOk());  // it goes before the allocator
+}
+
+// A loop that allocates and frees faster than its stream runs reuses its own frees instead of
+// growing the pool: the stream is held back for the whole loop.
+TEST_F(AsyncAllocatorTest, AFastLoopOnOneStreamDoesNotGrowThePool) {
+  MakeAllocator(64 * kMiB);
+  std::promise<void> gate;
+  std::shared_future<void> opened = gate.get_future().share();
+  ASSERT_THAT(stream_->LaunchHostFunc([opened] { opened.wait(); }), IsOk());
+  for (int i = 0; i < 20; ++i) {  // 80 MiB if each took a new block: within the card
+    auto p = allocator_->AllocateRaw(4 * kMiB);
+    ASSERT_THAT(p, IsOk()) << "iteration " << i;
+    ASSERT_THAT(allocator_->Deallocate(*p), IsOk());
+  }
+  EXPECT_EQ(allocator_->Stats().bytes_reserved, 4 * kMiB);
+  gate.set_value();
+  ASSERT_THAT(stream_->Synchronize(), IsOk());
+  EXPECT_EQ(allocator_->Stats().bytes_reserved, 4 * kMiB);
 }
 
 TEST_F(AsyncAllocatorTest, FullCardTrimsThePoolAndRetriesOnce) {

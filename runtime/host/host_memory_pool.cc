@@ -4,9 +4,9 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
-#include "vgpu/runtime/mutex.h"
 #include "vgpu/runtime/host/host_internal.h"
 #include "vgpu/runtime/host/host_platform.h"
+#include "vgpu/runtime/mutex.h"
 #include "vgpu/runtime/status.h"
 
 namespace vgpu::host {
@@ -14,9 +14,12 @@ namespace {
 
 // ---------------------------------------------------------------------------------------------
 // A simulated stream-ordered pool (the driver's cuMemPool): blocks are Executor::Allocate
-// calls, so they count against the card's capacity. A freed block is cached for reuse only when
-// its stream reaches the free (a task queued there), as the driver does across streams; the
-// driver may reuse sooner on the same stream, which this conservative version never needs.
+// calls, so they count against the card's capacity. A freed block is cached for every stream
+// when its stream reaches the free (a task queued there); before that, only an allocation on the
+// same stream may take it, as the driver's pool does by default: work on that stream after the
+// allocation runs after the free, so after every use of the old block. (Without it a loop that
+// allocates and frees faster than its stream runs grew the pool to the whole card: eight
+// threads of 64 MiB blocks ran out of a 8 GiB card under a 2 GiB limit.)
 // State is shared with the queued tasks so that a pool destroyed before its frees land is safe.
 class HostMemoryPool : public MemoryPool {
  public:
@@ -56,6 +59,20 @@ class HostMemoryPool : public MemoryPool {
         state_->cached.erase(it);
         return p;
       }
+      // The same rule over this stream's frees that it has not reached yet.
+      if (auto by = state_->pending_by_stream.find(stream); by != state_->pending_by_stream.end()) {
+        auto pit = by->second.lower_bound(size);
+        if (pit != by->second.end() && pit->first / 2 <= size) {
+          void* p = pit->second;
+          const uint64_t got = pit->first;
+          by->second.erase(pit);
+          if (by->second.empty()) state_->pending_by_stream.erase(by);
+          state_->pending.erase(p);  // its landing finds no entry and does nothing
+          state_->live[p] = got;
+          state_->used += got;
+          return p;
+        }
+      }
     }
     VGPU_ASSIGN_OR_RETURN(void* p, state_->executor->Allocate(size));
     vgpu::MutexLock l(&state_->mu);
@@ -67,7 +84,7 @@ class HostMemoryPool : public MemoryPool {
 
   absl::Status FreeAsync(void* ptr, Stream* stream) override {
     VGPU_RETURN_IF_ERROR(CheckStream(stream, "FreeAsync"));
-    uint64_t size = 0;
+    uint64_t size = 0, gen = 0;
     {
       vgpu::MutexLock l(&state_->mu);
       auto it = state_->live.find(ptr);
@@ -79,16 +96,19 @@ class HostMemoryPool : public MemoryPool {
       size = it->second;
       state_->used -= size;
       state_->live.erase(it);
+      gen = ++state_->next_gen;
+      state_->pending[ptr] = State::Pending{size, stream, gen};
+      state_->pending_by_stream[stream].emplace(size, ptr);
     }
     std::shared_ptr<State> state = state_;
-    absl::Status queued = EnqueueHostTask(stream, [state, ptr, size] {
-      state->Land(ptr, size);
+    absl::Status queued = EnqueueHostTask(stream, [state, ptr, gen] {
+      state->Land(ptr, gen);
       return absl::OkStatus();
     });
     if (!queued.ok()) {
       // A failed stream runs no more work: once drained, nothing can touch the block.
       stream->Synchronize().IgnoreError();
-      state->Land(ptr, size);
+      state->Land(ptr, gen);
     }
     return absl::OkStatus();
   }
@@ -114,16 +134,41 @@ class HostMemoryPool : public MemoryPool {
     uint64_t used ABSL_GUARDED_BY(mu) = 0;                          // live
     std::multimap<uint64_t, void*> cached ABSL_GUARDED_BY(mu);      // size -> block
     absl::flat_hash_map<void*, uint64_t> live ABSL_GUARDED_BY(mu);  // block -> size
+    // Frees their streams have not reached: by block, and by stream and size (what the same
+    // stream may take). `gen` tells a landing task its own free from a later one of the same
+    // block (taken again on the stream and freed again before the first landing ran).
+    struct Pending {
+      uint64_t size = 0;
+      Stream* stream = nullptr;
+      uint64_t gen = 0;
+    };
+    absl::flat_hash_map<void*, Pending> pending ABSL_GUARDED_BY(mu);
+    absl::flat_hash_map<Stream*, std::multimap<uint64_t, void*>> pending_by_stream
+        ABSL_GUARDED_BY(mu);
+    uint64_t next_gen ABSL_GUARDED_BY(mu) = 0;
 
-    // A free reached its place in the stream: cache the block (or free it when the pool is
-    // gone), then honour the release threshold.
-    void Land(void* p, uint64_t size) ABSL_LOCKS_EXCLUDED(mu) {
+    // Free `gen` of block p reached its place in the stream: unless its stream took the block
+    // back meanwhile, cache it for every stream (or free it when the pool is gone), then
+    // honour the release threshold.
+    void Land(void* p, uint64_t gen) ABSL_LOCKS_EXCLUDED(mu) {
       vgpu::MutexLock l(&mu);
+      auto it = pending.find(p);
+      if (it == pending.end() || it->second.gen != gen) return;  // taken again on its stream
+      const Pending pf = it->second;
+      pending.erase(it);
+      auto by = pending_by_stream.find(pf.stream);
+      for (auto e = by->second.lower_bound(pf.size); e != by->second.end(); ++e) {
+        if (e->second == p) {
+          by->second.erase(e);
+          break;
+        }
+      }
+      if (by->second.empty()) pending_by_stream.erase(by);
       if (destroyed) {
         executor->Free(p).IgnoreError();
         return;
       }
-      cached.emplace(size, p);
+      cached.emplace(pf.size, p);
       if (reserved > release_threshold) ReleaseCachedLocked(release_threshold);
     }
     void ReleaseCachedLocked(uint64_t keep) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
