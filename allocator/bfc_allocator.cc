@@ -110,12 +110,16 @@ uint32_t BFCAllocator::NewChunk() {
   return c;
 }
 
-void BFCAllocator::LiveInsert(uint32_t c) {
-  if (2 * (live_count_ + 1) > buckets_.size())
-    RehashLive(std::max<size_t>(64, 2 * buckets_.size()));
+ABSL_ATTRIBUTE_ALWAYS_INLINE inline void BFCAllocator::LinkLive(uint32_t c) {
   uint32_t& head = buckets_[BucketOf(chunks_[c].ptr)];
   chunks_[c].left = head;
   head = c;
+}
+
+void BFCAllocator::LiveInsert(uint32_t c) {
+  if (2 * (live_count_ + 1) > buckets_.size())
+    RehashLive(std::max<size_t>(64, 2 * buckets_.size()));
+  LinkLive(c);
   ++live_count_;
 }
 
@@ -145,9 +149,7 @@ void BFCAllocator::RehashLive(size_t buckets) {
   for (uint32_t head : old) {
     for (uint32_t c = head; c != kNone;) {
       const uint32_t next = chunks_[c].left;
-      uint32_t& h = buckets_[BucketOf(chunks_[c].ptr)];
-      chunks_[c].left = h;
-      h = c;
+      LinkLive(c);
       c = next;
     }
   }

@@ -450,6 +450,8 @@ class BFCAllocator final : public Allocator {
   // Takes the live chunk at ptr out of the table; kNone (nothing changed) when there is none.
   uint32_t LiveErase(uint64_t ptr) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RehashLive(size_t buckets) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Puts live chunk c at the head of its bucket's chain (no count, no growth).
+  void LinkLive(uint32_t c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Trees [0, kNumTrees) hold the shared regions' free chunks; the next kNumTrees, by the same
   // size classes, the cached segments (above every shared tree, so the shared searches stop
   // at kNumTrees).

@@ -49,27 +49,20 @@ class HostMemoryPool : public MemoryPool {
     }
     {
       vgpu::MutexLock l(&state_->mu);
-      // Best fit, but never a block over twice the size: a small request must not pin a
-      // large cached block that a large one will want.
-      auto it = state_->cached.lower_bound(size);
-      if (it != state_->cached.end() && it->first / 2 <= size) {
+      // Cached blocks first, then this stream's frees that it has not reached yet.
+      if (auto it = BestFit(state_->cached, size); it != state_->cached.end()) {
         void* p = it->second;
-        state_->live[p] = it->first;
-        state_->used += it->first;
+        state_->TakeLocked(p, it->first);
         state_->cached.erase(it);
         return p;
       }
-      // The same rule over this stream's frees that it has not reached yet.
       if (auto by = state_->pending_by_stream.find(stream); by != state_->pending_by_stream.end()) {
-        auto pit = by->second.lower_bound(size);
-        if (pit != by->second.end() && pit->first / 2 <= size) {
-          void* p = pit->second;
-          const uint64_t got = pit->first;
-          by->second.erase(pit);
-          if (by->second.empty()) state_->pending_by_stream.erase(by);
+        if (auto it = BestFit(by->second, size); it != by->second.end()) {
+          void* p = it->second;
+          state_->TakeLocked(p, it->first);
           state_->pending.erase(p);  // its landing finds no entry and does nothing
-          state_->live[p] = got;
-          state_->used += got;
+          by->second.erase(it);
+          if (by->second.empty()) state_->pending_by_stream.erase(by);
           return p;
         }
       }
@@ -77,8 +70,7 @@ class HostMemoryPool : public MemoryPool {
     VGPU_ASSIGN_OR_RETURN(void* p, state_->executor->Allocate(size));
     vgpu::MutexLock l(&state_->mu);
     state_->reserved += size;
-    state_->used += size;
-    state_->live[p] = size;
+    state_->TakeLocked(p, size);
     return p;
   }
 
@@ -97,8 +89,8 @@ class HostMemoryPool : public MemoryPool {
       state_->used -= size;
       state_->live.erase(it);
       gen = ++state_->next_gen;
-      state_->pending[ptr] = State::Pending{size, stream, gen};
-      state_->pending_by_stream[stream].emplace(size, ptr);
+      const auto at = state_->pending_by_stream[stream].emplace(size, ptr);
+      state_->pending[ptr] = State::Pending{stream, gen, at};
     }
     std::shared_ptr<State> state = state_;
     absl::Status queued = EnqueueHostTask(stream, [state, ptr, gen] {
@@ -138,15 +130,20 @@ class HostMemoryPool : public MemoryPool {
     // stream may take). `gen` tells a landing task its own free from a later one of the same
     // block (taken again on the stream and freed again before the first landing ran).
     struct Pending {
-      uint64_t size = 0;
       Stream* stream = nullptr;
       uint64_t gen = 0;
+      std::multimap<uint64_t, void*>::iterator at;  // its entry in pending_by_stream[stream]
     };
     absl::flat_hash_map<void*, Pending> pending ABSL_GUARDED_BY(mu);
     absl::flat_hash_map<Stream*, std::multimap<uint64_t, void*>> pending_by_stream
         ABSL_GUARDED_BY(mu);
     uint64_t next_gen ABSL_GUARDED_BY(mu) = 0;
 
+    // Block p of `size` bytes is handed out.
+    void TakeLocked(void* p, uint64_t size) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+      live[p] = size;
+      used += size;
+    }
     // Free `gen` of block p reached its place in the stream: unless its stream took the block
     // back meanwhile, cache it for every stream (or free it when the pool is gone), then
     // honour the release threshold.
@@ -156,19 +153,15 @@ class HostMemoryPool : public MemoryPool {
       if (it == pending.end() || it->second.gen != gen) return;  // taken again on its stream
       const Pending pf = it->second;
       pending.erase(it);
+      const uint64_t size = pf.at->first;
       auto by = pending_by_stream.find(pf.stream);
-      for (auto e = by->second.lower_bound(pf.size); e != by->second.end(); ++e) {
-        if (e->second == p) {
-          by->second.erase(e);
-          break;
-        }
-      }
+      by->second.erase(pf.at);
       if (by->second.empty()) pending_by_stream.erase(by);
       if (destroyed) {
         executor->Free(p).IgnoreError();
         return;
       }
-      cached.emplace(pf.size, p);
+      cached.emplace(size, p);
       if (reserved > release_threshold) ReleaseCachedLocked(release_threshold);
     }
     void ReleaseCachedLocked(uint64_t keep) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
@@ -180,6 +173,13 @@ class HostMemoryPool : public MemoryPool {
       }
     }
   };
+  // Best fit, but never a block over twice the size: a small request must not pin a large
+  // block that a large one will want. blocks.end() when none fits.
+  static std::multimap<uint64_t, void*>::iterator BestFit(std::multimap<uint64_t, void*>& blocks,
+                                                          uint64_t size) {
+    auto it = blocks.lower_bound(size);
+    return it != blocks.end() && it->first / 2 <= size ? it : blocks.end();
+  }
   absl::Status CheckStream(Stream* stream, absl::string_view what) const {
     if (stream == nullptr || stream->executor() != state_->executor) {
       return absl::InvalidArgumentError(absl::StrCat(
