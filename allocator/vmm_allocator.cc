@@ -715,24 +715,35 @@ absl::StatusOr<size_t> VmmAllocator::CreateGranulesLocked(size_t n) {
   HandlesFor(n);
   VGPU_ASSIGN_OR_RETURN(size_t made,
                         executor_->CreatePhysicalMemories(granularity_, n, handles_.data()));
-  for (size_t i = 0; i < made; ++i) free_granules_.push_back(AddGranuleLocked(handles_[i]));
+  AddGranulesLocked(handles_.data(), made);
   return made;
 }
 
-uint32_t VmmAllocator::AddGranuleLocked(PhysicalMemoryHandle handle) {
-  uint32_t slot;
-  if (!free_slots_.empty()) {
-    slot = free_slots_.back();
+void VmmAllocator::AddGranulesLocked(const PhysicalMemoryHandle* handles, size_t n) {
+  // A batch at a time: with growth a block's granules are created in the operation that needs
+  // them, so this loop is on the allocation path (one pass, no call per granule).
+  size_t pool = free_granules_.size();
+  free_granules_.resize(pool + n);
+  uint32_t* to = free_granules_.data() + pool;
+  size_t i = 0;
+  for (; i < n && !free_slots_.empty(); ++i) {  // slots that give-back emptied first
+    const uint32_t slot = free_slots_.back();
     free_slots_.pop_back();
-    granules_[slot] = Granule{handle};
-  } else {
-    slot = static_cast<uint32_t>(granules_.size());
-    granules_.push_back(Granule{handle});
+    granules_[slot].handle = handles[i];
+    to[i] = slot;
   }
-  ++created_granules_;
-  ++epoch_created_;
-  ++granule_creates_;
-  return slot;
+  if (i < n) {
+    const size_t first = granules_.size();
+    granules_.resize(first + (n - i));
+    Granule* g = granules_.data() + first;
+    for (size_t k = 0; i < n; ++i, ++k) {
+      g[k].handle = handles[i];
+      to[i] = static_cast<uint32_t>(first + k);
+    }
+  }
+  created_granules_ += n;
+  epoch_created_ += n;
+  granule_creates_ += n;
 }
 
 void VmmAllocator::OpenParts::Init(uint64_t granularity, std::vector<SharedGranule>* granules) {
@@ -1337,13 +1348,15 @@ absl::Status VmmAllocator::GiveBackLocked(uint64_t keep) {
   PoolTopHandlesLocked(n, handles_.data());
   size_t released = 0;
   absl::Status s = executor_->ReleasePhysicalMemories(handles_.data(), n, &released);
-  for (size_t i = 0; i < released; ++i) {  // only what went back leaves the pool
-    const uint32_t slot = free_granules_.back();
-    free_granules_.pop_back();
-    granules_[slot] = Granule{};
-    free_slots_.push_back(slot);
-    --created_granules_;
-  }
+  // Only what went back leaves the pool: the top `released`, in the order handed out (one
+  // pass and one resize; a pop and push per granule cost more on a large give-back).
+  const size_t top = free_granules_.size();
+  const uint32_t* gone = free_granules_.data() + (top - released);
+  for (size_t i = 0; i < released; ++i) granules_[gone[i]] = Granule{};
+  free_slots_.insert(free_slots_.end(), std::make_reverse_iterator(gone + released),
+                     std::make_reverse_iterator(gone));
+  free_granules_.resize(top - released);
+  created_granules_ -= released;
   free_low_water_ = std::min<uint64_t>(free_low_water_, free_granules_.size());
   return s;
 }

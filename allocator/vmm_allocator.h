@@ -452,9 +452,10 @@ class VmmAllocator final : public Allocator {
   // Up to n new granules into the pool in one executor call (each its own allocation); how
   // many, or the device's refusal when none.
   absl::StatusOr<size_t> CreateGranulesLocked(size_t n) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Records a new one-granule physical allocation; returns its slot, which the caller puts in
-  // the pool.
-  uint32_t AddGranuleLocked(PhysicalMemoryHandle handle) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Records n new one-granule physical allocations (in slots give-back emptied, else new ones)
+  // and puts them in the pool.
+  void AddGranulesLocked(const PhysicalMemoryHandle* handles, size_t n)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Unmaps the largest cached range; the one at `spare` only when nothing else is cached.
   absl::Status EvictOneLocked(const void* spare = nullptr) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Frees at least `need` granules from the cache, shrinking the largest range rather than
