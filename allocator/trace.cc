@@ -6,7 +6,10 @@
 #include <cstdlib>
 #include <limits>
 #include <utility>
+#include <vector>
 
+#include "absl/base/optimization.h"
+#include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
@@ -257,6 +260,31 @@ inline absl::Status ReplayFree(Allocator& allocator, void* ptr, Stream* alloc_st
   return allocator.Deallocate(ptr);
 }
 
+// (index of its last event, stream) for every stream of `trace`, by index: a stream is used by
+// the events on it and by the frees of blocks allocated on it.
+std::vector<std::pair<uint64_t, uint32_t>> LastUses(const Trace& trace) {
+  std::vector<uint64_t> last(trace.num_streams, 0);
+  std::vector<bool> used(trace.num_streams, false);
+  std::vector<uint32_t> block_stream(trace.max_live_blocks, 0);
+  for (uint64_t i = 0; i < trace.events.size(); ++i) {
+    const TraceEvent& e = trace.events[i];
+    if (e.alloc) {
+      block_stream[e.slot] = e.stream;
+    } else {
+      last[block_stream[e.slot]] = i;
+      used[block_stream[e.slot]] = true;
+    }
+    last[e.stream] = i;
+    used[e.stream] = true;
+  }
+  std::vector<std::pair<uint64_t, uint32_t>> out;
+  for (uint32_t s = 0; s < trace.num_streams; ++s) {
+    if (used[s]) out.emplace_back(last[s], s);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
 }  // namespace
 
 absl::StatusOr<ReplayResult> ReplayTrace(const Trace& trace, Allocator& allocator,
@@ -274,8 +302,29 @@ absl::StatusOr<ReplayResult> ReplayTrace(const Trace& trace, Allocator& allocato
   // Each live block's allocation stream, when there are several.
   std::vector<Stream*> slot_streams(streams.empty() ? 0 : trace.max_live_blocks, nullptr);
   absl::Status free_error;
+  // An allocator tracks at most Allocator::kMaxStreams streams at once; a program may use more
+  // over its run (streams made as it goes). With that many, each stream is released from the
+  // allocator after its last event (its allocations, frees, and frees of its blocks), as a
+  // program releases a stream before destroying it; fewer never pay for the check's bookkeeping.
+  const std::vector<std::pair<uint64_t, uint32_t>> releases =
+      streams.size() >= Allocator::kMaxStreams ? LastUses(trace)
+                                               : std::vector<std::pair<uint64_t, uint32_t>>{};
+  size_t next_release = 0;
+  uint64_t release_after = releases.empty() ? UINT64_MAX : releases[0].first;
   const int64_t start = ThreadCpuNs();
   for (const TraceEvent& e : trace.events) {
+    if (ABSL_PREDICT_FALSE(r.events > release_after)) {
+      for (; next_release < releases.size() && releases[next_release].first < r.events;
+           ++next_release) {
+        Stream* const s = streams[releases[next_release].second];
+        if (s == nullptr) continue;
+        absl::Status released = allocator.ReleaseStream(s);
+        // NotFound: the stream never got a block (its allocations failed).
+        if (!released.ok() && !absl::IsNotFound(released)) free_error = released;
+      }
+      release_after = next_release < releases.size() ? releases[next_release].first : UINT64_MAX;
+      if (!free_error.ok()) break;
+    }
     ++r.events;
     if (e.alloc) {
       absl::StatusOr<void*> p = allocator.AllocateRaw(e.bytes, stream_of(e));

@@ -174,7 +174,9 @@ struct ReplayResult {
 // trace.num_streams of them, InvalidArgument otherwise). Each allocation is made on its
 // event's stream (Allocator::AllocateRaw(bytes, stream)); a free on another stream than the
 // block's allocation is declared with RecordStream first. Empty: every event on the
-// allocator's default stream.
+// allocator's default stream. With kMaxStreams or more streams, each is released from the
+// allocator (Allocator::ReleaseStream) after its last event, so a trace may use more streams
+// over its length than an allocator tracks at once.
 absl::StatusOr<ReplayResult> ReplayTrace(const Trace& trace, Allocator& allocator,
                                          bool stop_at_failure,
                                          absl::Span<Stream* const> streams = {});

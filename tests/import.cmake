@@ -40,6 +40,22 @@ if(TARGET vgpu-bench)
       PASS_REGULAR_EXPRESSION "\"allocator\":\"${alloc}\".*\"streams\":2,.*\"stream_waits\":${waits}}\nexit=0")
   endforeach()
 
+  # More streams over a run than an allocator tracks at once (Allocator::kMaxStreams): a
+  # program that makes a stream per step. 100 streams, each used for two blocks (one freed on
+  # the next stream) then never again: the replay releases each after its last event, so every
+  # allocation fits, on the fake device and on the host platform's real streams. 100 streams
+  # with blocks live at once cannot be tracked: the 64th fails, with the error saying why.
+  add_test(NAME vgpu_bench_replay_streams_over_the_slots
+    COMMAND sh -c "t=${CMAKE_CURRENT_BINARY_DIR}/streams_in_turn.trace; \
+awk 'BEGIN { for (i = 0; i < 100; i++) printf \"a %d 4096 %d\\na %d 8192 %d\\nf %d\\nf %d %d\\n\", i, i, 1000 + i, i, i, 1000 + i, (i + 1) % 100 }' > \"$t\"; \
+$<TARGET_FILE:vgpu-bench> replay \"$t\" --allocators bfc,vmm --no-baseline 2>/dev/null | tail -n 1; echo \"exit=$?\"; \
+$<TARGET_FILE:vgpu-bench> replay \"$t\" --platform host --allocator vmm --no-baseline >/dev/null 2>&1; echo \"host exit=$?\"; \
+c=${CMAKE_CURRENT_BINARY_DIR}/streams_at_once.trace; \
+awk 'BEGIN { for (i = 0; i < 100; i++) printf \"a %d 4096 %d\\n\", i, i; for (i = 0; i < 100; i++) printf \"f %d\\n\", i }' > \"$c\"; \
+$<TARGET_FILE:vgpu-bench> replay \"$c\" --no-baseline 2>&1 >/dev/null | grep 'allocations failed'; echo \"at once exit=$?\"")
+  set_tests_properties(vgpu_bench_replay_streams_over_the_slots PROPERTIES LABELS unit
+    PASS_REGULAR_EXPRESSION "\"streams\":100,.*\"allocator\":\"bfc\",[^}]*\"failures\":0,.*\"allocator\":\"vmm\",[^}]*\"failures\":0,.*\nexit=0\nhost exit=0\nvgpu-bench replay: 37 allocations failed at limit 800 KiB; first at event 63: RESOURCE_EXHAUSTED: replay/streams_at_once: more than 64 streams in use with this allocator[^\n]*\nat once exit=0")
+
   # The original allocator's peak is reported next to the min limit.
   add_test(NAME vgpu_bench_import_original_peak
     COMMAND sh -c "$<TARGET_FILE:vgpu-bench> replay ${VGPU_IMPORT_DATA}/mlp_two_streams.snapshot.pickle --min-limit --no-baseline 2>&1 >/dev/null")
