@@ -263,8 +263,8 @@ inline absl::Status ReplayFree(Allocator& allocator, void* ptr, Stream* alloc_st
 // (index of its last event, stream) for every stream of `trace`, by index: a stream is used by
 // the events on it and by the frees of blocks allocated on it.
 std::vector<std::pair<uint64_t, uint32_t>> LastUses(const Trace& trace) {
-  std::vector<uint64_t> last(trace.num_streams, 0);
-  std::vector<bool> used(trace.num_streams, false);
+  constexpr uint64_t kUnused = UINT64_MAX;
+  std::vector<uint64_t> last(trace.num_streams, kUnused);
   std::vector<uint32_t> block_stream(trace.max_live_blocks, 0);
   for (uint64_t i = 0; i < trace.events.size(); ++i) {
     const TraceEvent& e = trace.events[i];
@@ -272,14 +272,12 @@ std::vector<std::pair<uint64_t, uint32_t>> LastUses(const Trace& trace) {
       block_stream[e.slot] = e.stream;
     } else {
       last[block_stream[e.slot]] = i;
-      used[block_stream[e.slot]] = true;
     }
     last[e.stream] = i;
-    used[e.stream] = true;
   }
   std::vector<std::pair<uint64_t, uint32_t>> out;
   for (uint32_t s = 0; s < trace.num_streams; ++s) {
-    if (used[s]) out.emplace_back(last[s], s);
+    if (last[s] != kUnused) out.emplace_back(last[s], s);
   }
   std::sort(out.begin(), out.end());
   return out;

@@ -19,7 +19,8 @@ if [ ! -f "$trace" ]; then echo "SKIPPED: $trace is absent"; exit 0; fi
 export OPENBLAS_NUM_THREADS=1
 flag=""
 [ "$growth" = on ] && flag=--allow-growth
-json=$("$bench" replay "$trace" --allocator "$allocator" --min-limit $flag --no-baseline 2>/dev/null | tail -n 1)
+replay() { "$bench" replay "$trace" --allocator "$allocator" $flag --no-baseline "$@" 2>/dev/null | tail -n 1; }
+json=$(replay --min-limit)
 get() { echo "$1" | sed -n "s/.*\"$2\":\([0-9.e+-]*\).*/\1/p"; }
 echo "$json"
 # ns_per_op is the best of one process's timed runs; a shared machine has slow phases of a few
@@ -32,7 +33,7 @@ for retry in 1 2; do
   [ "$ns_bar" = - ] && break
   echo "$ns $ns_bar" | awk '{ exit !($1 + 0 > $2 * 1.5) }' || break
   sleep 5
-  again=$(get "$("$bench" replay "$trace" --allocator "$allocator" $flag --no-baseline 2>/dev/null | tail -n 1)" ns_per_op)
+  again=$(get "$(replay)" ns_per_op)
   echo "ns_per_op over the bar: timed again ($retry): ${again:-failed}"
   [ -n "$again" ] && ns=$(echo "$ns $again" | awk '{ print ($2 + 0 < $1 + 0) ? $2 : $1 }')
 done

@@ -59,10 +59,8 @@ class HostMemoryPool : public MemoryPool {
       if (auto by = state_->pending_by_stream.find(stream); by != state_->pending_by_stream.end()) {
         if (auto it = BestFit(by->second, size); it != by->second.end()) {
           void* p = it->second;
-          state_->TakeLocked(p, it->first);
-          state_->pending.erase(p);  // its landing finds no entry and does nothing
-          by->second.erase(it);
-          if (by->second.empty()) state_->pending_by_stream.erase(by);
+          // Its landing then finds no entry and does nothing.
+          state_->TakeLocked(p, state_->DropPendingLocked(state_->pending.find(p)));
           return p;
         }
       }
@@ -144,6 +142,17 @@ class HostMemoryPool : public MemoryPool {
       live[p] = size;
       used += size;
     }
+    // Takes an unreached free out of both indexes; returns the block's size.
+    uint64_t DropPendingLocked(absl::flat_hash_map<void*, Pending>::iterator it)
+        ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+      const Pending pf = it->second;
+      pending.erase(it);
+      const uint64_t size = pf.at->first;
+      auto by = pending_by_stream.find(pf.stream);
+      by->second.erase(pf.at);
+      if (by->second.empty()) pending_by_stream.erase(by);
+      return size;
+    }
     // Free `gen` of block p reached its place in the stream: unless its stream took the block
     // back meanwhile, cache it for every stream (or free it when the pool is gone), then
     // honour the release threshold.
@@ -151,12 +160,7 @@ class HostMemoryPool : public MemoryPool {
       vgpu::MutexLock l(&mu);
       auto it = pending.find(p);
       if (it == pending.end() || it->second.gen != gen) return;  // taken again on its stream
-      const Pending pf = it->second;
-      pending.erase(it);
-      const uint64_t size = pf.at->first;
-      auto by = pending_by_stream.find(pf.stream);
-      by->second.erase(pf.at);
-      if (by->second.empty()) pending_by_stream.erase(by);
+      const uint64_t size = DropPendingLocked(it);
       if (destroyed) {
         executor->Free(p).IgnoreError();
         return;
