@@ -248,8 +248,11 @@ class VmmAllocator final : public Allocator {
     BucketBitmap nonempty_;
     size_t ranges_ = 0;
   };
-  // A granule split at `split` between the tail of one block (lower part) and the head of the
-  // next (upper part); either part may be free. Open parts are offered to new blocks.
+  // A granule shared by the tail of one block (lower part, [0, lower_end)) and the head of
+  // another (upper part, [split, granule)); either part may be free. Open parts are offered to
+  // new blocks: a free lower part is [0, split), a free upper part [lower_end, granule) (split
+  // == lower_end then), so the gap a smaller tail or head leaves between the two blocks comes
+  // back as soon as the block beside it is freed.
   struct SharedGranule {
     uint64_t split = 0;
     bool shared = false;  // this granule is a shared one (the fields below mean something)
@@ -259,6 +262,7 @@ class VmmAllocator final : public Allocator {
     uint64_t open_bytes = 0;
     uint32_t next = kNoGranule;
     uint32_t prev = kNoGranule;
+    uint64_t lower_end = 0;  // end of the lower block while it is live (<= split)
   };
   // Open parts by their free bytes (multiples of 256 below one granule): intrusive lists of
   // shared granules in buckets by bytes, with a BucketBitmap of the non-empty buckets, so
@@ -269,12 +273,15 @@ class VmmAllocator final : public Allocator {
     void Init(uint64_t granularity, std::vector<SharedGranule>* granules);
     void Insert(uint64_t bytes, uint32_t granule);
     void Erase(uint32_t granule);
-    // The part with the most bytes <= x / the fewest >= x; false when there is none.
+    // The part with the most bytes <= x / the fewest >= x (and < below); false when there is
+    // none.
     bool FindAtMost(uint64_t x, uint64_t* bytes, uint32_t* granule) const;
-    bool FindAtLeast(uint64_t x, uint64_t* bytes, uint32_t* granule) const;
+    bool FindAtLeast(uint64_t x, uint64_t* bytes, uint32_t* granule,
+                     uint64_t below = UINT64_MAX) const;
     size_t size() const { return size_; }
 
    private:
+    bool FindAtLeastInBuckets(uint64_t x, uint64_t* bytes, uint32_t* granule) const;
     size_t BucketOf(uint64_t bytes) const {
       return std::min(heads_.size() - 1, static_cast<size_t>(bytes >> shift_));
     }
