@@ -8,6 +8,8 @@ Families (one file each per seed, named FAMILY_sSEED.trace):
   random_small   log-uniform 256 B .. 1 MiB, live set bounded near 1 GiB
   random_large   log-uniform 1 KiB .. 64 MiB, live set bounded near 4 GiB (random_mixed's family)
   random_wide    log-uniform 256 B .. 256 MiB, live set bounded near 6 GiB
+  random_mid     log-uniform 512 KiB .. 8 MiB, live set bounded near 1 GiB (a granule's worth
+                 or a few: where tail sharing's partial granules weigh the most)
   kv_inference   weights allocated once; requests arrive and finish, each growing KV-cache
                  blocks (one per layer every 16 tokens) and freeing them at the end; per-step
                  activations and workspaces
@@ -224,6 +226,7 @@ def main():
             "random_small": lambda s: random_family(f"random_small_s{s}", s, 256, 1 << 20, 1 << 30, 100000),
             "random_large": lambda s: random_family(f"random_large_s{s}", s, 1024, 64 << 20, 4 << 30, 100000),
             "random_wide": lambda s: random_family(f"random_wide_s{s}", s, 256, 256 << 20, 6 << 30, 100000),
+            "random_mid": lambda s: random_family(f"random_mid_s{s}", s, 512 << 10, 8 << 20, 1 << 30, 100000),
             "kv_inference": kv_inference,
             "kv_concat": kv_concat,
             "transformer": transformer,
