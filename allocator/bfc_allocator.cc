@@ -70,6 +70,9 @@ BFCAllocator::~BFCAllocator() {
                                          name(), live_count_,
                                          FormatBytes(counters_.stats.bytes_in_use)));
   }
+  // Views are unmapped before the regions they map go (live ones too: reported above).
+  for (const auto& [c, v] : views_) freed_views_.push_back({v.va, 0});
+  FlushViewsLocked();
   // Gathered pages go back to their places before their region goes.
   for (const auto& [va, g] : gathered_) {
     absl::Status s = sub_allocator_->ReturnPages(reinterpret_cast<void*>(va),
@@ -529,6 +532,7 @@ absl::Status BFCAllocator::GrowLocked(uint64_t need) {
 }
 
 void BFCAllocator::ReleaseRegionLocked(size_t i) {
+  if (!freed_views_.empty()) FlushViewsLocked();  // a view may map the region's pages
   const Region r = regions_[i];
   ReleaseRegionMemoryLocked(r);
   regions_.erase(regions_.begin() + static_cast<ptrdiff_t>(i));
@@ -559,6 +563,7 @@ void BFCAllocator::ReleaseRegionMemoryLocked(const Region& r) {
 uint64_t BFCAllocator::ReleaseEmptyRegionsLocked(uint64_t keep_bytes) {
   // Gathered segments are not the device's regions: the cached ones go back to their places.
   if (!gathered_.empty()) ReturnCachedGatheredLocked();
+  if (!freed_views_.empty()) FlushViewsLocked();  // a view may map the regions' pages
   uint64_t released = 0, kept = 0;
   size_t out = 0;  // regions_[0, out) are the ones kept so far
   for (size_t i = 0; i < regions_.size(); ++i) {
@@ -750,6 +755,7 @@ absl::StatusOr<void*> BFCAllocator::AllocateLocked(const AllocationRequest& requ
     absl::StrAppend(&why, "; ", p.status().message());
   }
   if (options_.allow_growth) {
+    if (!freed_views_.empty()) FlushViewsLocked();
     absl::Status s = GrowLocked(need);
     if (!s.ok() && options_.garbage_collection && ReleaseEmptyRegionsLocked() > 0) {
       s = GrowLocked(need);
@@ -759,9 +765,119 @@ absl::StatusOr<void*> BFCAllocator::AllocateLocked(const AllocationRequest& requ
       if (c != kNone) return CarveLocked(c, rounded, request, wait_for);
     } else {
       why = std::string(s.message());
+      if (options_.edge_view_page_bytes != 0 && pad == 0) {
+        absl::StatusOr<void*> p = AllocateEdgeViewLocked(request, rounded, wait_for);
+        if (p.ok()) return p;
+        if (!absl::IsNotFound(p.status())) absl::StrAppend(&why, "; ", p.status().message());
+      }
     }
   }
   return OomErrorLocked(bytes, rounded, why);
+}
+
+absl::StatusOr<void*> BFCAllocator::AllocateEdgeViewLocked(const AllocationRequest& request,
+                                                           uint64_t rounded, uint64_t* wait_for) {
+  const uint64_t page = options_.edge_view_page_bytes;
+  if (rounded > 2 * page) return absl::NotFoundError("larger than two pages");
+  // The free chunks (in the shared regions' trees) that end on a page boundary (their last
+  // page's part can begin a block) and those that start on one (their first page's part can
+  // end it). A walk over every chunk: this runs only where a request would otherwise fail.
+  struct Edge {
+    uint64_t bytes;  // the part within the one page
+    uint32_t chunk;
+  };
+  std::vector<Edge> lows, highs;
+  for (const Region& r : regions_) {
+    if (chunks_[r.first].segment) continue;
+    for (uint32_t x = r.first; x != kNone; x = chunks_[x].next) {
+      const Chunk& ch = chunks_[x];
+      if (ch.in_use || ch.bin < 0 || ch.bin >= kNumTrees) continue;  // parked slivers too
+      if ((ch.ptr + ch.size) % page == 0) lows.push_back({std::min(ch.size, page), x});
+      if (ch.ptr % page == 0) highs.push_back({std::min(ch.size, page), x});
+    }
+  }
+  std::sort(highs.begin(), highs.end(),
+            [](const Edge& a, const Edge& b) { return a.bytes < b.bytes; });
+  // The pair that leaves the least free at the two edges: the low part is all of the first
+  // chunk's edge (at most the request less 256 bytes), the high one the smallest that is enough.
+  uint64_t best = UINT64_MAX;
+  Edge low{}, high{};
+  for (const Edge& l : lows) {
+    const uint64_t take = std::min(l.bytes, rounded - kMinAllocationSize);
+    auto it = std::lower_bound(highs.begin(), highs.end(), rounded - take,
+                               [](const Edge& e, uint64_t v) { return e.bytes < v; });
+    if (it != highs.end() && it->chunk == l.chunk) ++it;
+    if (it == highs.end()) continue;
+    if (l.bytes + it->bytes < best) {
+      best = l.bytes + it->bytes;
+      low = l;
+      high = *it;
+    }
+  }
+  if (best == UINT64_MAX) {
+    return absl::NotFoundError(
+        absl::StrCat("no free chunk's end and another's start add up to ", FormatBytes(rounded)));
+  }
+  const uint64_t low_bytes = std::min(low.bytes, rounded - kMinAllocationSize);
+  const uint64_t high_bytes = rounded - low_bytes;
+  const uint64_t low_end = chunks_[low.chunk].ptr + chunks_[low.chunk].size;
+  VGPU_ASSIGN_OR_RETURN(
+      void* va, sub_allocator_->MapEdgeView(reinterpret_cast<void*>(low_end - page),
+                                            reinterpret_cast<void*>(chunks_[high.chunk].ptr)));
+  // The parts: the low chunk's top low_bytes, the high chunk's first high_bytes; the rest of
+  // each stays free where it is.
+  uint32_t x = low.chunk;
+  BinRemove(x);
+  if (chunks_[x].size > low_bytes) {
+    const uint32_t n = SplitChunk(x, chunks_[x].size - low_bytes);
+    BinInsert(x);
+    x = n;
+  }
+  uint32_t y = high.chunk;
+  BinRemove(y);
+  if (chunks_[y].size > high_bytes) BinInsert(SplitChunk(y, high_bytes));
+  const uint64_t streams = chunks_[x].streams | chunks_[y].streams;
+  for (uint32_t part : {x, y}) {
+    chunks_[part].in_use = true;
+    chunks_[part].lent = true;
+  }
+  const uint32_t c = NewChunk();
+  Chunk& ch = chunks_[c];
+  ch.ptr = reinterpret_cast<uint64_t>(va) + page - low_bytes;
+  ch.size = rounded;
+  ch.view = true;
+  ch.streams = streams;  // the block waits for the parts' earlier streams (HandOutLocked)
+  views_.emplace(c, EdgeView{reinterpret_cast<uint64_t>(va), x, y});
+  ++views_made_;
+  return HandOutLocked(c, request, wait_for);
+}
+
+void BFCAllocator::FreeViewLocked(uint32_t c) {
+  auto it = views_.find(c);
+  const uint64_t streams = chunks_[c].streams;
+  for (uint32_t part : {it->second.low, it->second.high}) {
+    Chunk& ch = chunks_[part];
+    ch.in_use = false;
+    ch.lent = false;
+    ch.streams |= streams;  // reuse on another stream waits for the view's work
+    CoalesceAndBinLocked(part);
+  }
+  freed_views_.push_back({it->second.va, streams});
+  views_.erase(it);
+  DeleteChunk(c);
+}
+
+void BFCAllocator::FlushViewsLocked() {
+  for (const FreedView& v : freed_views_) {
+    if (v.streams != 0) {
+      absl::Status synced = SynchronizeSlots(v.streams);
+      if (!synced.ok())
+        ReportAllocatorError(absl::StrCat("vgpu: ", name(), ": ", synced.ToString()));
+    }
+    absl::Status s = sub_allocator_->UnmapEdgeView(reinterpret_cast<void*>(v.va));
+    if (!s.ok()) ReportAllocatorError(absl::StrCat("vgpu: ", name(), ": ", s.ToString()));
+  }
+  freed_views_.clear();
 }
 
 absl::StatusOr<void*> BFCAllocator::AllocateGatheredLocked(const AllocationRequest& request,
@@ -985,7 +1101,11 @@ absl::Status BFCAllocator::DeallocateIfLive(void* ptr, bool* live) {
   ch.in_use = false;
   ch.requested = 0;
   counters_.OnFree(ch.size);
-  CoalesceAndBinLocked(c);
+  if (ABSL_PREDICT_FALSE(ch.view)) {
+    FreeViewLocked(c);
+  } else {
+    CoalesceAndBinLocked(c);
+  }
   NotifyLocked(AllocatorEventKind::kFree, reinterpret_cast<uint64_t>(ptr), requested);
   return absl::OkStatus();
 }
@@ -1089,6 +1209,11 @@ std::string BFCAllocator::DumpMemoryLog() const {
                     " gathers so far; ", gathered_.size(), " gathered segments hold ",
                     FormatBytes(lent), " lent from the region\n");
   }
+  if (options_.edge_view_page_bytes != 0 && views_made_ > 0) {
+    absl::StrAppend(&out, "Edge views (", FormatBytes(options_.edge_view_page_bytes),
+                    " pages): ", views_made_, " made so far; ", views_.size(), " live, ",
+                    freed_views_.size(), " freed and still mapped\n");
+  }
   constexpr int kCells = 64;
   constexpr int kMaxChunksListed = 64;
   for (size_t i = 0; i < regions_.size(); ++i) {
@@ -1104,7 +1229,7 @@ std::string BFCAllocator::DumpMemoryLog() const {
       if (listed < kMaxChunksListed) {
         ++listed;
         absl::StrAppend(&out, "  ", P(ch.ptr), " ", FormatBytes(ch.size),
-                        ch.lent     ? std::string(" lent to a gathered segment")
+                        ch.lent     ? std::string(" lent to a gathered segment or a view")
                         : ch.in_use ? absl::StrCat(" in use (requested ", ch.requested, ")")
                                     : std::string(" free"),
                         "\n");
@@ -1166,6 +1291,24 @@ absl::Status BFCAllocator::CheckInvariants() const {
     if (i >= regions_.size() || regions_[i].ptr != va || regions_[i].size != pages) {
       return fail("gathered segment ", P(va), " is not a region of its pages' size");
     }
+  }
+  for (const auto& [c, v] : views_) {
+    const Chunk& ch = chunks_[c];
+    if (!ch.view || !ch.in_use || ch.bin != -1 || LiveFind(ch.ptr) != c || ch.prev != kNone ||
+        ch.next != kNone) {
+      return fail("edge view ", P(ch.ptr), " is not a live chunk outside the regions");
+    }
+    const Chunk& lo = chunks_[v.low];
+    const Chunk& hi = chunks_[v.high];
+    const uint64_t page = options_.edge_view_page_bytes;
+    if (!lo.lent || !hi.lent || (lo.ptr + lo.size) % page != 0 || hi.ptr % page != 0 ||
+        lo.size + hi.size != ch.size || ch.ptr != v.va + page - lo.size) {
+      return fail("edge view ", P(ch.ptr), " does not match its lent parts");
+    }
+    ++used_chunks;
+    ++records;
+    in_use += ch.size;
+    lent_listed += 2;
   }
   for (size_t i = 0; i < regions_.size(); ++i) {
     const Region& r = regions_[i];

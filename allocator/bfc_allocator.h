@@ -135,6 +135,17 @@ struct BFCOptions {
   // docs/allocator.md, "Gathered pages"). The device allocator factory turns it on without
   // growth where the device has VMM calls.
   bool gather_pages = false;
+  // Edge views (growth on; needs a sub-allocator with MapEdgeView, whose regions are made of
+  // pages of this many bytes, page-aligned; 0 = off). A request of at most two pages that no
+  // free chunk fits and no new region can serve, where one free chunk ends on a page boundary
+  // and another starts on one, gets the first chunk's end and the second's start: their two
+  // pages mapped back to back into a range of their own (a view), where the block is
+  // contiguous. Nothing moves (the pages stay mapped where they are; the two parts are lent
+  // to the view while it lives), so the free memory at the edges of separately mapped regions
+  // (the vmm allocator's slabs) serves a request no hole fits. The view is unmapped after its
+  // block's streams are done (at the next request that would fail, on release, at
+  // destruction). docs/vmm.md, "Edge views".
+  uint64_t edge_view_page_bytes = 0;
   // Counters this allocator keeps current for the allocator it serves (the vmm allocator's
   // slabs), written under its lock (BFCUsageMirror); must outlive the allocator.
   BFCUsageMirror* usage_mirror = nullptr;
@@ -237,6 +248,8 @@ class BFCAllocator final : public Allocator {
     bool in_use = false;
     bool segment = false;  // a whole region of its own (BFCOptions::segment_bytes), never split
     bool lent = false;     // pages lent to a gathered segment (in_use, not live; gather_pages)
+                           // or a part lent to an edge view
+    bool view = false;     // an edge view's block: in no region (BFCOptions::edge_view_page_bytes)
   };
   struct Region {
     uint64_t ptr = 0;
@@ -528,6 +541,30 @@ class BFCAllocator final : public Allocator {
 
   // gather_pages: the sub-allocator's page (0 = off) and the gathered segments by address.
   uint64_t gather_page_ = 0;
+  // Edge views (BFCOptions::edge_view_page_bytes): a request no free chunk fits and no new
+  // region serves, served from a free chunk's end and another's start (see there); NotFound
+  // when no two such parts are enough, other errors from the sub-allocator.
+  absl::StatusOr<void*> AllocateEdgeViewLocked(const AllocationRequest& request, uint64_t rounded,
+                                               uint64_t* wait_for)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The free of view block c: its parts go back (free, with its streams) and its mapping
+  // waits in freed_views_ for FlushViewsLocked.
+  void FreeViewLocked(uint32_t c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Unmaps the freed views once their streams are done (a host wait: called where memory is
+  // short or going back, before any region that a view maps can be released).
+  void FlushViewsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  struct EdgeView {
+    uint64_t va = 0;  // the two pages' mapping, as MapEdgeView returned it
+    uint32_t low = kNone,
+             high = kNone;  // the lent parts: the first chunk's end, the second's start
+  };
+  absl::flat_hash_map<uint32_t, EdgeView> views_ ABSL_GUARDED_BY(mu_);  // by the view's chunk
+  struct FreedView {
+    uint64_t va = 0;
+    uint64_t streams = 0;  // the slots whose work may still read it
+  };
+  std::vector<FreedView> freed_views_ ABSL_GUARDED_BY(mu_);
+  uint64_t views_made_ ABSL_GUARDED_BY(mu_) = 0;  // edge views made so far (DumpMemoryLog)
   absl::flat_hash_map<uint64_t, Gathered> gathered_ ABSL_GUARDED_BY(mu_);
   uint64_t gathers_ ABSL_GUARDED_BY(mu_) = 0;  // gathered segments made (DumpMemoryLog)
 

@@ -43,6 +43,13 @@ class SubAllocator {
   // The reverse: maps each page back where it was and gives the range up (`runs` as given to
   // GatherPages for `range`).
   virtual absl::Status ReturnPages(void* range, void* region, absl::Span<const PageRun> runs);
+
+  // Edge views (optional; BFCOptions::edge_view_page_bytes, the page size here): maps the page
+  // at `low` and the page at `high` (page-aligned addresses inside regions; they may be the
+  // same page) back to back into a new range of two pages, where they also stay mapped;
+  // returns it. UnmapEdgeView gives such a range up. Unimplemented by default.
+  virtual absl::StatusOr<void*> MapEdgeView(void* low, void* high);
+  virtual absl::Status UnmapEdgeView(void* view);
 };
 
 }  // namespace vgpu

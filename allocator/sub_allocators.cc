@@ -49,6 +49,14 @@ absl::Status SubAllocator::ReturnPages(void*, void*, absl::Span<const PageRun>) 
   return absl::UnimplementedError(absl::StrCat(name(), " cannot move pages"));
 }
 
+absl::StatusOr<void*> SubAllocator::MapEdgeView(void*, void*) {
+  return absl::UnimplementedError(absl::StrCat(name(), " cannot map edge views"));
+}
+
+absl::Status SubAllocator::UnmapEdgeView(void*) {
+  return absl::UnimplementedError(absl::StrCat(name(), " cannot map edge views"));
+}
+
 absl::StatusOr<std::unique_ptr<PagedDeviceSubAllocator>> PagedDeviceSubAllocator::Create(
     Executor* executor) {
   absl::StatusOr<uint64_t> g = executor->VirtualMemoryGranularity();

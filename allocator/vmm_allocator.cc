@@ -91,6 +91,46 @@ class VmmAllocator::SlabSubAllocator final : public SubAllocator {
     return absl::OkStatus();
   }
 
+  // Edge views: the granules at `low` and `high` (in slabs) mapped back to back in a range of
+  // their own. Map and unmap calls count as ours; the granules stay in their slabs.
+  absl::StatusOr<void*> MapEdgeView(void* low, void* high) override {
+    FutexMutexLock l(&owner_->mu_);
+    const uint64_t g = owner_->granularity_;
+    const uint32_t lo = owner_->SlabGranuleAtLocked(low), hi = owner_->SlabGranuleAtLocked(high);
+    if (lo == kNoGranule || hi == kNoGranule) {
+      return absl::InvalidArgumentError(absl::StrCat(name(), ": an edge view of ", P(low), " and ",
+                                                     P(high), ", which are not slab granules"));
+    }
+    VGPU_ASSIGN_OR_RETURN(void* reserved, owner_->executor_->ReserveAddressRange(3 * g));
+    void* va = reinterpret_cast<void*>(AlignUp(reinterpret_cast<uint64_t>(reserved), g));
+    const PhysicalMemoryHandle handles[2] = {owner_->granules_[lo].handle,
+                                             owner_->granules_[hi].handle};
+    if (absl::Status s = owner_->executor_->MapAll(va, handles, 2); !s.ok()) {
+      owner_->executor_->FreeAddressRange(reserved, 3 * g).IgnoreError();
+      return s;
+    }
+    ++owner_->map_calls_;
+    ++owner_->edge_views_made_;
+    owner_->edge_views_.emplace(va, reserved);
+    return va;
+  }
+
+  absl::Status UnmapEdgeView(void* view) override {
+    FutexMutexLock l(&owner_->mu_);
+    auto it = owner_->edge_views_.find(view);
+    if (it == owner_->edge_views_.end()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(name(), ": ", P(view), " is not an edge view"));
+    }
+    void* reserved = it->second;
+    owner_->edge_views_.erase(it);
+    const uint64_t g = owner_->granularity_;
+    absl::Status s = owner_->executor_->Unmap(view, 2 * g);
+    ++owner_->unmap_calls_;
+    s.Update(owner_->executor_->FreeAddressRange(reserved, 3 * g));
+    return s;
+  }
+
  private:
   VmmAllocator* owner_;
 };
@@ -236,6 +276,7 @@ absl::Status VmmAllocator::Init() {
   slab_usage_.events = slab_observer_.get();
   bo.usage_mirror = &slab_usage_;
   bo.stream_slot_owner = this;  // small blocks carry our slot numbers; our AllocateRaw waits
+  if (options_.edge_views) bo.edge_view_page_bytes = g;  // slabs are whole granules, aligned
   VGPU_ASSIGN_OR_RETURN(slabs_, BFCAllocator::Create(std::make_unique<SlabSubAllocator>(this), bo));
   if (!options_.allow_growth) {
     FutexMutexLock l(&mu_);  // not shared yet; for the analysis
@@ -1116,6 +1157,26 @@ absl::StatusOr<std::unique_ptr<VmmAllocator::Range>> VmmAllocator::MapArenaSlabL
   return range;
 }
 
+uint32_t VmmAllocator::SlabGranuleAtLocked(const void* addr) const {
+  const uint64_t a = reinterpret_cast<uint64_t>(addr);
+  auto granule_in = [&](const Range& r) -> uint32_t {
+    const uint64_t base = reinterpret_cast<uint64_t>(r.ptr);
+    if (a < base || a % granularity_ != 0 || (a - base) / granularity_ >= r.granules.size()) {
+      return kNoGranule;
+    }
+    return r.granules[(a - base) / granularity_];
+  };
+  if (InSlabArena(addr)) {
+    const uint64_t slot = (a - reinterpret_cast<uint64_t>(slab_arena_)) / slab_bytes_;
+    auto it = slab_ranges_.find(slab_arena_ + slot * slab_bytes_);
+    return it == slab_ranges_.end() ? kNoGranule : granule_in(*it->second);
+  }
+  for (const auto& [p, r] : slab_ranges_) {  // slabs outside the arena: rare
+    if (const uint32_t i = granule_in(*r); i != kNoGranule) return i;
+  }
+  return kNoGranule;
+}
+
 uint64_t VmmAllocator::CapacityOf(const Range& range) const {
   uint64_t off = reinterpret_cast<uint64_t>(range.ptr) - reinterpret_cast<uint64_t>(range.reserved);
   return (range.reserved_bytes - off) / granularity_;
@@ -1514,7 +1575,9 @@ VmmAllocator::GranuleCounts VmmAllocator::Granules() const {
   c.pending_frees = pending_.size();
   c.deferred_frees = deferred_frees_;
   c.shared = shared_count_;
-  c.views = mapped_granules_ + double_mapped_;
+  c.edge_views = edge_views_.size();
+  c.edge_views_made = edge_views_made_;
+  c.views = mapped_granules_ + double_mapped_ + 2 * edge_views_.size();
   return c;
 }
 

@@ -96,6 +96,12 @@ struct VmmOptions {
   // granule. Such blocks are unmapped when freed, not cached. false: every large block is whole
   // granules (docs/vmm.md measures both).
   bool share_tail_granules = true;
+  // Edge views: a small request that no slab has room for, when no new slab can be mapped,
+  // is served from the free end of one slab granule and the free start of another, the two
+  // granules mapped back to back into a view of their own (BFCOptions::edge_view_page_bytes;
+  // the granules stay mapped in their slabs too). Nothing changes until a request would fail;
+  // small random sizes then fit in less memory (docs/vmm.md, "Edge views").
+  bool edge_views = true;
   // With allow_growth, granules that stayed free in the pool through a whole epoch (at least
   // `give_back_epoch` frees, of large blocks and of slabs, and `give_back_interval_ms`) go back
   // to the device, except
@@ -161,8 +167,13 @@ class VmmAllocator final : public Allocator {
     uint64_t granule_creates = 0;
     uint64_t give_back_epoch = 0;
     uint64_t give_back_interval_ms = 0;
-    // Granule mappings in virtual space: mapped + shared granules mapped in two ranges.
+    // Granule mappings in virtual space: mapped + shared granules mapped in two ranges + two
+    // per edge view.
     uint64_t views = 0;
+    // Edge views (VmmOptions::edge_views) mapped now (live blocks, or freed and not yet
+    // unmapped), and made so far.
+    uint64_t edge_views = 0;
+    uint64_t edge_views_made = 0;
   };
   GranuleCounts Granules() const ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -563,6 +574,12 @@ class VmmAllocator final : public Allocator {
   uint64_t deferred_frees_ ABSL_GUARDED_BY(mu_) = 0;
   // why the pool last refused the slab BFC a slab ("" = it did not)
   std::string slab_refusal_ ABSL_GUARDED_BY(mu_);
+  // Edge views (VmmOptions::edge_views), by their first byte: the reservation (three granules,
+  // the view aligned in it). Made and unmapped by the slab BFC through SlabSubAllocator.
+  absl::flat_hash_map<void*, void*> edge_views_ ABSL_GUARDED_BY(mu_);
+  uint64_t edge_views_made_ ABSL_GUARDED_BY(mu_) = 0;
+  // The granule mapped at `addr` (granule-aligned) in a slab, or kNoGranule.
+  uint32_t SlabGranuleAtLocked(const void* addr) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   uint64_t block_granules_ ABSL_GUARDED_BY(mu_) = 0;
   // The working set: mapped granules not in the cache (blocks, shared granules, slabs, deferred
   // frees), and its highest so far (growth's cache cap, CacheCapLocked).
