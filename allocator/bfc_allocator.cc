@@ -560,7 +560,7 @@ void BFCAllocator::ReleaseRegionMemoryLocked(const Region& r) {
   NotifyLocked(AllocatorEventKind::kUnmap, r.ptr, r.size);
 }
 
-uint64_t BFCAllocator::ReleaseEmptyRegionsLocked(uint64_t keep_bytes) {
+uint64_t BFCAllocator::ReleaseEmptyRegionsLocked(uint64_t keep_bytes, uint64_t max_bytes) {
   // Gathered segments are not the device's regions: the cached ones go back to their places.
   if (!gathered_.empty()) ReturnCachedGatheredLocked();
   if (!freed_views_.empty()) FlushViewsLocked();  // a view may map the regions' pages
@@ -569,6 +569,13 @@ uint64_t BFCAllocator::ReleaseEmptyRegionsLocked(uint64_t keep_bytes) {
   for (size_t i = 0; i < regions_.size(); ++i) {
     const Region r = regions_[i];
     const Chunk& c = chunks_[r.first];
+    if (released >= max_bytes) {  // enough: the rest stay, moved down over the released ones
+      out = static_cast<size_t>(std::copy(regions_.begin() + static_cast<ptrdiff_t>(i),
+                                          regions_.end(),
+                                          regions_.begin() + static_cast<ptrdiff_t>(out)) -
+                                regions_.begin());
+      break;
+    }
     if (c.in_use || c.next != kNone || kept + r.size <= keep_bytes) {
       if (!c.in_use && c.next == kNone) kept += r.size;
       regions_[out++] = r;
@@ -602,9 +609,15 @@ bool BFCAllocator::ReleaseSegmentsLocked(uint64_t need) {
   return need <= AvailableLocked();
 }
 
-absl::StatusOr<uint64_t> BFCAllocator::ReleaseEmptyRegions(uint64_t keep_bytes) {
+bool BFCAllocator::HasFreeChunk(uint64_t bytes) const {
   SpinLockGuard l(mu_);
-  return ReleaseEmptyRegionsLocked(keep_bytes);
+  return FindChunkLocked(bytes) != kNone;
+}
+
+absl::StatusOr<uint64_t> BFCAllocator::ReleaseEmptyRegions(uint64_t keep_bytes,
+                                                           uint64_t max_bytes) {
+  SpinLockGuard l(mu_);
+  return ReleaseEmptyRegionsLocked(keep_bytes, max_bytes);
 }
 
 void BFCAllocator::DoResetPeakStats() {

@@ -190,7 +190,12 @@ class BFCAllocator final : public Allocator {
   // Gives every wholly free region back to the sub-allocator, except the first ones (by
   // address) whose sizes add up to at most `keep_bytes`; returns the bytes released. (The vmm
   // allocator calls this to return slab granules to its pool.)
-  absl::StatusOr<uint64_t> ReleaseEmptyRegions(uint64_t keep_bytes = 0);
+  // With `max_bytes`, stops once that much is released.
+  absl::StatusOr<uint64_t> ReleaseEmptyRegions(uint64_t keep_bytes = 0,
+                                               uint64_t max_bytes = UINT64_MAX);
+  // Whether the shared regions hold a free chunk of at least `bytes` (a bitmap scan; the vmm
+  // allocator asks whether a slab is empty before it walks the slabs).
+  bool HasFreeChunk(uint64_t bytes) const ABSL_LOCKS_EXCLUDED(mu_);
   // Deallocate(ptr) when ptr is a live allocation of this allocator; otherwise *live = false
   // and nothing happens (no error is built: the vmm allocator asks this of pointers that may
   // be its own large blocks).
@@ -331,7 +336,8 @@ class BFCAllocator final : public Allocator {
   // order: the device's regions and gathered segments alike.
   uint32_t InsertRegionLocked(uint64_t ptr, uint64_t size, bool segment)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  uint64_t ReleaseEmptyRegionsLocked(uint64_t keep_bytes = 0) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  uint64_t ReleaseEmptyRegionsLocked(uint64_t keep_bytes = 0, uint64_t max_bytes = UINT64_MAX)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status OomErrorLocked(uint64_t bytes, uint64_t rounded, absl::string_view why)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   AllocatorStats StatsLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -1302,6 +1302,37 @@ TEST(VmmAllocatorTest, EmptySlabsAreReclaimedForLargeBlocks) {
   EXPECT_THAT(CheckFakeVmm(f), IsOk());
 }
 
+// With growth, below the limit: a large block that needs new granules while slabs sit empty
+// takes theirs instead of growing the memory held from the device; one live small block keeps
+// the allocator from going idle (which would give everything back anyway).
+TEST(VmmAllocatorTest, GrowthLargeBlocksTakeEmptySlabsBeforeNewGranules) {
+  VmmOptions o = Opts(64 * kG, true, /*cache=*/false);
+  o.pool_keep_bytes = kG;
+  Fake f = MakeFake(o);
+  std::vector<void*> small;
+  for (int i = 0; i < 32; ++i) {  // four full one-granule slabs
+    auto p = f.alloc->AllocateRaw(256 * kKiB);
+    ASSERT_THAT(p.status(), IsOk()) << i;
+    small.push_back(*p);
+  }
+  auto keep = f.alloc->AllocateRaw(256 * kKiB);  // a fifth slab, kept busy
+  ASSERT_THAT(keep.status(), IsOk());
+  for (void* p : small) ASSERT_THAT(f.alloc->Deallocate(p), IsOk());
+  auto c = f.alloc->Granules();
+  ASSERT_EQ(c.slabs, 5u);  // four of them empty
+  const uint64_t created = c.created;
+  auto big = f.alloc->AllocateRaw(3 * kG);
+  ASSERT_THAT(big.status(), IsOk());
+  c = f.alloc->Granules();
+  EXPECT_EQ(c.created, created);  // the empty slabs' granules, no new ones
+  EXPECT_EQ(c.slabs, 1u);
+  EXPECT_EQ(c.in_blocks, 3u);
+  EXPECT_THAT(CheckFakeVmm(f), IsOk());
+  ASSERT_THAT(f.alloc->Deallocate(*big), IsOk());
+  ASSERT_THAT(f.alloc->Deallocate(*keep), IsOk());
+  EXPECT_THAT(CheckFakeVmm(f), IsOk());
+}
+
 class Recorder : public AllocatorObserver {
  public:
   void OnAllocatorEvent(const std::string& name, const AllocatorEvent& e) override {
