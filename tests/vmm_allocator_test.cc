@@ -288,6 +288,16 @@ void ExpectNoPhysicalOverlap(Fake& f, const std::vector<std::pair<void*, uint64_
   }
 }
 
+// Frees a random live block (swapped with the last, then popped), keeping live_bytes.
+void FreeRandomBlock(Fake& f, std::vector<std::pair<void*, uint64_t>>& live, std::mt19937_64& rng,
+                     uint64_t* live_bytes) {
+  const size_t k = rng() % live.size();
+  ASSERT_THAT(f.alloc->Deallocate(live[k].first), IsOk());
+  *live_bytes -= live[k].second;
+  live[k] = live.back();
+  live.pop_back();
+}
+
 // A block whose bytes past whole granules fit an open upper part with less to spare than any
 // tail takes the end of that part (a short head), and one that fits an open lower part takes
 // its start (no head), instead of a fresh granule.
@@ -462,11 +472,7 @@ TEST(VmmAllocatorTest, EdgeViewsUnderRandomSmallSizesAtTheLimit) {
           ++ooms[run];
         }
       } else {
-        const size_t k = rng() % live.size();
-        ASSERT_THAT(f.alloc->Deallocate(live[k].first), IsOk());
-        live_bytes -= live[k].second;
-        live[k] = live.back();
-        live.pop_back();
+        ASSERT_NO_FATAL_FAILURE(FreeRandomBlock(f, live, rng, &live_bytes));
       }
       ASSERT_THAT(CheckFakeVmm(f), IsOk()) << "op " << i;
       if (i % 16 == 0) ASSERT_NO_FATAL_FAILURE(ExpectNoPhysicalOverlap(f, live)) << "op " << i;
@@ -499,11 +505,7 @@ TEST(VmmAllocatorTest, TailSharingPacksRandomSizesOfOneToTwoGranules) {
       peak_live = std::max(peak_live, live_bytes);
       peak_mapped = std::max(peak_mapped, f.alloc->Granules().mapped * kG);
     } else {
-      const size_t k = rng() % live.size();
-      ASSERT_THAT(f.alloc->Deallocate(live[k].first), IsOk());
-      live_bytes -= live[k].second;
-      live[k] = live.back();
-      live.pop_back();
+      ASSERT_NO_FATAL_FAILURE(FreeRandomBlock(f, live, rng, &live_bytes));
     }
     if (op % 1000 == 0) {
       ASSERT_THAT(CheckFakeVmm(f), IsOk()) << "op " << op;
