@@ -1,6 +1,7 @@
 // The vmm allocator on real device memory (label gpu; every test skips when
 // GetPlatform("cuda") has no device): stitched blocks hold data, granules go back to the card,
-// and the mapping cache reuses ranges.
+// the mapping cache reuses ranges, and an edge view holds data.
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -89,6 +90,46 @@ TEST_F(VmmGpuTest, HotSizeIsNotRemapped) {
     ASSERT_THAT(a->Deallocate(*p), IsOk());
   }
   EXPECT_EQ(a->Stats().regions_mapped, 5u);
+}
+
+// An edge view on the card: two slabs full at the limit, the end of one and the start of the
+// other freed; a block larger than either hole is mapped across them, and what is copied into it
+// is read back at the slabs' own addresses (the same physical bytes, mapped twice).
+TEST_F(VmmGpuTest, EdgeViewHoldsData) {
+  std::unique_ptr<Allocator> a = Make(2 * granule_, /*growth=*/false);
+  ASSERT_NE(a, nullptr);
+  auto part = [&](uint64_t kib) { return kib * granule_ / 2048; };  // KiB of a 2 MiB granule
+  std::vector<char*> blocks;
+  for (uint64_t kib : {600, 800, 648, 648, 800, 600}) {
+    auto p = a->AllocateRaw(part(kib));
+    ASSERT_THAT(p.status(), IsOk()) << kib;
+    blocks.push_back(static_cast<char*>(*p));
+  }
+  char* a3 = blocks[2];
+  char* b1 = blocks[3];
+  ASSERT_EQ(reinterpret_cast<uint64_t>(a3 + part(648)) % granule_, 0u);
+  ASSERT_EQ(reinterpret_cast<uint64_t>(b1) % granule_, 0u);
+  ASSERT_THAT(a->Deallocate(a3), IsOk());
+  ASSERT_THAT(a->Deallocate(b1), IsOk());
+  const uint64_t bytes = part(1000);
+  auto v = a->AllocateRaw(bytes);
+  ASSERT_THAT(v.status(), IsOk());
+  EXPECT_EQ(static_cast<VmmAllocator*>(a.get())->Granules().edge_views, 1u);
+  auto stream = executor_->CreateStream({});
+  ASSERT_THAT(stream.status(), IsOk());
+  std::vector<uint32_t> host(bytes / 4), low(part(648) / 4, 0), high(part(352) / 4, 0);
+  for (size_t i = 0; i < host.size(); ++i) host[i] = static_cast<uint32_t>(i * 2654435761u);
+  ASSERT_THAT((*stream)->MemcpyH2D(*v, host.data(), bytes), IsOk());
+  ASSERT_THAT((*stream)->MemcpyD2H(low.data(), a3, part(648)), IsOk());
+  ASSERT_THAT((*stream)->MemcpyD2H(high.data(), b1, part(352)), IsOk());
+  ASSERT_THAT((*stream)->Synchronize(), IsOk());
+  EXPECT_TRUE(std::equal(low.begin(), low.end(), host.begin()));
+  EXPECT_TRUE(std::equal(high.begin(), high.end(), host.begin() + low.size()));
+  ASSERT_THAT(a->Deallocate(*v), IsOk());
+  for (int i : {0, 1, 4, 5}) ASSERT_THAT(a->Deallocate(blocks[i]), IsOk());
+  ASSERT_THAT(static_cast<VmmAllocator*>(a.get())->Trim(), IsOk());
+  EXPECT_EQ(static_cast<VmmAllocator*>(a.get())->Granules().edge_views, 0u);
+  EXPECT_THAT(a->CheckInvariants(), IsOk());
 }
 
 }  // namespace
