@@ -791,7 +791,10 @@ absl::StatusOr<void*> BFCAllocator::AllocateLocked(const AllocationRequest& requ
 absl::StatusOr<void*> BFCAllocator::AllocateEdgeViewLocked(const AllocationRequest& request,
                                                            uint64_t rounded, uint64_t* wait_for) {
   const uint64_t page = options_.edge_view_page_bytes;
-  if (rounded > 2 * page) return absl::NotFoundError("larger than two pages");
+  // Two parts of at least kMinAllocationSize each, within a page each.
+  if (rounded > 2 * page || rounded < 2 * kMinAllocationSize) {
+    return absl::NotFoundError("not two parts' size");
+  }
   // The free chunks (in the shared regions' trees) that end on a page boundary (their last
   // page's part can begin a block) and those that start on one (their first page's part can
   // end it). A walk over every chunk: this runs only where a request would otherwise fail.
