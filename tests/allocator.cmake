@@ -206,6 +206,14 @@ if(Python3_Interpreter_FOUND)
   set_tests_properties(${VGPU_BENCH_BARS_ADDED} PROPERTIES
     LABELS bench TIMEOUT 120 FIXTURES_REQUIRED family_traces RUN_SERIAL TRUE
     PASS_REGULAR_EXPRESSION "ALL-WITHIN-BARS" FAIL_REGULAR_EXPRESSION "OVER-BAR|SKIPPED")
+  # Edge views at work: random_small s3 at 1.065x its peak live (1074694176 bytes) replays with
+  # every allocation served (it needs 1.075x without them) and the replay reports the views.
+  add_test(NAME vgpu_bench_replay_vmm_edge_views
+    COMMAND vgpu-bench replay ${VGPU_FAMILY_TRACES}/random_small_s3.trace --allocator vmm
+      --limit 1144549297 --no-baseline)
+  set_tests_properties(vgpu_bench_replay_vmm_edge_views PROPERTIES
+    LABELS bench TIMEOUT 120 FIXTURES_REQUIRED family_traces
+    PASS_REGULAR_EXPRESSION "\"vmm_edge_views\":[1-9]" FAIL_REGULAR_EXPRESSION "allocations failed")
 else()
   message(WARNING "python3 not found: the family-trace bench bars (scripts/gen_traces.py) are "
                   "not registered; scripts/setup.sh installs it")

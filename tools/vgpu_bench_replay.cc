@@ -135,6 +135,9 @@ struct TimedReplay {
   // vmm only: physical granules created from the device (cuMemCreate on cuda, each released
   // later) per 1000 trace events, run 0: with growth, what going to the device costs.
   std::optional<double> granule_creates_per_kop;
+  // vmm only: edge views made in run 0 (small blocks mapped across two slabs' free edges at
+  // the limit, docs/vmm.md).
+  std::optional<uint64_t> edge_views;
   // Reserved (mapped) bytes right after the last free of run 0, when the allocator is idle:
   // what it did not give back (vmm with growth keeps a reserve of pool_keep_bytes).
   uint64_t idle_reserved = 0;
@@ -181,8 +184,9 @@ absl::StatusOr<TimedReplay> RunTimed(const Trace& trace, const BenchAllocatorSpe
             static_cast<double>(stats.regions_unmapped + stats.unmap_calls) / kops;
       }
       if (const auto* vmm = dynamic_cast<const VmmAllocator*>(&allocator)) {
-        out.granule_creates_per_kop =
-            static_cast<double>(vmm->Granules().granule_creates) / kops;
+        const VmmAllocator::GranuleCounts counts = vmm->Granules();
+        out.granule_creates_per_kop = static_cast<double>(counts.granule_creates) / kops;
+        out.edge_views = counts.edge_views_made;
       }
       if (stats.mapping_granularity > 0) {  // vmm: regions are granules
         const double gib = static_cast<double>(stats.regions_mapped) *
@@ -502,6 +506,7 @@ int RunReplay(const BenchArgs& args) {
   w.Field("unmap_calls_per_kop", timed->unmap_calls_per_kop);
   if (timed->granule_creates_per_kop)
     w.Field("granule_creates_per_kop", *timed->granule_creates_per_kop);
+  if (timed->edge_views) w.Field("vmm_edge_views", *timed->edge_views);
   w.Field("idle_reserved_bytes", timed->idle_reserved);
   // Imported workloads (allocator/trace_import.h) say where they came from; a vgpu trace's
   // line keeps its keys.
