@@ -538,14 +538,17 @@ void BFCAllocator::ReleaseRegionLocked(size_t i) {
   regions_.erase(regions_.begin() + static_cast<ptrdiff_t>(i));
 }
 
+void BFCAllocator::SynchronizeOrReport(uint64_t slots) {
+  if (slots == 0) return;
+  absl::Status synced = SynchronizeSlots(slots);
+  if (!synced.ok()) ReportAllocatorError(absl::StrCat("vgpu: ", name(), ": ", synced.ToString()));
+}
+
 void BFCAllocator::ReleaseRegionMemoryLocked(const Region& r) {
   const Chunk& c = chunks_[r.first];
   // Memory going back to the device must be out of every stream's use: the free chunk's mask
   // holds the streams of every block that was in it.
-  if (c.streams != 0) {
-    absl::Status synced = SynchronizeSlots(c.streams);
-    if (!synced.ok()) ReportAllocatorError(absl::StrCat("vgpu: ", name(), ": ", synced.ToString()));
-  }
+  SynchronizeOrReport(c.streams);
   if (c.bin != -1) BinRemove(r.first);
   DeleteChunk(r.first);
   absl::Status s = sub_allocator_->Free(reinterpret_cast<void*>(r.ptr), r.size);
@@ -569,14 +572,8 @@ uint64_t BFCAllocator::ReleaseEmptyRegionsLocked(uint64_t keep_bytes, uint64_t m
   for (size_t i = 0; i < regions_.size(); ++i) {
     const Region r = regions_[i];
     const Chunk& c = chunks_[r.first];
-    if (released >= max_bytes) {  // enough: the rest stay, moved down over the released ones
-      out = static_cast<size_t>(std::copy(regions_.begin() + static_cast<ptrdiff_t>(i),
-                                          regions_.end(),
-                                          regions_.begin() + static_cast<ptrdiff_t>(out)) -
-                                regions_.begin());
-      break;
-    }
-    if (c.in_use || c.next != kNone || kept + r.size <= keep_bytes) {
+    // Kept: in use, within keep_bytes, or max_bytes released already.
+    if (c.in_use || c.next != kNone || kept + r.size <= keep_bytes || released >= max_bytes) {
       if (!c.in_use && c.next == kNone) kept += r.size;
       regions_[out++] = r;
       continue;
@@ -885,11 +882,7 @@ void BFCAllocator::FreeViewLocked(uint32_t c) {
 
 void BFCAllocator::FlushViewsLocked() {
   for (const FreedView& v : freed_views_) {
-    if (v.streams != 0) {
-      absl::Status synced = SynchronizeSlots(v.streams);
-      if (!synced.ok())
-        ReportAllocatorError(absl::StrCat("vgpu: ", name(), ": ", synced.ToString()));
-    }
+    SynchronizeOrReport(v.streams);
     absl::Status s = sub_allocator_->UnmapEdgeView(reinterpret_cast<void*>(v.va));
     if (!s.ok()) ReportAllocatorError(absl::StrCat("vgpu: ", name(), ": ", s.ToString()));
   }
@@ -1006,10 +999,7 @@ bool BFCAllocator::ReturnCachedGatheredLocked() {
 void BFCAllocator::ReturnGatheredLocked(uint32_t c) {
   const uint64_t va = chunks_[c].ptr;
   auto it = gathered_.find(va);
-  if (chunks_[c].streams != 0) {
-    absl::Status synced = SynchronizeSlots(chunks_[c].streams);
-    if (!synced.ok()) ReportAllocatorError(absl::StrCat("vgpu: ", name(), ": ", synced.ToString()));
-  }
+  SynchronizeOrReport(chunks_[c].streams);
   absl::Status s = sub_allocator_->ReturnPages(
       reinterpret_cast<void*>(va), reinterpret_cast<void*>(it->second.region), it->second.runs);
   if (!s.ok()) {

@@ -321,6 +321,9 @@ class BFCAllocator final : public Allocator {
   // All of that but dropping it from regions_ (ReleaseEmptyRegionsLocked compacts regions_ once
   // for many: erasing each would move the rest every time, quadratic in the regions).
   void ReleaseRegionMemoryLocked(const Region& r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Waits for the work of stream slots `slots` (memory leaving its address or going back);
+  // a failure is reported, not returned: the caller goes on as it must.
+  void SynchronizeOrReport(uint64_t slots);
   // The index in regions_ of the region starting at ptr.
   size_t RegionOf(uint64_t ptr) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // What the limit still allows to be reserved.

@@ -36,6 +36,7 @@ using ::vgpu::testing::FakeVmmExecutor;
 using ::vgpu::testing::FreeStitchedBlock;
 using ::vgpu::testing::IsOk;
 using ::vgpu::testing::IsOkAndHolds;
+using ::vgpu::testing::MakeEdgeHoles;
 using ::vgpu::testing::MakeVmmAllocator;
 using ::vgpu::testing::StatusIs;
 using ::vgpu::testing::StitchedBlock;
@@ -382,21 +383,23 @@ TEST(VmmAllocatorTest, EdgeViewsJoinTheFreeEndsOfTwoSlabs) {
           std::find_if(live.begin(), live.end(), [&](const auto& b) { return b.first == p; }));
     };
     // Slab A: 600, 800, 648 KiB; slab B: 648, 800, 600 KiB. Both are full: the limit is reached.
-    char* a1 = alloc(600 * kKiB);
-    char* a2 = alloc(800 * kKiB);
-    char* a3 = alloc(648 * kKiB);
-    char* b1 = alloc(648 * kKiB);
-    char* b2 = alloc(800 * kKiB);
-    char* b3 = alloc(600 * kKiB);
-    ASSERT_TRUE(a1 && a2 && a3 && b1 && b2 && b3);
-    ASSERT_EQ(reinterpret_cast<uint64_t>(a3 + 648 * kKiB) % kG, 0u);  // a3 ends slab A
-    ASSERT_EQ(reinterpret_cast<uint64_t>(b1) % kG, 0u);               // b1 begins slab B
+    // Then a3 (the end of A) and b1 (the start of B) are freed: 648 KiB free at each, and no
+    // hole fits 1000 KiB (a small block: under half a granule).
+    std::vector<char*> blocks;
+    ASSERT_NO_FATAL_FAILURE(
+        MakeEdgeHoles(f.alloc.get(), kG, &blocks, [&](int, void* q, uint64_t bytes) {
+          EXPECT_THAT(CheckFakeVmm(f), IsOk());
+          live.emplace_back(q, bytes);
+        }));
+    char* a3 = blocks[2];
+    char* b1 = blocks[3];
+    for (char* q : {a3, b1}) {
+      live.erase(
+          std::find_if(live.begin(), live.end(), [&](const auto& b) { return b.first == q; }));
+    }
     EXPECT_EQ(f.alloc->Granules().slabs, 2u);
-    // 648 KiB free at the end of A and 648 KiB at the start of B; no hole fits 1000 KiB (a
-    // small block: under half a granule).
+    EXPECT_THAT(CheckFakeVmm(f), IsOk());
     constexpr uint64_t kR = 1000 * kKiB;
-    free(a3);
-    free(b1);
     const auto before = f.alloc->Granules();
     auto p = f.alloc->AllocateRaw(kR);
     if (!views) {
@@ -1490,20 +1493,11 @@ TEST_F(VmmHostTest, WriteThroughAStitchedBlockAndReadBack) {
 TEST_F(VmmHostTest, WriteThroughAnEdgeView) {
   std::unique_ptr<Allocator> a = Make(2 * kG, /*growth=*/false);
   ASSERT_NE(a, nullptr);
-  std::vector<uint8_t*> blocks;
-  const uint64_t sizes[] = {600 * kKiB, 800 * kKiB, 648 * kKiB, 648 * kKiB, 800 * kKiB, 600 * kKiB};
-  for (uint64_t bytes : sizes) {
-    auto p = a->AllocateRaw(bytes);
-    ASSERT_THAT(p.status(), IsOk());
-    blocks.push_back(static_cast<uint8_t*>(*p));
-    std::memset(*p, static_cast<int>(blocks.size()), bytes);
-  }
-  uint8_t* a3 = blocks[2];
-  uint8_t* b1 = blocks[3];
-  ASSERT_EQ(reinterpret_cast<uint64_t>(a3 + 648 * kKiB) % kG, 0u);
-  ASSERT_EQ(reinterpret_cast<uint64_t>(b1) % kG, 0u);
-  ASSERT_THAT(a->Deallocate(a3), IsOk());
-  ASSERT_THAT(a->Deallocate(b1), IsOk());
+  std::vector<char*> blocks;
+  ASSERT_NO_FATAL_FAILURE(MakeEdgeHoles(
+      a.get(), kG, &blocks, [](int i, void* p, uint64_t bytes) { std::memset(p, i + 1, bytes); }));
+  auto* a3 = reinterpret_cast<uint8_t*>(blocks[2]);
+  auto* b1 = reinterpret_cast<uint8_t*>(blocks[3]);
   auto p = a->AllocateRaw(1000 * kKiB);
   ASSERT_THAT(p.status(), IsOk());
   auto* v = static_cast<uint8_t*>(*p);

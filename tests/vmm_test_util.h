@@ -11,10 +11,10 @@
 #include <memory>
 #include <vector>
 
-#include "vgpu/allocator/factory.h"
-#include "vgpu/allocator/vmm_allocator.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "vgpu/allocator/factory.h"
+#include "vgpu/allocator/vmm_allocator.h"
 #include "vgpu/runtime/platform.h"
 #include "vgpu/runtime/status_matchers.h"
 
@@ -64,6 +64,29 @@ inline void FreeStitchedBlock(VmmAllocator* vmm, const StitchedBlock& s) {
   ASSERT_THAT(vmm->Deallocate(s.big), IsOk());
   for (size_t i = 0; i < s.blocks.size(); i += 2) ASSERT_THAT(vmm->Deallocate(s.blocks[i]), IsOk());
   EXPECT_THAT(vmm->CheckInvariants(), IsOk());
+}
+
+// The edge-view layout: a vmm allocator at a limit of two granules, both one-granule slabs
+// filled with blocks of 600, 800, 648 | 648, 800, 600 KiB (of a 2 MiB granule, scaled to
+// `granule`), running `fill(i, block, bytes)` on each; then blocks 2 and 3 are freed, which leaves
+// 648 KiB free at the end of the first slab and at the start of the second, and no hole that
+// fits 1000 KiB. `blocks` gets all six (2 and 3 freed). Call under ASSERT_NO_FATAL_FAILURE.
+inline uint64_t EdgeHolePart(uint64_t granule, uint64_t kib) { return kib * granule / 2048; }
+inline void MakeEdgeHoles(Allocator* a, uint64_t granule, std::vector<char*>* blocks,
+                          const std::function<void(int, void*, uint64_t)>& fill = nullptr) {
+  for (uint64_t kib : {600, 800, 648, 648, 800, 600}) {
+    const uint64_t bytes = EdgeHolePart(granule, kib);
+    auto p = a->AllocateRaw(bytes);
+    ASSERT_THAT(p.status(), IsOk()) << kib;
+    if (fill) fill(static_cast<int>(blocks->size()), *p, bytes);
+    blocks->push_back(static_cast<char*>(*p));
+  }
+  char* a3 = (*blocks)[2];
+  char* b1 = (*blocks)[3];
+  ASSERT_EQ(reinterpret_cast<uint64_t>(a3 + EdgeHolePart(granule, 648)) % granule, 0u);
+  ASSERT_EQ(reinterpret_cast<uint64_t>(b1) % granule, 0u);
+  ASSERT_THAT(a->Deallocate(a3), IsOk());
+  ASSERT_THAT(a->Deallocate(b1), IsOk());
 }
 
 }  // namespace vgpu::testing
