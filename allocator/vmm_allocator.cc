@@ -1680,6 +1680,25 @@ std::string VmmAllocator::DumpMemoryLog() const {
     });
     flush();
     absl::StrAppend(&out, "\n");
+    // Tail sharing's free parts: what only a matching head or tail can use.
+    uint64_t shared = 0, upper = 0, upper_bytes = 0, lower = 0, lower_bytes = 0, gaps = 0;
+    for (const SharedGranule& sg : shared_) {
+      if (!sg.shared) continue;
+      ++shared;
+      if (sg.lower_live && !sg.upper_live) {
+        ++upper;
+        upper_bytes += g - sg.lower_end;
+      } else if (!sg.lower_live && sg.upper_live) {
+        ++lower;
+        lower_bytes += sg.split;
+      } else if (sg.lower_live && sg.upper_live) {
+        gaps += sg.split - sg.lower_end;
+      }
+    }
+    absl::StrAppend(&out, "  shared granules: ", shared, "; open upper parts ", upper, " (",
+                    FormatBytes(upper_bytes), "), open lower parts ", lower, " (",
+                    FormatBytes(lower_bytes), "), gaps between two live blocks ", FormatBytes(gaps),
+                    "\n");
   }
   if (slabs_ != nullptr) absl::StrAppend(&out, slabs_->DumpMemoryLog());
   return out;

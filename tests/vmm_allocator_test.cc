@@ -1434,6 +1434,18 @@ TEST(VmmAllocatorTest, DumpShowsOccupancy) {
   ASSERT_THAT(big.alloc->Deallocate(*q), IsOk());
 }
 
+TEST(VmmAllocatorTest, DumpShowsTailSharingParts) {
+  Fake f = MakeFake(Opts(8 * kG, false));
+  // A granule and a half: its last half granule shares a granule whose upper half is open.
+  auto p = f.alloc->AllocateRaw(kG + kG / 2);
+  ASSERT_THAT(p.status(), IsOk());
+  EXPECT_THAT(f.alloc->DumpMemoryLog(),
+              HasSubstr("shared granules: 1; open upper parts 1 (1 MiB), open lower parts 0 (0 B), "
+                        "gaps between two live blocks 0 B"));
+  ASSERT_THAT(f.alloc->Deallocate(*p), IsOk());
+  EXPECT_THAT(f.alloc->CheckInvariants(), IsOk());
+}
+
 // ---- real memory: the host platform maps memfd pages, so stitching is real ----
 
 class VmmHostTest : public ::testing::Test {
