@@ -940,6 +940,44 @@ absl::StatusOr<std::unique_ptr<VmmAllocator::Range>> VmmAllocator::MapSharedRang
       fresh_tail = false;
     }
   }
+  // Near the limit (less than an eighth of it left to map, counting the cache), a gap still
+  // left is worth a search: each open lower part against the open upper part that leaves the
+  // least gap with it (a head of h takes the tail (bytes - h) mod g). Two lookups per lower
+  // part size, at most kPairLowerSizes of them; never at 2x peak live, so the timed replays
+  // pay nothing (docs/vmm.md, "Paired heads and tails near the limit").
+  if (gap > 0 && !fresh_tail && open_lower_.size() > 0 && open_upper_.size() > 0 &&
+      NearLimitLocked()) {
+    const uint64_t r = bytes % g;
+    auto take = [&](uint64_t head, uint32_t head_at, uint64_t tail, uint64_t lower,
+                    uint32_t lower_at) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+      gap = lower - tail;
+      h = head;
+      head_granule = head_at;
+      t = tail;
+      tail_free = lower;
+      tail_granule = lower_at;
+      fresh_tail = false;
+    };
+    uint64_t l = 0;
+    uint32_t lower_at = kNoGranule;
+    for (uint64_t x = 256, n = 0;
+         gap > 0 && n < kPairLowerSizes && x < g && open_lower_.FindAtLeast(x, &l, &lower_at);
+         x = l + 256, ++n) {
+      uint64_t part = 0;
+      uint32_t at = kNoGranule;
+      // A head shorter than r: the tail is r - head, at most l.
+      if (r > 256 && open_upper_.FindAtLeast(l < r ? r - l : 256, &part, &at, r) &&
+          l - (r - part) < gap) {
+        take(part, at, r - part, l, lower_at);
+      }
+      // A head longer than r (the block gives up one whole granule for it): the tail is
+      // r + g - head, at most l.
+      if (bytes >= g && open_upper_.FindAtLeast(std::max(r + 256, r + g - l), &part, &at, g) &&
+          l - (r + g - part) < gap) {
+        take(part, at, r + g - part, l, lower_at);
+      }
+    }
+  }
   const uint64_t k = (bytes - h) / g;
   // The whole granules: a cached range of k with room for the head and tail, or fresh ones.
   std::unique_ptr<Range> range = k > 0 ? TakeCachedLocked(k, g, h > 0, t > 0) : nullptr;

@@ -171,9 +171,10 @@ set_tests_properties(${VGPU_BENCH_BARS_ADDED} PROPERTIES
 # / on; docs/allocator.md), and the issue's 1.20 on the random family. vmm: 1.05, except on
 # random_small, where it needs 1.06 since edge views (1.075 before; the issue's 1.05 is not met:
 # docs/vmm.md "Not done"), so 1.065 there guards against its getting worse, and random_mid
-# (sizes of a granule or a few), where it needs 1.065 (1.145 before short heads, docs/vmm.md) and reserves 1.08x with growth
-# (1.12x before empty slabs went before new granules): 1.07 guards the first, the issue's 1.10
-# the second, and its speed (82-88 ns/op) is not checked.
+# (sizes of a granule or a few), where it needs 1.055 / 1.06 growth off / on (1.065 before
+# heads and tails were paired near the limit, 1.145 before short heads; docs/vmm.md) and
+# reserves 1.08x with growth (1.12x before empty slabs went before new granules): 1.06 guards
+# the first, the issue's 1.10 the second, and its speed (82-88 ns/op) is not checked.
 # Each runs alone (RUN_SERIAL): the timing of the short ones (transformer_s3: 3,936 events, a
 # third of a millisecond a replay) suffers most from a neighbour.
 # Speed is not checked (NS_BAR -) where it is over the issue's bar on a quiet machine
@@ -199,7 +200,7 @@ if(Python3_Interpreter_FOUND)
     random_large_s3:vmm:off:1.05:80: random_large_s3:vmm:on:1.05:80:1.10
     random_wide_s3:vmm:off:1.05:80: random_wide_s3:vmm:on:1.05:-:1.10
     random_small_s3:vmm:off:1.065:80: random_small_s3:vmm:on:1.065:80:1.10
-    random_mid_s3:vmm:off:1.07:-: random_mid_s3:vmm:on:1.07:-:1.10
+    random_mid_s3:vmm:off:1.06:-: random_mid_s3:vmm:on:1.06:-:1.10
     kv_inference_s3:vmm:off:1.05:80: kv_inference_s3:vmm:on:1.05:80:1.10
     kv_concat_s3:vmm:off:1.05:80: kv_concat_s3:vmm:on:1.05:80:1.10
     transformer_s3:vmm:off:1.05:80: transformer_s3:vmm:on:1.05:80:1.10)

@@ -289,6 +289,28 @@ void ExpectNoPhysicalOverlap(Fake& f, const std::vector<std::pair<void*, uint64_
   }
 }
 
+// Allocations and frees on a fake-device allocator, each followed by the fake device's checks
+// and, after an allocation, ExpectNoPhysicalOverlap over the live blocks.
+struct CheckedBlocks {
+  Fake& f;
+  std::vector<std::pair<void*, uint64_t>> live;
+
+  void* Alloc(uint64_t bytes) {
+    auto p = f.alloc->AllocateRaw(bytes);
+    EXPECT_THAT(p.status(), IsOk());
+    if (!p.ok()) return nullptr;
+    live.emplace_back(*p, bytes);
+    EXPECT_THAT(CheckFakeVmm(f), IsOk());
+    ExpectNoPhysicalOverlap(f, live);
+    return *p;
+  }
+  void Free(void* p) {
+    ASSERT_THAT(f.alloc->Deallocate(p), IsOk());
+    live.erase(std::find_if(live.begin(), live.end(), [&](auto& e) { return e.first == p; }));
+    ASSERT_THAT(CheckFakeVmm(f), IsOk());
+  }
+};
+
 // Frees a random live block (swapped with the last, then popped), keeping live_bytes.
 void FreeRandomBlock(Fake& f, std::vector<std::pair<void*, uint64_t>>& live, std::mt19937_64& rng,
                      uint64_t* live_bytes) {
@@ -304,21 +326,9 @@ void FreeRandomBlock(Fake& f, std::vector<std::pair<void*, uint64_t>>& live, std
 // its start (no head), instead of a fresh granule.
 TEST(VmmAllocatorTest, TailSharingPlacesShortHeadsAndTails) {
   Fake f = MakeFake(Opts(16 * kG, false, /*cache=*/false));
-  std::vector<std::pair<void*, uint64_t>> live;
-  auto alloc = [&](uint64_t bytes) -> void* {
-    auto p = f.alloc->AllocateRaw(bytes);
-    EXPECT_THAT(p.status(), IsOk());
-    if (!p.ok()) return nullptr;
-    live.emplace_back(*p, bytes);
-    EXPECT_THAT(CheckFakeVmm(f), IsOk());
-    ExpectNoPhysicalOverlap(f, live);
-    return *p;
-  };
-  auto free = [&](void* p) {
-    ASSERT_THAT(f.alloc->Deallocate(p), IsOk());
-    live.erase(std::find_if(live.begin(), live.end(), [&](auto& e) { return e.first == p; }));
-    ASSERT_THAT(CheckFakeVmm(f), IsOk());
-  };
+  CheckedBlocks blocks{f};
+  auto alloc = [&](uint64_t bytes) { return blocks.Alloc(bytes); };
+  auto free = [&](void* p) { blocks.Free(p); };
   auto offset = [](void* p) { return reinterpret_cast<uint64_t>(p) % kG; };
   void* a = alloc(kMiB);  // granule X: a [0, 1M), 1M open above
   EXPECT_EQ(f.alloc->Granules().mapped, 1u);
@@ -1432,6 +1442,48 @@ TEST(VmmAllocatorTest, DumpShowsOccupancy) {
   EXPECT_LT(big_dump.size(), 16000u);
   EXPECT_THAT(big_dump, HasSubstr("13 granule(s) per character"));
   ASSERT_THAT(big.alloc->Deallocate(*q), IsOk());
+}
+
+// Near the limit a block whose first layout leaves a gap pairs an open upper part with an open
+// lower part instead: here 1.5 MiB + 1.5 MiB for a 3 MiB block, no gap, where the largest head
+// (1.75 MiB) would leave 256 KiB between its tail and the block above it. Far from the limit
+// the first layout stands (no search).
+TEST(VmmAllocatorTest, TailSharingPairsHeadAndTailNearTheLimit) {
+  for (bool near : {true, false}) {
+    SCOPED_TRACE(near ? "near the limit" : "far from it");
+    // 17 granules: once the parts are made 15 are mapped (2 left, less than an eighth); 64 far.
+    Fake f = MakeFake(Opts((near ? 17 : 64) * kG, false, /*cache=*/false));
+    CheckedBlocks blocks{f};
+    auto alloc = [&](uint64_t bytes) { return blocks.Alloc(bytes); };
+    auto free = [&](void* p) { blocks.Free(p); };
+    ASSERT_NE(alloc(9 * kG), nullptr);  // whole granules, shared with nothing
+    // Two chains of blocks that share granules: q1 | q2 and r1 | r2 | r3.
+    void* q1 = alloc(kG + 256 * kKiB);   // tail granule Q: 256 KiB, 1.75 MiB open above
+    void* q2 = alloc(1792 * kKiB + kG);  // Q's upper 1.75 MiB + one granule
+    void* r1 = alloc(kG + 512 * kKiB);   // tail granule R: 512 KiB, 1.5 MiB open above
+    void* r2 = alloc(1536 * kKiB + kG + 1536 * kKiB);  // R's upper + a granule + S's lower 1.5M
+    void* r3 = alloc(512 * kKiB + kG);                 // S's upper 512 KiB + one granule
+    ASSERT_TRUE(q1 && q2 && r1 && r2 && r3);
+    EXPECT_EQ(f.alloc->Granules().mapped, 17u);
+    ASSERT_NO_FATAL_FAILURE(free(q2));  // open: Q's upper 1.75 MiB
+    ASSERT_NO_FATAL_FAILURE(free(r2));  // open: R's upper 1.5 MiB, S's lower 1.5 MiB
+    EXPECT_EQ(f.alloc->Granules().mapped, 15u);
+    EXPECT_THAT(f.alloc->DumpMemoryLog(),
+                HasSubstr("shared granules: 3; open upper parts 2 (3.25 MiB), open lower parts 1 "
+                          "(1.5 MiB), gaps between two live blocks 0 B"));
+    void* x = alloc(3 * kMiB);
+    ASSERT_NE(x, nullptr);
+    EXPECT_EQ(f.alloc->Granules().mapped, 15u);  // both ways: parts only, no granule
+    EXPECT_THAT(f.alloc->DumpMemoryLog(),
+                HasSubstr(near ? "open upper parts 1 (1.75 MiB), open lower parts 0 (0 B), gaps "
+                                 "between two live blocks 0 B"
+                               : "open upper parts 1 (1.5 MiB), open lower parts 0 (0 B), gaps "
+                                 "between two live blocks 256 KiB"));
+    // x begins 1.5 MiB into R's granule (near) or 256 KiB into Q's (far).
+    EXPECT_EQ(reinterpret_cast<uint64_t>(x) % kG, near ? 512 * kKiB : 256 * kKiB);
+    while (!blocks.live.empty()) ASSERT_NO_FATAL_FAILURE(free(blocks.live.back().first));
+    EXPECT_THAT(f.alloc->CheckInvariants(), IsOk());
+  }
 }
 
 TEST(VmmAllocatorTest, DumpShowsTailSharingParts) {
