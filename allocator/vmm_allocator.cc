@@ -949,7 +949,7 @@ absl::StatusOr<std::unique_ptr<VmmAllocator::Range>> VmmAllocator::MapSharedRang
       NearLimitLocked()) {
     const uint64_t r = bytes % g;
     auto take = [&](uint64_t head, uint32_t head_at, uint64_t tail, uint64_t lower,
-                    uint32_t lower_at) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+                    uint32_t lower_at) {
       gap = lower - tail;
       h = head;
       head_granule = head_at;
