@@ -417,6 +417,12 @@ absl::StatusOr<void*> VmmAllocator::AllocateLarge(uint64_t bytes, uint64_t align
       mu_.Lock();
       r = map();
     }
+    if (!r.ok() && absl::IsResourceExhausted(r.status()) && share) {
+      // The layouts that save a gap may take a granule more than the largest head does: before
+      // failing, the block is laid out that way (what the OOM message's "largest block the limit
+      // still allows" counts on).
+      r = MapSharedRangeLocked(rounded, /*fewest_granules=*/true);
+    }
     if (!r.ok()) {
       if (!absl::IsResourceExhausted(r.status())) {
         mu_.Unlock();
@@ -902,7 +908,7 @@ bool VmmAllocator::OpenParts::FindAtLeastInBuckets(uint64_t x, uint64_t* bytes,
 }
 
 absl::StatusOr<std::unique_ptr<VmmAllocator::Range>> VmmAllocator::MapSharedRangeLocked(
-    uint64_t bytes) {
+    uint64_t bytes, bool fewest_granules) {
   const uint64_t g = granularity_;
   // Head: the largest open upper part that the block covers whole.
   uint64_t h = 0;
@@ -921,7 +927,7 @@ absl::StatusOr<std::unique_ptr<VmmAllocator::Range>> VmmAllocator::MapSharedRang
   // granules left a third of a granule of gap each (random sizes of 1-2 MiB needed 1.33x their
   // peak; docs/vmm.md).
   uint64_t gap = t == 0 ? 0 : fresh_tail ? g / 4 : tail_free - t;
-  if (gap > 0) {
+  if (gap > 0 && !fewest_granules) {
     const uint64_t r = bytes % g;
     uint64_t part = 0;
     uint32_t granule = kNoGranule;
@@ -945,8 +951,8 @@ absl::StatusOr<std::unique_ptr<VmmAllocator::Range>> VmmAllocator::MapSharedRang
   // least gap with it (a head of h takes the tail (bytes - h) mod g). Two lookups per lower
   // part size, at most kPairLowerSizes of them; never at 2x peak live, so the timed replays
   // pay nothing (docs/vmm.md, "Paired heads and tails near the limit").
-  if (gap > 0 && !fresh_tail && open_lower_.size() > 0 && open_upper_.size() > 0 &&
-      NearLimitLocked()) {
+  if (gap > 0 && !fresh_tail && !fewest_granules && open_lower_.size() > 0 &&
+      open_upper_.size() > 0 && NearLimitLocked()) {
     const uint64_t r = bytes % g;
     auto take = [&](uint64_t head, uint32_t head_at, uint64_t tail, uint64_t lower,
                     uint32_t lower_at) {

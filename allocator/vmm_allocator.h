@@ -386,7 +386,11 @@ class VmmAllocator final : public Allocator {
   // A block of `bytes` (a multiple of 256, not of the granule) laid out with tail sharing:
   // an open upper part as its head, whole granules, and a tail granule (an open lower part or a
   // fresh granule whose rest is offered). ResourceExhausted like MapRangeLocked.
-  absl::StatusOr<std::unique_ptr<Range>> MapSharedRangeLocked(uint64_t bytes)
+  // fewest_granules: the first layout only (the largest head, hence the fewest granules from
+  // the pool), none of the gap-saving ones that may take one more: AllocateLarge's last try
+  // before an OOM.
+  absl::StatusOr<std::unique_ptr<Range>> MapSharedRangeLocked(uint64_t bytes,
+                                                              bool fewest_granules = false)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Unmaps a shared-layout block's head and tail granules and updates them; its own granules
   // stay mapped (the caller caches or unmaps the rest).

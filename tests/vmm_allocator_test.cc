@@ -1492,6 +1492,35 @@ TEST(VmmAllocatorTest, TailSharingPairsHeadAndTailNearTheLimit) {
   }
 }
 
+// At the limit, a layout that saves a gap may need a granule more than the first one (the largest
+// head): before failing, the block is laid out the first way. Here a 3 MiB block fits in a
+// 1.75 MiB head and a 1.25 MiB tail with no granule left, where the gap-free layout (a 1 MiB
+// head, then a whole granule) needs one.
+TEST(VmmAllocatorTest, TailSharingFallsBackToTheFewestGranulesAtTheLimit) {
+  Fake f = MakeFake(Opts(8 * kG, false, /*cache=*/false));
+  CheckedBlocks blocks{f};
+  void* q1 = blocks.Alloc(kG + 256 * kKiB);          // tail granule Q: 1.75 MiB open above
+  void* q2 = blocks.Alloc(1792 * kKiB + kG);         // Q's upper part + one granule
+  void* r1 = blocks.Alloc(kG + kMiB);                // tail granule R: 1 MiB open above
+  void* r2 = blocks.Alloc(kMiB + kG + 1536 * kKiB);  // R's upper + a granule + S's lower
+  void* r3 = blocks.Alloc(512 * kKiB + kG);          // S's upper 512 KiB + one granule
+  ASSERT_TRUE(q1 && q2 && r1 && r2 && r3);
+  EXPECT_EQ(f.alloc->Granules().mapped, 8u);
+  ASSERT_NO_FATAL_FAILURE(blocks.Free(q2));  // open: Q's upper 1.75 MiB
+  ASSERT_NO_FATAL_FAILURE(blocks.Free(r2));  // open: R's upper 1 MiB, S's lower 1.5 MiB
+  ASSERT_NE(blocks.Alloc(2 * kG), nullptr);  // whole granules: the limit is reached
+  EXPECT_EQ(f.alloc->Granules().mapped, 8u);
+  void* x = blocks.Alloc(3 * kMiB);
+  ASSERT_NE(x, nullptr);
+  EXPECT_EQ(reinterpret_cast<uint64_t>(x) % kG, 256 * kKiB);  // Q's upper part is its head
+  EXPECT_THAT(f.alloc->DumpMemoryLog(),
+              HasSubstr("open upper parts 1 (1 MiB), open lower parts 0 (0 B), gaps between two "
+                        "live blocks 256 KiB"));
+  EXPECT_EQ(f.alloc->Stats().num_ooms, 0u);
+  while (!blocks.live.empty()) ASSERT_NO_FATAL_FAILURE(blocks.Free(blocks.live.back().first));
+  EXPECT_THAT(f.alloc->CheckInvariants(), IsOk());
+}
+
 TEST(VmmAllocatorTest, DumpShowsTailSharingParts) {
   Fake f = MakeFake(Opts(8 * kG, false));
   // A granule and a half: its last half granule shares a granule whose upper half is open.
