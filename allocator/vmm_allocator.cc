@@ -1540,7 +1540,7 @@ absl::Status VmmAllocator::OomError(uint64_t bytes, uint64_t rounded, absl::stri
   // Granules below the limit plus cached ones can all be stitched into one new block; with
   // tail sharing a block also takes the largest open upper part as its head and an open lower
   // part as its tail (sizes that are not whole granules).
-  const uint64_t stitchable = (limit_granules_ - mapped_granules_ + cached_granules_) * g;
+  const uint64_t stitchable = RoomGranulesLocked() * g;
   uint64_t head = 0, tail = 0;
   uint32_t unused;
   if (!open_upper_.FindAtMost(UINT64_MAX, &head, &unused)) head = 0;

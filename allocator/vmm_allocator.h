@@ -468,12 +468,15 @@ class VmmAllocator final : public Allocator {
   std::unique_ptr<Range> TakeCachedLocked(uint64_t count, uint64_t alignment,
                                           bool head_room = false, bool tail_room = false)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Less than an eighth of the limit is left to map (the cache counts as room: it is evicted
-  // first). MapSharedRangeLocked then searches harder for a head and tail that leave no gap.
+  // Granules the limit still allows to be mapped for a new block: those below it plus the
+  // cached ones (evicted first).
+  uint64_t RoomGranulesLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return limit_granules_ - std::min(limit_granules_, mapped_granules_) + cached_granules_;
+  }
+  // Less than an eighth of the limit is room. MapSharedRangeLocked then searches harder for a
+  // head and tail that leave no gap.
   bool NearLimitLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    const uint64_t room =
-        limit_granules_ - std::min(limit_granules_, mapped_granules_) + cached_granules_;
-    return room * 8 < limit_granules_;
+    return RoomGranulesLocked() * 8 < limit_granules_;
   }
   // MapSharedRangeLocked's search near the limit tries at most this many open lower part sizes.
   static constexpr uint64_t kPairLowerSizes = 64;

@@ -66,12 +66,13 @@ inline void FreeStitchedBlock(VmmAllocator* vmm, const StitchedBlock& s) {
   EXPECT_THAT(vmm->CheckInvariants(), IsOk());
 }
 
-// The edge-view layout: a vmm allocator at a limit of two granules, both one-granule slabs
-// filled with blocks of 600, 800, 648 | 648, 800, 600 KiB (of a 2 MiB granule, scaled to
-// `granule`), running `fill(i, block, bytes)` on each; then blocks 2 and 3 are freed, which leaves
-// 648 KiB free at the end of the first slab and at the start of the second, and no hole that
-// fits 1000 KiB. `blocks` gets all six (2 and 3 freed). Call under ASSERT_NO_FATAL_FAILURE.
+// `kib` KiB of a 2 MiB granule, scaled to `granule`.
 inline uint64_t EdgeHolePart(uint64_t granule, uint64_t kib) { return kib * granule / 2048; }
+// The edge-view layout: a vmm allocator at a limit of two granules, both one-granule slabs
+// filled with blocks of 600, 800, 648 | 648, 800, 600 KiB (EdgeHolePart), running
+// `fill(i, block, bytes)` on each; then blocks 2 and 3 are freed, which leaves 648 KiB free at
+// the end of the first slab and at the start of the second, and no hole that fits 1000 KiB.
+// `blocks` gets all six (2 and 3 freed). Call under ASSERT_NO_FATAL_FAILURE.
 inline void MakeEdgeHoles(Allocator* a, uint64_t granule, std::vector<char*>* blocks,
                           const std::function<void(int, void*, uint64_t)>& fill = nullptr) {
   for (uint64_t kib : {600, 800, 648, 648, 800, 600}) {
