@@ -818,6 +818,7 @@ void VmmAllocator::OpenParts::Init(uint64_t granularity, std::vector<SharedGranu
   // holds one size.
   exact_ = shift_ == 8 && granularity % 256 == 0;
   const size_t n = std::max<size_t>(1, granularity >> shift_);
+  last_ = n - 1;
   heads_.assign(n, kNoGranule);
   nonempty_ = BucketBitmap();
   nonempty_.Resize(n);
@@ -849,15 +850,10 @@ void VmmAllocator::OpenParts::Erase(uint32_t granule) {
   if (heads_[b] == kNoGranule) nonempty_.Clear(b);
 }
 
-bool VmmAllocator::OpenParts::FindAtMost(uint64_t x, uint64_t* bytes, uint32_t* granule) const {
-  if (size_ == 0) return false;
-  int64_t b = nonempty_.AtMost(static_cast<int64_t>(BucketOf(x)));
-  if (exact_ && b >= 0) {  // one size per bucket, all <= x: the head is the answer
-    *granule = heads_[b];
-    *bytes = static_cast<uint64_t>(b) << shift_;
-    return true;
-  }
-  for (; b >= 0; b = nonempty_.Prev(b)) {
+bool VmmAllocator::OpenParts::FindAtMostInBuckets(uint64_t x, uint64_t* bytes,
+                                                  uint32_t* granule) const {
+  for (int64_t b = nonempty_.AtMost(static_cast<int64_t>(BucketOf(x))); b >= 0;
+       b = nonempty_.Prev(b)) {
     bool found = false;
     for (uint32_t i = heads_[b]; i != kNoGranule; i = (*g_)[i].next) {
       const uint64_t n = (*g_)[i].open_bytes;
@@ -870,22 +866,6 @@ bool VmmAllocator::OpenParts::FindAtMost(uint64_t x, uint64_t* bytes, uint32_t* 
     if (found) return true;
   }
   return false;
-}
-
-bool VmmAllocator::OpenParts::FindAtLeast(uint64_t x, uint64_t* bytes, uint32_t* granule,
-                                          uint64_t below) const {
-  if (size_ == 0) return false;
-  if (exact_) {  // bucket b holds parts of exactly b << shift_ bytes: no granule record read
-    const uint64_t first = (x + (uint64_t{1} << shift_) - 1) >> shift_;
-    if (first >= heads_.size()) return false;
-    const int64_t b = nonempty_.AtLeast(static_cast<int64_t>(first));
-    if (b < 0 || (static_cast<uint64_t>(b) << shift_) >= below) return false;
-    *granule = heads_[b];
-    *bytes = static_cast<uint64_t>(b) << shift_;
-    return true;
-  }
-  if (!FindAtLeastInBuckets(x, bytes, granule)) return false;
-  return *bytes < below;
 }
 
 bool VmmAllocator::OpenParts::FindAtLeastInBuckets(uint64_t x, uint64_t* bytes,

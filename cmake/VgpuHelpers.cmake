@@ -22,5 +22,10 @@ function(vgpu_library)
     $<BUILD_INTERFACE:${PROJECT_BINARY_DIR}/generated>
     $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>)
   target_link_libraries(${ARG_NAME} PUBLIC ${ARG_DEPS} PRIVATE ${ARG_PRIVATE_DEPS})
-  target_compile_options(${ARG_NAME} PRIVATE -Wall -Wextra -Wno-unused-parameter)
+  # The libraries are position-independent (they may be linked into a user's shared library),
+  # and GCC then treats every external function as one a preloaded library could replace, so it
+  # never inlines a call to one: -fno-semantic-interposition lets it inline within a file, as
+  # it does in an executable (allocator replays 5-9 % faster, docs/allocator.md).
+  target_compile_options(${ARG_NAME} PRIVATE -Wall -Wextra -Wno-unused-parameter
+                         $<$<COMPILE_LANGUAGE:CXX>:-fno-semantic-interposition>)
 endfunction()
