@@ -45,6 +45,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/base/attributes.h"
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
@@ -287,7 +288,8 @@ class VmmAllocator final : public Allocator {
     // The part with the most bytes <= x / the fewest >= x (and < below); false when there is
     // none. With one size per bucket (2 MiB granules and smaller) the answer is a bucket's
     // head, found by a bit scan: inline, as up to five run per large allocation.
-    bool FindAtMost(uint64_t x, uint64_t* bytes, uint32_t* granule) const {
+    ABSL_ATTRIBUTE_ALWAYS_INLINE bool FindAtMost(uint64_t x, uint64_t* bytes,
+                                                 uint32_t* granule) const {
       if (size_ == 0) return false;
       if (!exact_) return FindAtMostInBuckets(x, bytes, granule);
       const int64_t b = nonempty_.AtMost(static_cast<int64_t>(std::min(x >> 8, last_)));
@@ -296,8 +298,8 @@ class VmmAllocator final : public Allocator {
       *bytes = static_cast<uint64_t>(b) << 8;
       return true;
     }
-    bool FindAtLeast(uint64_t x, uint64_t* bytes, uint32_t* granule,
-                     uint64_t below = UINT64_MAX) const {
+    ABSL_ATTRIBUTE_ALWAYS_INLINE bool FindAtLeast(uint64_t x, uint64_t* bytes, uint32_t* granule,
+                                                  uint64_t below = UINT64_MAX) const {
       if (size_ == 0) return false;
       if (!exact_) return FindAtLeastInBuckets(x, bytes, granule) && *bytes < below;
       const uint64_t first = (x + 255) >> 8;
