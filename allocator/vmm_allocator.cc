@@ -1444,8 +1444,7 @@ int64_t SteadyNowNs() {
 }
 }  // namespace
 
-absl::Status VmmAllocator::EpochGiveBackLocked() {
-  if (++epoch_frees_ < epoch_len_) return absl::OkStatus();
+absl::Status VmmAllocator::EpochEndLocked() {
   // Time is read once per epoch of frees, not per free.
   const int64_t now = epoch_interval_ns_ != 0 ? SteadyNowNs() : 0;
   if (epoch_interval_ns_ != 0) {

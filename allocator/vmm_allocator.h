@@ -527,7 +527,12 @@ class VmmAllocator final : public Allocator {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // After a free of a large block or a slab with allow_growth: granules free through a whole
   // epoch go back to the device (beyond keep_granules_).
-  absl::Status EpochGiveBackLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Counting the free is inline (every large free with growth runs it); the epoch's end is not.
+  absl::Status EpochGiveBackLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (++epoch_frees_ < epoch_len_) return absl::OkStatus();
+    return EpochEndLocked();
+  }
+  absl::Status EpochEndLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Nothing allocated (no large block, no small one).
   bool IdleLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // With allow_growth, after the last live block is freed (either path): empty slabs, the
