@@ -812,11 +812,11 @@ void VmmAllocator::AddGranulesLocked(const PhysicalMemoryHandle* handles, size_t
 void VmmAllocator::OpenParts::Init(uint64_t granularity, std::vector<SharedGranule>* granules) {
   g_ = granules;
   // At most 8192 buckets: one per 256 bytes for a 2 MiB granule.
-  shift_ = 8;
+  shift_ = kExactShift;
   while ((granularity >> shift_) > 8192) ++shift_;
   // Parts are multiples of 256 bytes below one granule: with 256-byte buckets each bucket
   // holds one size.
-  exact_ = shift_ == 8 && granularity % 256 == 0;
+  exact_ = shift_ == kExactShift && granularity % (uint64_t{1} << kExactShift) == 0;
   const size_t n = std::max<size_t>(1, granularity >> shift_);
   last_ = n - 1;
   heads_.assign(n, kNoGranule);

@@ -292,22 +292,23 @@ class VmmAllocator final : public Allocator {
                                                  uint32_t* granule) const {
       if (size_ == 0) return false;
       if (!exact_) return FindAtMostInBuckets(x, bytes, granule);
-      const int64_t b = nonempty_.AtMost(static_cast<int64_t>(std::min(x >> 8, last_)));
+      const int64_t b =
+          nonempty_.AtMost(static_cast<int64_t>(std::min<uint64_t>(x >> kExactShift, last_)));
       if (b < 0) return false;
       *granule = heads_[b];
-      *bytes = static_cast<uint64_t>(b) << 8;
+      *bytes = static_cast<uint64_t>(b) << kExactShift;
       return true;
     }
     ABSL_ATTRIBUTE_ALWAYS_INLINE bool FindAtLeast(uint64_t x, uint64_t* bytes, uint32_t* granule,
                                                   uint64_t below = UINT64_MAX) const {
       if (size_ == 0) return false;
       if (!exact_) return FindAtLeastInBuckets(x, bytes, granule) && *bytes < below;
-      const uint64_t first = (x + 255) >> 8;
+      const uint64_t first = (x + (uint64_t{1} << kExactShift) - 1) >> kExactShift;
       if (first > last_) return false;
       const int64_t b = nonempty_.AtLeast(static_cast<int64_t>(first));
-      if (b < 0 || (static_cast<uint64_t>(b) << 8) >= below) return false;
+      if (b < 0 || (static_cast<uint64_t>(b) << kExactShift) >= below) return false;
       *granule = heads_[b];
-      *bytes = static_cast<uint64_t>(b) << 8;
+      *bytes = static_cast<uint64_t>(b) << kExactShift;
       return true;
     }
     size_t size() const { return size_; }
@@ -316,12 +317,14 @@ class VmmAllocator final : public Allocator {
     bool FindAtMostInBuckets(uint64_t x, uint64_t* bytes, uint32_t* granule) const;
     bool FindAtLeastInBuckets(uint64_t x, uint64_t* bytes, uint32_t* granule) const;
     size_t BucketOf(uint64_t bytes) const {
-      return std::min(heads_.size() - 1, static_cast<size_t>(bytes >> shift_));
+      return static_cast<size_t>(std::min<uint64_t>(last_, bytes >> shift_));
     }
     std::vector<SharedGranule>* g_ = nullptr;
-    int shift_ = 8;
-    bool exact_ = true;  // one size per bucket (shift_ == 8)
-    uint64_t last_ = 0;  // heads_.size() - 1
+    // Parts are multiples of 256 bytes: with 256-byte buckets each bucket holds one size.
+    static constexpr int kExactShift = 8;
+    int shift_ = kExactShift;
+    bool exact_ = true;  // one size per bucket (shift_ == kExactShift)
+    uint64_t last_ = 0;  // the last bucket, heads_.size() - 1 (kept: read on every lookup)
     std::vector<uint32_t> heads_;
     BucketBitmap nonempty_;
     size_t size_ = 0;
