@@ -28,6 +28,10 @@ BFCAllocator::BFCAllocator(std::unique_ptr<SubAllocator> sub_allocator, BFCOptio
   page_ = std::max<uint64_t>(RoundedBytes(options_.segment_granularity), kMinAllocationSize);
   limit_ = options_.memory_limit & ~(kMinAllocationSize - 1);
   counters_.stats.bytes_limit = limit_;
+  reclaim_own_.store(options_.reclaim_slivers, std::memory_order_relaxed);
+  if (!options_.reclaim_slivers && options_.usage_mirror != nullptr) {
+    reclaim_flag_ = &options_.usage_mirror->reclaim_slivers;
+  }
   next_region_bytes_ = std::max<uint64_t>(RoundedBytes(options_.initial_region_bytes), 256);
   chunks_.reserve(256);
   free_records_.reserve(64);
@@ -190,6 +194,24 @@ void BFCAllocator::MergeWithNext(uint32_t c) {
   DeleteChunk(n);
 }
 
+ABSL_ATTRIBUTE_ALWAYS_INLINE inline void BFCAllocator::ReclaimSliverLocked(uint32_t c) {
+  const uint32_t p = chunks_[c].prev;
+  if (p == kNone) return;
+  Chunk& pc = chunks_[p];
+  // Segments, lent parts and views keep their sizes; so does padding before an aligned block
+  // (free, never in use).
+  if (!pc.in_use || pc.segment || pc.lent || pc.view) return;
+  const uint64_t keep = RoundedBytes(std::max<uint64_t>(pc.requested, 1));
+  if (pc.size <= keep) return;
+  // The user's bytes end at keep: the rest was never handed out, so no stream used it.
+  const uint64_t sliver = pc.size - keep;
+  pc.size = keep;
+  Chunk& cc = chunks_[c];
+  cc.ptr -= sliver;
+  cc.size += sliver;
+  counters_.stats.bytes_in_use -= sliver;
+}
+
 // Inlined: it is the whole of the free path.
 ABSL_ATTRIBUTE_ALWAYS_INLINE inline uint32_t BFCAllocator::CoalesceAndBinLocked(uint32_t c) {
   const uint32_t next = chunks_[c].next, prev = chunks_[c].prev;
@@ -294,13 +316,18 @@ void BFCAllocator::Park(uint32_t c) {
   chunks_[c].bin = kParked;
   ListPush(&parked_, c);
   ++parked_count_;
+  parked_max_ = std::max(parked_max_, chunks_[c].size);
 }
 
-uint32_t BFCAllocator::FindParkedLocked(uint64_t size) const {
+uint32_t BFCAllocator::FindParkedLocked(uint64_t size) {
+  if (size > parked_max_) return kNone;  // no walk: nothing parked is that large
   uint32_t best = kNone;
+  uint64_t largest = 0;
   for (uint32_t n = parked_; n != kNone; n = chunks_[n].right) {
+    largest = std::max(largest, chunks_[n].size);
     if (chunks_[n].size >= size && (best == kNone || KeyLess(n, best))) best = n;
   }
+  parked_max_ = largest;  // exact again (merges only lower it between walks)
   return best;
 }
 
@@ -1110,6 +1137,7 @@ absl::Status BFCAllocator::DeallocateIfLive(void* ptr, bool* live) {
   if (ABSL_PREDICT_FALSE(ch.view)) {
     FreeViewLocked(c);
   } else {
+    if (reclaim_flag_->load(std::memory_order_relaxed)) ReclaimSliverLocked(c);
     CoalesceAndBinLocked(c);
   }
   NotifyLocked(AllocatorEventKind::kFree, reinterpret_cast<uint64_t>(ptr), requested);
@@ -1476,6 +1504,7 @@ absl::StatusOr<std::unique_ptr<Allocator>> CreateBfcAllocator(
   if (options.bfc_min_split_bytes) o.min_split_bytes = *options.bfc_min_split_bytes;
   if (options.bfc_min_split_fraction) o.min_split_fraction = *options.bfc_min_split_fraction;
   if (options.bfc_park_slivers) o.park_slivers = *options.bfc_park_slivers;
+  if (options.bfc_reclaim_slivers) o.reclaim_slivers = *options.bfc_reclaim_slivers;
   if (options.bfc_segment_bytes) o.segment_bytes = *options.bfc_segment_bytes;
   // Without growth the pool is one range, and small requests that no small hole fits go to its
   // top instead of pinning the holes large blocks leave (64 KiB: PyTorch's two-stream snapshot

@@ -70,6 +70,9 @@ struct BFCUsageMirror {
   const std::atomic<bool>* forward = nullptr;
   AllocatorObserver* events = nullptr;
   std::atomic<uint64_t> largest_free{0};
+  // Set by the owner while its memory is tight: frees reclaim slivers as with
+  // BFCOptions::reclaim_slivers (the vmm allocator near its limit).
+  std::atomic<bool> reclaim_slivers{false};
 };
 
 struct BFCOptions {
@@ -112,6 +115,12 @@ struct BFCOptions {
   // live instead of 1.26x, but random operations cost ~10 % more time and transformer_train
   // needs 1.025x instead of 1.015x (docs/allocator.md, 2026-11-25), so it is opt-in.
   bool park_slivers = false;
+  // Sliver reclaiming: when a block is freed, the live block just before it gives up the
+  // sliver the split rule kept inside it (its chunk beyond the rounded request) to the new
+  // hole, as a parked sliver would merge, with no chunk record per sliver and nothing at
+  // allocation time. The vmm allocator's slabs turn it on near the limit
+  // (BFCUsageMirror::reclaim_slivers; docs/vmm.md, "Slivers reclaimed near the limit").
+  bool reclaim_slivers = false;
   // Segments (growth on only): a request of at least segment_bytes gets a region of its own,
   // its size rounded up to segment_granularity (a card's page), never split. A freed segment
   // stays cached whole and serves a later request it fits within an eighth (at least one
@@ -378,6 +387,11 @@ class BFCAllocator final : public Allocator {
   // Chunk c has just become free (not in a tree): merges it with its free neighbours (the
   // merged chunk keeps the lowest record) and puts the result in its tree; returns it.
   uint32_t CoalesceAndBinLocked(uint32_t c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // BFCOptions::reclaim_slivers: free chunk c takes the sliver of the live block before it.
+  void ReclaimSliverLocked(uint32_t c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The option's flag, or the usage mirror's (set by the owner) when there is one.
+  std::atomic<bool> reclaim_own_{false};
+  const std::atomic<bool>* reclaim_flag_ = &reclaim_own_;
 
   // Trees: one intrusive treap per size class, ordered by (size, address). The nodes are the
   // chunk records themselves, so inserting or removing a free chunk allocates nothing, and the
@@ -543,10 +557,13 @@ class BFCAllocator final : public Allocator {
   static constexpr int16_t kParked = -2;
   uint32_t parked_ ABSL_GUARDED_BY(mu_) = kNone;
   uint64_t parked_count_ ABSL_GUARDED_BY(mu_) = 0;
+  // At least the largest parked sliver (exact after each walk): a request above it skips the
+  // walk, which every request that grows the pool would otherwise pay.
+  uint64_t parked_max_ ABSL_GUARDED_BY(mu_) = 0;
   void Park(uint32_t c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The best-fit parked sliver of at least `size` bytes, or kNone (a walk of the list, taken
-  // only when the trees have nothing that fits).
-  uint32_t FindParkedLocked(uint64_t size) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // only when the trees have nothing that fits and parked_max_ allows it).
+  uint32_t FindParkedLocked(uint64_t size) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // gather_pages: the sub-allocator's page (0 = off) and the gathered segments by address.
   uint64_t gather_page_ = 0;

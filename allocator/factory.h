@@ -54,17 +54,19 @@ struct DeviceAllocatorOptions {
 
   // Tuning knobs (docs/allocator.md, docs/vmm.md "Tuning knobs"; vgpu-bench sets them from its
   // flags and VGPU_BFC_* / VGPU_VMM_* variables); unset = the allocator's default.
-  std::optional<uint64_t> bfc_small_request_bytes;  // requests carved from a chunk's high end
-  std::optional<uint64_t> bfc_small_from_top_bytes;  // small requests from the pool's top
+  std::optional<uint64_t> bfc_small_request_bytes;        // requests carved from a chunk's high end
+  std::optional<uint64_t> bfc_small_from_top_bytes;       // small requests from the pool's top
   std::optional<uint64_t> bfc_small_from_top_hole_bytes;  // ... instead of a hole this large
-  std::optional<uint64_t> bfc_min_split_bytes;      // smaller remainders are not split off
-  std::optional<double> bfc_min_split_fraction;     // ... nor those below this x the request
-  std::optional<bool> bfc_park_slivers;             // ... but split off and parked
-  std::optional<uint64_t> bfc_segment_bytes;        // growth: larger requests get own regions
-  std::optional<bool> bfc_gather_pages;             // growth off: pages (default on with VMM)
-  std::optional<uint64_t> vmm_slab_bytes;           // slab size, whole granules
-  std::optional<uint64_t> vmm_page_bytes;           // the vmm allocator's granule (VmmOptions)
-  std::optional<uint64_t> vmm_small_block_max;      // smaller blocks come from slabs
+  std::optional<uint64_t> bfc_min_split_bytes;            // smaller remainders are not split off
+  std::optional<double> bfc_min_split_fraction;           // ... nor those below this x the request
+  std::optional<bool> bfc_park_slivers;                   // ... but split off and parked
+  std::optional<bool> bfc_reclaim_slivers;      // ... or given to the next hole at its free
+  std::optional<uint64_t> bfc_segment_bytes;    // growth: larger requests get own regions
+  std::optional<bool> bfc_gather_pages;         // growth off: pages (default on with VMM)
+  std::optional<uint64_t> vmm_slab_bytes;       // slab size, whole granules
+  std::optional<uint64_t> vmm_page_bytes;       // the vmm allocator's granule (VmmOptions)
+  std::optional<uint64_t> vmm_small_block_max;  // smaller blocks come from slabs
+  std::optional<bool> vmm_reclaim_slivers;      // slab slivers reclaimed near the limit
 };
 
 // The allocator of `options.kind` over `executor`'s memory (the executor must outlive it).

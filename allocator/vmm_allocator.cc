@@ -19,6 +19,8 @@ namespace {
 
 uint64_t CeilDiv(uint64_t a, uint64_t b) { return a / b + (a % b != 0); }
 uint64_t AlignUp(uint64_t a, uint64_t b) { return CeilDiv(a, b) * b; }
+// b a power of two: no division.
+uint64_t AlignUpPow2(uint64_t a, uint64_t b) { return (a + b - 1) & ~(b - 1); }
 std::string P(const void* p) { return absl::StrFormat("%p", p); }
 
 // For an atomic that only writers holding one lock change (readers take no lock): a plain
@@ -49,7 +51,7 @@ class VmmAllocator::SlabSubAllocator final : public SubAllocator {
   absl::StatusOr<void*> Alloc(uint64_t bytes, uint64_t alignment) override {
     if (bytes == 0) return absl::InvalidArgumentError(absl::StrCat(name(), ": empty slab"));
     FutexMutexLock l(&owner_->mu_);
-    const uint64_t count = CeilDiv(bytes, owner_->granularity_);
+    const uint64_t count = owner_->GranulesFor(bytes);
     const uint64_t align = std::max(alignment, owner_->granularity_);
     // A slot of the slab arena when one is free (slots are granule-aligned), else a
     // reservation of its own.
@@ -78,7 +80,7 @@ class VmmAllocator::SlabSubAllocator final : public SubAllocator {
     FutexMutexLock l(&owner_->mu_);
     auto it = owner_->slab_ranges_.find(ptr);
     if (it == owner_->slab_ranges_.end() ||
-        it->second->granules.size() != CeilDiv(bytes, owner_->granularity_)) {
+        it->second->granules.size() != owner_->GranulesFor(bytes)) {
       return absl::InvalidArgumentError(
           absl::StrCat(name(), ": ", P(ptr), " (", bytes, " bytes) is not a slab"));
     }
@@ -190,7 +192,10 @@ absl::StatusOr<std::unique_ptr<VmmAllocator>> VmmAllocator::Create(Executor* exe
 }
 
 VmmAllocator::VmmAllocator(Executor* executor, VmmOptions options, uint64_t granularity)
-    : executor_(executor), options_(std::move(options)), granularity_(granularity) {}
+    : executor_(executor),
+      options_(std::move(options)),
+      granularity_(granularity),
+      granule_shift_(std::countr_zero(granularity)) {}
 
 absl::Status VmmAllocator::Init() {
   const uint64_t g = granularity_;
@@ -268,6 +273,7 @@ absl::Status VmmAllocator::Init() {
   // Small random sizes (256 B - 1 MiB) fragment slabs less when slivers down to an eighth of
   // the request are split off: 1.075x peak live instead of 1.10x at 0.25 (docs/vmm.md).
   bo.min_split_fraction = options_.slab_min_split_fraction;
+  // bo.reclaim_slivers stays off: slab_usage_.reclaim_slivers turns it on near the limit.
   // The slab BFC keeps our small-block counters itself, under its lock (no call per small
   // operation), and sends its events on only while we have observers.
   slab_observer_ = std::make_unique<SlabObserver>(this);
@@ -357,11 +363,11 @@ absl::StatusOr<void*> VmmAllocator::AllocateSmall(const AllocationRequest& reque
 
 absl::StatusOr<void*> VmmAllocator::AllocateLarge(uint64_t bytes, uint64_t alignment, int slot,
                                                   uint64_t* wait_for) {
-  const uint64_t count = CeilDiv(bytes, granularity_);
+  const uint64_t count = GranulesFor(bytes);
   // Tail sharing for sizes that are not whole granules (and default alignment).
   const uint64_t rounded = AlignUp(bytes, kDefaultAlignment);
   const bool share =
-      options_.share_tail_granules && alignment <= kDefaultAlignment && rounded % granularity_ != 0;
+      options_.share_tail_granules && alignment <= kDefaultAlignment && GranuleOffset(rounded) != 0;
   auto map = [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS {  // under mu_, taken below
     return share ? MapSharedRangeLocked(rounded) : MapRangeLocked(count, alignment);
   };
@@ -474,7 +480,7 @@ std::unique_ptr<VmmAllocator::Range> VmmAllocator::TakeCachedLocked(uint64_t cou
       // Runs under the caller's mu_; the analysis does not follow lambdas.
       ABSL_NO_THREAD_SAFETY_ANALYSIS -> std::unique_ptr<Range> {
     for (Range* r = cache_.First(n); r != nullptr; r = r->cache_next) {
-      if (reinterpret_cast<uintptr_t>(r->ptr) % alignment != 0) continue;
+      if ((reinterpret_cast<uintptr_t>(r->ptr) & (alignment - 1)) != 0) continue;  // a power of 2
       if ((need_room || tail_room) && CapacityOf(*r) < count + (tail_room ? 1 : 0)) continue;
       if (head_room && static_cast<char*>(r->ptr) - static_cast<char*>(r->reserved) <
                            static_cast<ptrdiff_t>(granularity_)) {
@@ -576,7 +582,7 @@ absl::Status VmmAllocator::RetireLocked(std::unique_ptr<Range> range, bool* cach
   *cached = count > 0 && count <= cap;
   if (!*cached) return UnmapRangeLocked(std::move(range));
   cached_granules_ += count + kept;
-  cached_bytes_.store(cached_granules_ * granularity_, std::memory_order_relaxed);
+  MirrorMappedLocked();
   CachePutLocked(std::move(range));
   while (cached_granules_ > cap) VGPU_RETURN_IF_ERROR(EvictOneLocked());
   return absl::OkStatus();
@@ -665,7 +671,7 @@ absl::Status VmmAllocator::DoDeallocate(void* ptr) {
   // the slab BFC (slabs that found no arena slot). Each lookup that misses costs a lock and a
   // cold probe, so the address decides the order.
   const bool in_arena = InSlabArena(ptr);
-  const bool aligned = reinterpret_cast<uintptr_t>(ptr) % granularity_ == 0;
+  const bool aligned = GranuleOffset(reinterpret_cast<uintptr_t>(ptr)) == 0;
   bool large_asked = false;
   if (!in_arena && (aligned || shared_blocks_.load(std::memory_order_relaxed) > 0)) {
     bool found = false;
@@ -894,7 +900,7 @@ absl::StatusOr<std::unique_ptr<VmmAllocator::Range>> VmmAllocator::MapSharedRang
   uint64_t h = 0;
   uint32_t head_granule = kNoGranule;
   if (!open_upper_.FindAtMost(bytes, &h, &head_granule)) h = 0;
-  uint64_t t = (bytes - h) % g;
+  uint64_t t = GranuleOffset(bytes - h);
   // Tail: the smallest open lower part that holds it, else a fresh granule.
   uint64_t tail_free = 0;
   uint32_t tail_granule = kNoGranule;
@@ -908,7 +914,7 @@ absl::StatusOr<std::unique_ptr<VmmAllocator::Range>> VmmAllocator::MapSharedRang
   // peak; docs/vmm.md).
   uint64_t gap = t == 0 ? 0 : fresh_tail ? g / 4 : tail_free - t;
   if (gap > 0 && !fewest_granules) {
-    const uint64_t r = bytes % g;
+    const uint64_t r = GranuleOffset(bytes);
     uint64_t part = 0;
     uint32_t granule = kNoGranule;
     if (open_upper_.FindAtLeast(r, &part, &granule, r + gap)) {
@@ -933,7 +939,7 @@ absl::StatusOr<std::unique_ptr<VmmAllocator::Range>> VmmAllocator::MapSharedRang
   // pay nothing (docs/vmm.md, "Paired heads and tails near the limit").
   if (gap > 0 && !fresh_tail && !fewest_granules && open_lower_.size() > 0 &&
       open_upper_.size() > 0 && NearLimitLocked()) {
-    const uint64_t r = bytes % g;
+    const uint64_t r = GranuleOffset(bytes);
     auto take = [&](uint64_t head, uint32_t head_at, uint64_t tail, uint64_t lower,
                     uint32_t lower_at) {
       gap = lower - tail;
@@ -964,7 +970,7 @@ absl::StatusOr<std::unique_ptr<VmmAllocator::Range>> VmmAllocator::MapSharedRang
       }
     }
   }
-  const uint64_t k = (bytes - h) / g;
+  const uint64_t k = GranulesIn(bytes - h);
   // The whole granules: a cached range of k with room for the head and tail, or fresh ones.
   std::unique_ptr<Range> range = k > 0 ? TakeCachedLocked(k, g, h > 0, t > 0) : nullptr;
   const bool from_cache = range != nullptr;
@@ -993,13 +999,13 @@ absl::StatusOr<std::unique_ptr<VmmAllocator::Range>> VmmAllocator::MapSharedRang
     // another shared-layout block.
     range->reserved_bytes = (k + 2) * g;
     VGPU_ASSIGN_OR_RETURN(range->reserved, executor_->ReserveAddressRange(range->reserved_bytes));
-    if (reinterpret_cast<uint64_t>(range->reserved) % g != 0) {
+    if (GranuleOffset(reinterpret_cast<uint64_t>(range->reserved)) != 0) {
       executor_->FreeAddressRange(range->reserved, range->reserved_bytes).IgnoreError();
       range->reserved_bytes += g;
       VGPU_ASSIGN_OR_RETURN(range->reserved, executor_->ReserveAddressRange(range->reserved_bytes));
     }
     range->ptr =
-        reinterpret_cast<char*>(AlignUp(reinterpret_cast<uint64_t>(range->reserved), g)) + g;
+        reinterpret_cast<char*>(AlignUpPow2(reinterpret_cast<uint64_t>(range->reserved), g)) + g;
     base = static_cast<char*>(range->ptr) - (h > 0 ? g : 0);
   }
   auto give_up = [&](absl::Status s) ABSL_NO_THREAD_SAFETY_ANALYSIS {  // under mu_
@@ -1068,7 +1074,7 @@ absl::StatusOr<std::unique_ptr<VmmAllocator::Range>> VmmAllocator::MapSharedRang
     ++regions_mapped_;
     free_low_water_ = std::min<uint64_t>(free_low_water_, free_granules_.size());
     peak_mapped_ = std::max(peak_mapped_, mapped_granules_);
-    mapped_bytes_.store(mapped_granules_ * g, std::memory_order_relaxed);
+    MirrorMappedLocked();
     NotifyEvent(AllocatorEventKind::kMap, tail_va, g);
   } else if (t > 0) {
     range->tail = tail_granule;
@@ -1084,7 +1090,6 @@ absl::StatusOr<std::unique_ptr<VmmAllocator::Range>> VmmAllocator::MapSharedRang
 
 void VmmAllocator::ReleaseSharedLocked(uint32_t granule) {
   SharedGranule& sg = shared_[granule];
-  const uint64_t g = granularity_;
   // Wherever it is still offered: its free upper part, or its free lower part.
   if (sg.lower_live) open_upper_.Erase(granule);
   if (sg.upper_live) open_lower_.Erase(granule);
@@ -1093,7 +1098,7 @@ void VmmAllocator::ReleaseSharedLocked(uint32_t granule) {
   free_granules_.push_back(granule);
   --mapped_granules_;
   ++regions_unmapped_;
-  mapped_bytes_.store(mapped_granules_ * g, std::memory_order_relaxed);
+  MirrorMappedLocked();
 }
 
 absl::Status VmmAllocator::UnmapSharedViewsLocked(Range* range) {
@@ -1155,7 +1160,7 @@ absl::StatusOr<std::unique_ptr<VmmAllocator::Range>> VmmAllocator::MapRangeLocke
   // and reused by a block with tail sharing.)
   range->reserved_bytes = alignment > g ? count * g + alignment : (std::bit_ceil(count) + 2) * g;
   VGPU_ASSIGN_OR_RETURN(range->reserved, executor_->ReserveAddressRange(range->reserved_bytes));
-  if (alignment <= g && reinterpret_cast<uint64_t>(range->reserved) % g != 0) {
+  if (alignment <= g && GranuleOffset(reinterpret_cast<uint64_t>(range->reserved)) != 0) {
     // Drivers return granule-aligned ranges, but nothing here may rely on it: rounding the
     // base up would leave one granule less than reserved for. Ask again with a granule spare.
     executor_->FreeAddressRange(range->reserved, range->reserved_bytes).IgnoreError();
@@ -1163,7 +1168,7 @@ absl::StatusOr<std::unique_ptr<VmmAllocator::Range>> VmmAllocator::MapRangeLocke
     VGPU_ASSIGN_OR_RETURN(range->reserved, executor_->ReserveAddressRange(range->reserved_bytes));
   }
   range->ptr = reinterpret_cast<void*>(
-      AlignUp(reinterpret_cast<uint64_t>(range->reserved), std::max(alignment, g)) +
+      AlignUpPow2(reinterpret_cast<uint64_t>(range->reserved), std::max(alignment, g)) +
       (alignment > g ? 0 : g));
   range->granules.reserve(count);
   absl::Status s = GrowRangeLocked(range.get(), count);
@@ -1201,10 +1206,10 @@ uint32_t VmmAllocator::SlabGranuleAtLocked(const void* addr) const {
   const uint64_t a = reinterpret_cast<uint64_t>(addr);
   auto granule_in = [&](const Range& r) -> uint32_t {
     const uint64_t base = reinterpret_cast<uint64_t>(r.ptr);
-    if (a < base || a % granularity_ != 0 || (a - base) / granularity_ >= r.granules.size()) {
+    if (a < base || GranuleOffset(a) != 0 || GranulesIn(a - base) >= r.granules.size()) {
       return kNoGranule;
     }
-    return r.granules[(a - base) / granularity_];
+    return r.granules[GranulesIn(a - base)];
   };
   if (InSlabArena(addr)) {
     const uint64_t slot = (a - reinterpret_cast<uint64_t>(slab_arena_)) / slab_bytes_;
@@ -1219,7 +1224,7 @@ uint32_t VmmAllocator::SlabGranuleAtLocked(const void* addr) const {
 
 uint64_t VmmAllocator::CapacityOf(const Range& range) const {
   uint64_t off = reinterpret_cast<uint64_t>(range.ptr) - reinterpret_cast<uint64_t>(range.reserved);
-  return (range.reserved_bytes - off) / granularity_;
+  return GranulesIn(range.reserved_bytes - off);
 }
 
 absl::Status VmmAllocator::GrowRangeLocked(Range* range, uint64_t count) {
@@ -1260,7 +1265,7 @@ void VmmAllocator::AdoptPoolGranulesLocked(Range* range, uint64_t n) {
   regions_mapped_ += n;
   free_low_water_ = std::min<uint64_t>(free_low_water_, free_granules_.size());
   peak_mapped_ = std::max(peak_mapped_, mapped_granules_);
-  mapped_bytes_.store(mapped_granules_ * g, std::memory_order_relaxed);
+  MirrorMappedLocked();
   NotifyEvent(AllocatorEventKind::kMap, at, n * g);
 }
 
@@ -1282,7 +1287,7 @@ absl::Status VmmAllocator::ShrinkRangeLocked(Range* range, uint64_t count) {
   range->granules.resize(count);
   mapped_granules_ -= old - count;
   regions_unmapped_ += old - count;
-  mapped_bytes_.store(mapped_granules_ * g, std::memory_order_relaxed);
+  MirrorMappedLocked();
   NotifyEvent(AllocatorEventKind::kUnmap, base + count * g, (old - count) * g);
   return absl::OkStatus();
 }
@@ -1319,7 +1324,7 @@ absl::Status VmmAllocator::DropKeptTailLocked(Range* range) {
   free_granules_.push_back(slot);
   --mapped_granules_;
   ++regions_unmapped_;
-  mapped_bytes_.store(mapped_granules_ * g, std::memory_order_relaxed);
+  MirrorMappedLocked();
   NotifyEvent(AllocatorEventKind::kUnmap, va, g);
   return s;
 }
@@ -1388,7 +1393,7 @@ void VmmAllocator::CachePutLocked(std::unique_ptr<Range> range) { cache_.Put(std
 std::unique_ptr<VmmAllocator::Range> VmmAllocator::CacheTakeLocked(Range* range, uint64_t count) {
   std::unique_ptr<Range> r = cache_.Take(range, count);
   cached_granules_ -= count + (r->kept_tail != kNoGranule ? 1 : 0);
-  cached_bytes_.store(cached_granules_ * granularity_, std::memory_order_relaxed);
+  MirrorMappedLocked();
   return r;
 }
 
@@ -1413,7 +1418,7 @@ absl::Status VmmAllocator::EvictGranulesLocked(uint64_t need) {
     }
     ++cache_evictions_;
     cached_granules_ += own - need;
-    cached_bytes_.store(cached_granules_ * granularity_, std::memory_order_relaxed);
+    MirrorMappedLocked();
     CachePutLocked(std::move(range));
     need = 0;
   }
@@ -1917,6 +1922,7 @@ absl::StatusOr<std::unique_ptr<Allocator>> CreateVmmAllocator(
   if (options.vmm_slab_bytes) vo.slab_bytes = *options.vmm_slab_bytes;
   if (options.vmm_page_bytes) vo.page_bytes = *options.vmm_page_bytes;
   if (options.vmm_small_block_max) vo.small_block_max = *options.vmm_small_block_max;
+  if (options.vmm_reclaim_slivers) vo.slab_reclaim_slivers = *options.vmm_reclaim_slivers;
   VGPU_ASSIGN_OR_RETURN(std::unique_ptr<VmmAllocator> a,
                         VmmAllocator::Create(executor, std::move(vo)));
   return std::unique_ptr<Allocator>(std::move(a));

@@ -162,7 +162,7 @@ TEST(BFCAllocatorTest, SmallRequestsGatherAtTheTop) {
   EXPECT_EQ(U(t), kBase + 16 * kMiB - 3072);
   void* u = Alloc(*f.bfc, kMiB);  // a small request as large as the threshold: still the top
   EXPECT_EQ(U(u), kBase + 15 * kMiB - 3072);
-  Free(*f.bfc, s);  // a 1 KiB hole at the very top
+  Free(*f.bfc, s);               // a 1 KiB hole at the very top
   void* v = Alloc(*f.bfc, 512);  // fits the hole: best fit among small holes, not the top
   EXPECT_EQ(U(v), kBase + 16 * kMiB - 1024);
   void* w = Alloc(*f.bfc, 4096);  // fits no small hole: the top chunk's high end
@@ -271,6 +271,49 @@ TEST(BFCAllocatorTest, ParkedSliversMergeAndServeOnlyAsALastResort) {
   for (void* p : {e, f1, f2, z}) Free(a, p);
   EXPECT_EQ(a.Stats().bytes_in_use, 0u);
   EXPECT_EQ(a.Stats().largest_free_block, 16 * kMiB);
+}
+
+// reclaim_slivers: the remainder kept inside a block (under the split fraction) goes to the
+// hole after it when the block there is freed, so that hole can hold more; without it the same
+// request fails.
+TEST(BFCAllocatorTest, ReclaimedSliversJoinTheNextHole) {
+  for (bool reclaim : {true, false}) {
+    SCOPED_TRACE(reclaim ? "reclaim" : "kept inside");
+    BFCOptions o{.name = "GPU:0", .memory_limit = 16 * kMiB, .allow_growth = false};
+    o.reclaim_slivers = reclaim;
+    BFCAllocator a(std::make_unique<FakeSubAllocator>(), o);
+    void* x = Alloc(a, 4 * kMiB);
+    void* y = Alloc(a, 4 * kMiB);
+    void* z = Alloc(a, 8 * kMiB);
+    Free(a, x);
+    // 512 KiB left < 1/4 of the request: kept inside the block.
+    void* d = Alloc(a, 3 * kMiB + 512 * kKiB);
+    EXPECT_EQ(U(d), kBase);
+    EXPECT_THAT(a.AllocatedSize(d), IsOkAndHolds(4 * kMiB));
+    EXPECT_EQ(a.Stats().bytes_in_use, 16 * kMiB);
+    Free(a, y);
+    absl::StatusOr<void*> e = a.AllocateRaw(4 * kMiB + 512 * kKiB);
+    EXPECT_THAT(a.CheckInvariants(), IsOk());
+    if (reclaim) {
+      // d gave its sliver to y's hole: 4.5 MiB from d's rounded end.
+      EXPECT_THAT(a.AllocatedSize(d), IsOkAndHolds(3 * kMiB + 512 * kKiB));
+      ASSERT_THAT(e, IsOk());
+      EXPECT_EQ(U(*e), kBase + 3 * kMiB + 512 * kKiB);
+      EXPECT_EQ(a.Stats().bytes_in_use, 16 * kMiB);
+      Free(a, *e);
+    } else {
+      EXPECT_THAT(e.status(), StatusIs(absl::StatusCode::kResourceExhausted));
+      EXPECT_THAT(a.AllocatedSize(d), IsOkAndHolds(4 * kMiB));
+      EXPECT_EQ(a.Stats().largest_free_block, 4 * kMiB);
+    }
+    // A block allocated with alignment padding before it, and one of exactly its rounded size,
+    // have nothing to give.
+    void* f1 = Alloc(a, 1000, 64 * kKiB);
+    Free(a, f1);
+    for (void* p : {d, z}) Free(a, p);
+    EXPECT_EQ(a.Stats().bytes_in_use, 0u);
+    EXPECT_EQ(a.Stats().largest_free_block, 16 * kMiB);
+  }
 }
 
 TEST(BFCAllocatorTest, TinyRemaindersAreNotSplitOff) {

@@ -1492,6 +1492,55 @@ TEST(VmmAllocatorTest, TailSharingPairsHeadAndTailNearTheLimit) {
   }
 }
 
+// Near the limit the slab BFC's slivers (remainders its split rule keeps inside small blocks) go
+// to the hole after them when that block is freed: a request then fits there. Far from the limit
+// (and with the option off) the sliver stays inside: the request takes a new slab, or fails.
+TEST(VmmAllocatorTest, SlabSliversAreReclaimedNearTheLimit) {
+  struct Case {
+    const char* name;
+    uint64_t limit;
+    bool reclaim;
+  };
+  for (const Case& c : {Case{"near the limit", 8 * kG, true}, Case{"far from it", 64 * kG, true},
+                        Case{"near, option off", 8 * kG, false}}) {
+    SCOPED_TRACE(c.name);
+    VmmOptions o = Opts(c.limit, false, /*cache=*/false);
+    o.slab_reclaim_slivers = c.reclaim;
+    Fake f = MakeFake(o);
+    CheckedBlocks blocks{f};
+    ASSERT_NE(blocks.Alloc(7 * kG), nullptr);  // whole granules: 7 of the limit
+    // One slab, full: 960 + 960 + 128 KiB.
+    void* p1 = blocks.Alloc(960 * kKiB);
+    void* p2 = blocks.Alloc(960 * kKiB);
+    void* p3 = blocks.Alloc(128 * kKiB);
+    ASSERT_TRUE(p1 && p2 && p3);
+    ASSERT_EQ(f.alloc->Granules().in_slabs, 1u);
+    ASSERT_EQ(f.alloc->Granules().mapped, 8u);
+    ASSERT_NO_FATAL_FAILURE(blocks.Free(p1));
+    void* q = blocks.Alloc(900 * kKiB);  // 60 KiB left < 900/8: kept inside q
+    ASSERT_EQ(q, p1);
+    ASSERT_NO_FATAL_FAILURE(blocks.Free(p2));
+    // 1000 KiB: 1020 KiB free after q's 900 when the sliver was reclaimed, else 960.
+    absl::StatusOr<void*> r = f.alloc->AllocateRaw(1000 * kKiB);
+    EXPECT_THAT(CheckFakeVmm(f), IsOk());
+    if (c.limit == 8 * kG && c.reclaim) {
+      ASSERT_THAT(r, IsOk());
+      EXPECT_EQ(*r, static_cast<char*>(q) + 900 * kKiB);
+      EXPECT_EQ(f.alloc->Granules().in_slabs, 1u);
+    } else if (c.reclaim) {
+      ASSERT_THAT(r, IsOk());  // a second slab
+      EXPECT_EQ(f.alloc->Granules().in_slabs, 2u);
+    } else {
+      EXPECT_THAT(r.status(), StatusIs(absl::StatusCode::kResourceExhausted));
+    }
+    if (r.ok()) blocks.live.emplace_back(*r, 1000 * kKiB);
+    ExpectNoPhysicalOverlap(f, blocks.live);
+    while (!blocks.live.empty()) ASSERT_NO_FATAL_FAILURE(blocks.Free(blocks.live.back().first));
+    EXPECT_EQ(f.alloc->Stats().bytes_in_use, 0u);
+    EXPECT_THAT(f.alloc->CheckInvariants(), IsOk());
+  }
+}
+
 // At the limit, a layout that saves a gap may need a granule more than the first one (the largest
 // head): before failing, the block is laid out the first way. Here a 3 MiB block fits in a
 // 1.75 MiB head and a 1.25 MiB tail with no granule left, where the gap-free layout (a 1 MiB

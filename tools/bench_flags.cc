@@ -99,6 +99,14 @@ const Knob kKnobs[] = {
        return absl::OkStatus();
      },
      "0|1"},
+    {"VGPU_BFC_RECLAIM_SLIVERS", "--bfc-reclaim-slivers",
+     "BFC: a freed block takes the remainder kept inside the live block before it (0 = off, the "
+     "default; 1 = on)",
+     [](absl::string_view v, BenchTuning& t) -> absl::Status {
+       VGPU_ASSIGN_OR_RETURN(t.bfc_reclaim_slivers, ZeroOrOne(v));
+       return absl::OkStatus();
+     },
+     "0|1"},
     {"VGPU_BFC_SEGMENT_BYTES", "--bfc-segment-bytes",
      "BFC with growth: requests of at least SIZE get a region of their own, cached whole "
      "(0 = off: TensorFlow's doubling regions)",
@@ -144,6 +152,14 @@ const Knob kKnobs[] = {
        VGPU_ASSIGN_OR_RETURN(t.vmm_small_block_max, SizeIn(v, 1, kTiB));
        return absl::OkStatus();
      }},
+    {"VGPU_VMM_RECLAIM_SLIVERS", "--vmm-reclaim-slivers",
+     "VMM: near the limit a freed small block takes the remainder kept inside the block before "
+     "it (1 = on, the default; 0 = off)",
+     [](absl::string_view v, BenchTuning& t) -> absl::Status {
+       VGPU_ASSIGN_OR_RETURN(t.vmm_reclaim_slivers, ZeroOrOne(v));
+       return absl::OkStatus();
+     },
+     "0|1"},
 };
 
 absl::Status ReadKnob(const Knob& k, absl::string_view value, BenchTuning& t) {
@@ -211,11 +227,13 @@ void BenchTuning::ApplyTo(DeviceAllocatorOptions& options) const {
   options.bfc_min_split_bytes = bfc_min_split_bytes;
   options.bfc_min_split_fraction = bfc_min_split_fraction;
   options.bfc_park_slivers = bfc_park_slivers;
+  options.bfc_reclaim_slivers = bfc_reclaim_slivers;
   options.bfc_gather_pages = bfc_gather_pages;
   options.bfc_segment_bytes = bfc_segment_bytes;
   options.vmm_slab_bytes = vmm_slab_bytes;
   options.vmm_page_bytes = vmm_page_bytes;
   options.vmm_small_block_max = vmm_small_block_max;
+  options.vmm_reclaim_slivers = vmm_reclaim_slivers;
 }
 
 absl::StatusOr<BenchArgs> ParseBenchArgs(const std::vector<std::string>& argv) {

@@ -28,17 +28,19 @@ namespace vgpu::bench {
 // Allocator tuning knobs (docs/allocator.md, docs/vmm.md "Tuning knobs"): each is a VGPU_*
 // variable and a vgpu-bench flag; unset = the allocator's default.
 struct BenchTuning {
-  std::optional<uint64_t> bfc_small_request_bytes;  // VGPU_BFC_SMALL_REQUEST_BYTES, 0..1 TiB
-  std::optional<uint64_t> bfc_small_from_top_bytes;  // VGPU_BFC_SMALL_FROM_TOP_BYTES, 0..1 TiB
+  std::optional<uint64_t> bfc_small_request_bytes;        // VGPU_BFC_SMALL_REQUEST_BYTES, 0..1 TiB
+  std::optional<uint64_t> bfc_small_from_top_bytes;       // VGPU_BFC_SMALL_FROM_TOP_BYTES, 0..1 TiB
   std::optional<uint64_t> bfc_small_from_top_hole_bytes;  // VGPU_BFC_SMALL_FROM_TOP_HOLE_BYTES
-  std::optional<uint64_t> bfc_min_split_bytes;      // VGPU_BFC_MIN_SPLIT_BYTES, 1 B..1 TiB
-  std::optional<double> bfc_min_split_fraction;     // VGPU_BFC_MIN_SPLIT_FRACTION, [0, 1]
-  std::optional<bool> bfc_park_slivers;             // VGPU_BFC_PARK_SLIVERS, 0 or 1
-  std::optional<bool> bfc_gather_pages;             // VGPU_BFC_GATHER_PAGES, 0 or 1
-  std::optional<uint64_t> bfc_segment_bytes;        // VGPU_BFC_SEGMENT_BYTES, 0 = off
-  std::optional<uint64_t> vmm_slab_bytes;           // VGPU_VMM_SLAB_BYTES, k x 2 MiB, <= 1 TiB
-  std::optional<uint64_t> vmm_page_bytes;           // VGPU_VMM_PAGE_BYTES, 2^k x 2 MiB, <= 1 GiB
-  std::optional<uint64_t> vmm_small_block_max;      // VGPU_VMM_SMALL_BLOCK_MAX, 1 B..slab
+  std::optional<uint64_t> bfc_min_split_bytes;            // VGPU_BFC_MIN_SPLIT_BYTES, 1 B..1 TiB
+  std::optional<double> bfc_min_split_fraction;           // VGPU_BFC_MIN_SPLIT_FRACTION, [0, 1]
+  std::optional<bool> bfc_park_slivers;                   // VGPU_BFC_PARK_SLIVERS, 0 or 1
+  std::optional<bool> bfc_reclaim_slivers;                // VGPU_BFC_RECLAIM_SLIVERS, 0 or 1
+  std::optional<bool> bfc_gather_pages;                   // VGPU_BFC_GATHER_PAGES, 0 or 1
+  std::optional<uint64_t> bfc_segment_bytes;              // VGPU_BFC_SEGMENT_BYTES, 0 = off
+  std::optional<uint64_t> vmm_slab_bytes;       // VGPU_VMM_SLAB_BYTES, k x 2 MiB, <= 1 TiB
+  std::optional<uint64_t> vmm_page_bytes;       // VGPU_VMM_PAGE_BYTES, 2^k x 2 MiB, <= 1 GiB
+  std::optional<uint64_t> vmm_small_block_max;  // VGPU_VMM_SMALL_BLOCK_MAX, 1 B..slab
+  std::optional<bool> vmm_reclaim_slivers;      // VGPU_VMM_RECLAIM_SLIVERS, 0 or 1
   // Sets the knobs that are given on the allocator factory's options.
   void ApplyTo(DeviceAllocatorOptions& options) const;
 };
