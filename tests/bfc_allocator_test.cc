@@ -35,7 +35,7 @@ struct Fixture {
 Fixture Make(uint64_t limit, bool growth, FakeSubAllocatorOptions fo = {},
              uint64_t initial = 2 * kMiB, uint64_t small_request_bytes = 0,
              bool park_slivers = false, uint64_t segment_bytes = 0,
-             uint64_t small_from_top_bytes = 0) {
+             uint64_t small_from_top_bytes = 0, bool reclaim_slivers = false) {
   auto fake = std::make_unique<FakeSubAllocator>(fo);
   Fixture f;
   f.fake = fake.get();
@@ -49,6 +49,7 @@ Fixture Make(uint64_t limit, bool growth, FakeSubAllocatorOptions fo = {},
   // 0: TensorFlow's growth, step by step (the exact tests); segments are tested on their own.
   o.segment_bytes = segment_bytes;
   o.small_from_top_bytes = small_from_top_bytes;
+  o.reclaim_slivers = reclaim_slivers;
   f.bfc = std::make_unique<BFCAllocator>(std::move(fake), o);
   return f;
 }
@@ -838,13 +839,14 @@ TEST(BFCAllocatorTest, ObserversSeeEveryEvent) {
 // Random sizes (256 B .. 4 MiB, some aligned), random frees, every invariant after every op;
 // growth off and on, with sliver parking, and with segments from 512 KiB (modes 4, 5).
 TEST(BFCAllocatorTest, RandomizedInvariantsAfterEveryOperation) {
-  for (int mode = 0; mode < 9; ++mode) {
+  for (int mode = 0; mode < 11; ++mode) {
     // 0-3: growth, parking; 4-5: segments (and parking); 6-8: small blocks from the top
-    // (growth off, on, on with segments).
-    const bool growth = (mode & 1) || (mode >= 4 && mode != 6), park = mode & 2;
+    // (growth off, on, on with segments); 9-10: sliver reclaiming (growth off, on).
+    const bool reclaim = mode >= 9, park = !reclaim && (mode & 2);
+    const bool growth = reclaim ? mode == 10 : (mode & 1) || (mode >= 4 && mode != 6);
     const uint64_t segments = mode == 4 || mode == 5 || mode == 8 ? 512 * kKiB : 0;
-    const uint64_t top = mode >= 6 ? 64 * kKiB << (mode - 6) : 0;
-    Fixture f = Make(48 * kMiB, growth, {}, 1 * kMiB, 0, park, segments, top);
+    const uint64_t top = mode >= 6 && mode <= 8 ? 64 * kKiB << (mode - 6) : 0;
+    Fixture f = Make(48 * kMiB, growth, {}, 1 * kMiB, 0, park, segments, top, reclaim);
     std::mt19937_64 rng(growth ? 7 + mode : 11 + mode);
     std::vector<std::pair<void*, uint64_t>> live;
     uint64_t requested = 0;
