@@ -67,6 +67,7 @@ struct DeviceAllocatorOptions {
   std::optional<uint64_t> vmm_page_bytes;       // the vmm allocator's granule (VmmOptions)
   std::optional<uint64_t> vmm_small_block_max;  // smaller blocks come from slabs
   std::optional<bool> vmm_reclaim_slivers;      // slab slivers reclaimed near the limit
+  std::optional<bool> vmm_mid_blocks;           // mid-size blocks in open parts, near the limit
 };
 
 // The allocator of `options.kind` over `executor`'s memory (the executor must outlive it).

@@ -86,6 +86,13 @@ struct VmmOptions {
   // BFCOptions::reclaim_slivers): small random sizes fit in ~1 % less memory. Off farther from
   // the limit, where it would only cost time (docs/vmm.md, "Slivers reclaimed near the limit").
   bool slab_reclaim_slivers = true;
+  // While less than an eighth of the limit is room, a block of half small_block_max or more
+  // (below it) first tries the open parts of shared granules: a part that holds it, or a head
+  // and a tail, with less than an eighth of its size to spare and no fresh granule; else the
+  // slabs as always. Blocks of a granule or a few then fit in ~0.4 % less memory; far from the
+  // limit it is off (each try costs a lookup and a map call; docs/vmm.md, "Mid-size blocks in
+  // open parts near the limit").
+  bool mid_blocks_near_limit = true;
   // Mapped-but-free large ranges kept for reuse; 0 = limit / 4 with growth, the whole limit
   // without (taken up front anyway). Evicted on pressure.
   uint64_t cache_bytes = 0;
@@ -412,6 +419,11 @@ class VmmAllocator final : public Allocator {
   // slot numbers and AllocateRaw waits for *wait_for as for a large block.
   absl::StatusOr<void*> AllocateSmall(const AllocationRequest& request, uint64_t* wait_for)
       ABSL_LOCKS_EXCLUDED(mu_);
+  // A mid-size block near the limit (VmmOptions::mid_blocks_near_limit): open parts of shared
+  // granules that hold it closely, else AllocateSmall.
+  ABSL_ATTRIBUTE_NOINLINE absl::StatusOr<void*> AllocateMid(const AllocationRequest& request,
+                                                            uint64_t* wait_for)
+      ABSL_LOCKS_EXCLUDED(mu_);
   absl::StatusOr<void*> AllocateLarge(uint64_t bytes, uint64_t alignment, int slot,
                                       uint64_t* wait_for) ABSL_LOCKS_EXCLUDED(mu_);
   // A block of `bytes` (a multiple of 256, not of the granule) laid out with tail sharing:
@@ -420,8 +432,14 @@ class VmmAllocator final : public Allocator {
   // fewest_granules: the first layout only (the largest head, hence the fewest granules from
   // the pool), none of the gap-saving ones that may take one more: AllocateLarge's last try
   // before an OOM.
+  // AllocateLarge's end: registers the block, releases mu_ and returns the block.
+  absl::StatusOr<void*> FinishLargeLocked(std::unique_ptr<Range>&& range, uint64_t bytes, int slot,
+                                          uint64_t* wait_for) ABSL_UNLOCK_FUNCTION(mu_);
+  // max_gap: NotFound, with nothing changed, when the layout would need a fresh granule or
+  // leave max_gap or more of gap (mid-size blocks).
   absl::StatusOr<std::unique_ptr<Range>> MapSharedRangeLocked(uint64_t bytes,
-                                                              bool fewest_granules = false)
+                                                              bool fewest_granules = false,
+                                                              uint64_t max_gap = UINT64_MAX)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Unmaps a shared-layout block's head and tail granules and updates them; its own granules
   // stay mapped (the caller caches or unmaps the rest).
@@ -686,12 +704,14 @@ class VmmAllocator final : public Allocator {
   void MirrorMappedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     mapped_bytes_.store(mapped_granules_ * granularity_, std::memory_order_relaxed);
     cached_bytes_.store(cached_granules_ * granularity_, std::memory_order_relaxed);
-    if (const bool on = options_.slab_reclaim_slivers && NearLimitLocked(); on != reclaiming_) {
-      reclaiming_ = on;
-      slab_usage_.reclaim_slivers.store(on, std::memory_order_relaxed);
+    if (const bool near = NearLimitLocked(); near != near_limit_.load(std::memory_order_relaxed)) {
+      near_limit_.store(near, std::memory_order_relaxed);
+      slab_usage_.reclaim_slivers.store(options_.slab_reclaim_slivers && near,
+                                        std::memory_order_relaxed);
     }
   }
-  bool reclaiming_ ABSL_GUARDED_BY(mu_) = false;
+  // NearLimitLocked() as of the last change to the mirrors, for the paths without mu_.
+  std::atomic<bool> near_limit_{false};
   uint64_t regions_mapped_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t regions_unmapped_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t map_calls_ ABSL_GUARDED_BY(mu_) = 0;

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""The first limit, in steps of 0.001 x peak live, at which a replay serves every allocation:
-`vgpu-bench replay --min-limit` scans in steps of 0.005 (and asks for 20 passes in a row), too
-coarse to tell two placement rules apart on one trace. Growth off.
+"""`vgpu-bench replay --min-limit` in steps of 0.001 x peak live: its scan (steps of 0.005, the
+minimum being the first of 20 limits in a row that serve every allocation) is too coarse to
+tell two placement rules apart on one trace, so below its minimum the limit is lowered by
+0.001 while the replay still serves every allocation. Growth off.
 
   scripts/fine_limit.py BENCH TRACE... [-- extra vgpu-bench flags]
 
@@ -43,10 +44,15 @@ def main():
     ratios = []
     for t in traces:
         peak = peak_live(t)
-        r = 1.0
-        while r < 1.5 and not fits(bench, t, int(peak * r), extra):
-            r = round(r + 0.005, 3)
-        while r > 1.0 and fits(bench, t, int(peak * round(r - 0.001, 3)), extra):
+        out = subprocess.run([bench, "replay", t, "--allocator", "vmm", "--min-limit",
+                              "--no-baseline"] + extra, capture_output=True, text=True).stdout
+        m = re.search(r'"min_limit_ratio":([0-9.]+)', out)
+        if not m:
+            sys.exit(f"{t}: no min_limit_ratio in vgpu-bench's output")
+        r = float(m.group(1))
+        for _ in range(4):  # down to the next coarse step
+            if not fits(bench, t, int(peak * round(r - 0.001, 3)), extra):
+                break
             r = round(r - 0.001, 3)
         ratios.append(r)
         print(f"{t} {r:.3f}", flush=True)

@@ -1541,6 +1541,52 @@ TEST(VmmAllocatorTest, SlabSliversAreReclaimedNearTheLimit) {
   }
 }
 
+// Near the limit a mid-size block (half the small-block size and up) goes to an open part of a
+// shared granule that holds it with less than an eighth to spare, in place of a slab; far from
+// the limit it takes a slab, and with the option off at the limit (no granule left for a slab)
+// it fails.
+TEST(VmmAllocatorTest, MidSizeBlocksTakeOpenPartsNearTheLimit) {
+  struct Case {
+    const char* name;
+    uint64_t limit;
+    bool mid;
+  };
+  for (const Case& c : {Case{"near the limit", 8 * kG, true}, Case{"far from it", 64 * kG, true},
+                        Case{"near, option off", 8 * kG, false}}) {
+    SCOPED_TRACE(c.name);
+    VmmOptions o = Opts(c.limit, false, /*cache=*/false);
+    o.mid_blocks_near_limit = c.mid;
+    Fake f = MakeFake(o);
+    CheckedBlocks blocks{f};
+    // A granule and a 1200 KiB tail: the tail granule's upper 848 KiB is open.
+    ASSERT_NE(blocks.Alloc(kG + 1200 * kKiB), nullptr);
+    ASSERT_NE(blocks.Alloc(6 * kG), nullptr);  // whole granules: 8 of the limit mapped
+    ASSERT_EQ(f.alloc->Granules().mapped, 8u);
+    // 800 KiB: the open 848 KiB holds it with 48 KiB to spare (< 100 KiB, an eighth).
+    absl::StatusOr<void*> m = f.alloc->AllocateRaw(800 * kKiB);
+    EXPECT_THAT(CheckFakeVmm(f), IsOk());
+    if (c.limit == 8 * kG && c.mid) {
+      ASSERT_THAT(m, IsOk());
+      // At the end of the shared granule, none of it in a slab.
+      EXPECT_EQ(reinterpret_cast<uint64_t>(*m) % kG, kG - 800 * kKiB);
+      EXPECT_EQ(f.alloc->Granules().in_slabs, 0u);
+      EXPECT_EQ(f.alloc->Granules().mapped, 8u);
+    } else if (c.mid) {
+      ASSERT_THAT(m, IsOk());
+      EXPECT_EQ(f.alloc->Granules().in_slabs, 1u);
+    } else {
+      EXPECT_THAT(m.status(), StatusIs(absl::StatusCode::kResourceExhausted));
+    }
+    if (m.ok()) blocks.live.emplace_back(*m, 800 * kKiB);
+    ExpectNoPhysicalOverlap(f, blocks.live);
+    EXPECT_THAT(f.alloc->CheckInvariants(), IsOk());
+    // Freed in any order, everything goes back.
+    while (!blocks.live.empty()) ASSERT_NO_FATAL_FAILURE(blocks.Free(blocks.live.front().first));
+    EXPECT_EQ(f.alloc->Stats().bytes_in_use, 0u);
+    EXPECT_THAT(f.alloc->CheckInvariants(), IsOk());
+  }
+}
+
 // At the limit, a layout that saves a gap may need a granule more than the first one (the largest
 // head): before failing, the block is laid out the first way. Here a 3 MiB block fits in a
 // 1.75 MiB head and a 1.25 MiB tail with no granule left, where the gap-free layout (a 1 MiB

@@ -160,6 +160,14 @@ const Knob kKnobs[] = {
        return absl::OkStatus();
      },
      "0|1"},
+    {"VGPU_VMM_MID_BLOCKS", "--vmm-mid-blocks",
+     "VMM: near the limit blocks of half the small-block size and up try open parts of shared "
+     "granules before the slabs (1 = on, the default; 0 = off)",
+     [](absl::string_view v, BenchTuning& t) -> absl::Status {
+       VGPU_ASSIGN_OR_RETURN(t.vmm_mid_blocks, ZeroOrOne(v));
+       return absl::OkStatus();
+     },
+     "0|1"},
 };
 
 absl::Status ReadKnob(const Knob& k, absl::string_view value, BenchTuning& t) {
@@ -234,6 +242,7 @@ void BenchTuning::ApplyTo(DeviceAllocatorOptions& options) const {
   options.vmm_page_bytes = vmm_page_bytes;
   options.vmm_small_block_max = vmm_small_block_max;
   options.vmm_reclaim_slivers = vmm_reclaim_slivers;
+  options.vmm_mid_blocks = vmm_mid_blocks;
 }
 
 absl::StatusOr<BenchArgs> ParseBenchArgs(const std::vector<std::string>& argv) {

@@ -41,6 +41,7 @@ struct BenchTuning {
   std::optional<uint64_t> vmm_page_bytes;       // VGPU_VMM_PAGE_BYTES, 2^k x 2 MiB, <= 1 GiB
   std::optional<uint64_t> vmm_small_block_max;  // VGPU_VMM_SMALL_BLOCK_MAX, 1 B..slab
   std::optional<bool> vmm_reclaim_slivers;      // VGPU_VMM_RECLAIM_SLIVERS, 0 or 1
+  std::optional<bool> vmm_mid_blocks;           // VGPU_VMM_MID_BLOCKS, 0 or 1
   // Sets the knobs that are given on the allocator factory's options.
   void ApplyTo(DeviceAllocatorOptions& options) const;
 };
