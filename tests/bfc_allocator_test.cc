@@ -243,6 +243,18 @@ TEST(BFCAllocatorTest, RemaindersUnderAQuarterOfTheRequestAreNotSplitOff) {
   for (void* p : {c, d, e}) Free(*f.bfc, p);
 }
 
+// 4 + 4 + 8 MiB in a 16 MiB pool, the first 4 MiB freed and 3.5 MiB taken from it: 512 KiB is
+// left, under a quarter of the request (the split rule's sliver). Returns that block.
+void* LeaveASliver(BFCAllocator& a, void** y, void** z) {
+  void* x = Alloc(a, 4 * kMiB);
+  *y = Alloc(a, 4 * kMiB);
+  *z = Alloc(a, 8 * kMiB);
+  Free(a, x);
+  void* d = Alloc(a, 3 * kMiB + 512 * kKiB);
+  EXPECT_EQ(U(d), kBase);
+  return d;
+}
+
 // park_slivers: the remainder a request leaves under the split fraction is split off but kept
 // out of the trees: it is not handed out while another chunk fits, it merges with the block
 // next to it when that is freed, and it is the last resort before OOM.
@@ -251,13 +263,9 @@ TEST(BFCAllocatorTest, ParkedSliversMergeAndServeOnlyAsALastResort) {
   BFCOptions o{.name = "GPU:0", .memory_limit = 16 * kMiB, .allow_growth = false};
   o.park_slivers = true;
   BFCAllocator a(std::move(fake), o);
-  void* x = Alloc(a, 4 * kMiB);
-  void* y = Alloc(a, 4 * kMiB);
-  void* z = Alloc(a, 8 * kMiB);
-  Free(a, x);
-  // 512 KiB left < 1/4 of the request: parked (the block itself is exactly the request).
-  void* d = Alloc(a, 3 * kMiB + 512 * kKiB);
-  EXPECT_EQ(U(d), kBase);
+  void *y, *z;
+  // The sliver is parked (the block itself is exactly the request).
+  void* d = LeaveASliver(a, &y, &z);
   EXPECT_THAT(a.AllocatedSize(d), IsOkAndHolds(3 * kMiB + 512 * kKiB));
   EXPECT_EQ(a.Stats().bytes_in_use, 16 * kMiB - 512 * kKiB);
   // Freeing the neighbour after it merges the sliver into a 4.5 MiB chunk.
@@ -283,13 +291,8 @@ TEST(BFCAllocatorTest, ReclaimedSliversJoinTheNextHole) {
     BFCOptions o{.name = "GPU:0", .memory_limit = 16 * kMiB, .allow_growth = false};
     o.reclaim_slivers = reclaim;
     BFCAllocator a(std::make_unique<FakeSubAllocator>(), o);
-    void* x = Alloc(a, 4 * kMiB);
-    void* y = Alloc(a, 4 * kMiB);
-    void* z = Alloc(a, 8 * kMiB);
-    Free(a, x);
-    // 512 KiB left < 1/4 of the request: kept inside the block.
-    void* d = Alloc(a, 3 * kMiB + 512 * kKiB);
-    EXPECT_EQ(U(d), kBase);
+    void *y, *z;
+    void* d = LeaveASliver(a, &y, &z);  // the sliver kept inside d
     EXPECT_THAT(a.AllocatedSize(d), IsOkAndHolds(4 * kMiB));
     EXPECT_EQ(a.Stats().bytes_in_use, 16 * kMiB);
     Free(a, y);

@@ -1492,20 +1492,25 @@ TEST(VmmAllocatorTest, TailSharingPairsHeadAndTailNearTheLimit) {
   }
 }
 
+// The near-the-limit policies' cases: a limit of 8 granules that the test fills, one of 64 that
+// it does not, and 8 with the policy off.
+struct NearLimitCase {
+  const char* name;
+  uint64_t limit;
+  bool on;
+};
+constexpr NearLimitCase kNearLimitCases[] = {{"near the limit", 8 * kG, true},
+                                             {"far from it", 64 * kG, true},
+                                             {"near, option off", 8 * kG, false}};
+
 // Near the limit the slab BFC's slivers (remainders its split rule keeps inside small blocks) go
 // to the hole after them when that block is freed: a request then fits there. Far from the limit
 // (and with the option off) the sliver stays inside: the request takes a new slab, or fails.
 TEST(VmmAllocatorTest, SlabSliversAreReclaimedNearTheLimit) {
-  struct Case {
-    const char* name;
-    uint64_t limit;
-    bool reclaim;
-  };
-  for (const Case& c : {Case{"near the limit", 8 * kG, true}, Case{"far from it", 64 * kG, true},
-                        Case{"near, option off", 8 * kG, false}}) {
+  for (const NearLimitCase& c : kNearLimitCases) {
     SCOPED_TRACE(c.name);
     VmmOptions o = Opts(c.limit, false, /*cache=*/false);
-    o.slab_reclaim_slivers = c.reclaim;
+    o.slab_reclaim_slivers = c.on;
     Fake f = MakeFake(o);
     CheckedBlocks blocks{f};
     ASSERT_NE(blocks.Alloc(7 * kG), nullptr);  // whole granules: 7 of the limit
@@ -1523,11 +1528,11 @@ TEST(VmmAllocatorTest, SlabSliversAreReclaimedNearTheLimit) {
     // 1000 KiB: 1020 KiB free after q's 900 when the sliver was reclaimed, else 960.
     absl::StatusOr<void*> r = f.alloc->AllocateRaw(1000 * kKiB);
     EXPECT_THAT(CheckFakeVmm(f), IsOk());
-    if (c.limit == 8 * kG && c.reclaim) {
+    if (c.limit == 8 * kG && c.on) {
       ASSERT_THAT(r, IsOk());
       EXPECT_EQ(*r, static_cast<char*>(q) + 900 * kKiB);
       EXPECT_EQ(f.alloc->Granules().in_slabs, 1u);
-    } else if (c.reclaim) {
+    } else if (c.on) {
       ASSERT_THAT(r, IsOk());  // a second slab
       EXPECT_EQ(f.alloc->Granules().in_slabs, 2u);
     } else {
@@ -1546,16 +1551,10 @@ TEST(VmmAllocatorTest, SlabSliversAreReclaimedNearTheLimit) {
 // the limit it takes a slab, and with the option off at the limit (no granule left for a slab)
 // it fails.
 TEST(VmmAllocatorTest, MidSizeBlocksTakeOpenPartsNearTheLimit) {
-  struct Case {
-    const char* name;
-    uint64_t limit;
-    bool mid;
-  };
-  for (const Case& c : {Case{"near the limit", 8 * kG, true}, Case{"far from it", 64 * kG, true},
-                        Case{"near, option off", 8 * kG, false}}) {
+  for (const NearLimitCase& c : kNearLimitCases) {
     SCOPED_TRACE(c.name);
     VmmOptions o = Opts(c.limit, false, /*cache=*/false);
-    o.mid_blocks_near_limit = c.mid;
+    o.mid_blocks_near_limit = c.on;
     Fake f = MakeFake(o);
     CheckedBlocks blocks{f};
     // A granule and a 1200 KiB tail: the tail granule's upper 848 KiB is open.
@@ -1565,13 +1564,13 @@ TEST(VmmAllocatorTest, MidSizeBlocksTakeOpenPartsNearTheLimit) {
     // 800 KiB: the open 848 KiB holds it with 48 KiB to spare (< 100 KiB, an eighth).
     absl::StatusOr<void*> m = f.alloc->AllocateRaw(800 * kKiB);
     EXPECT_THAT(CheckFakeVmm(f), IsOk());
-    if (c.limit == 8 * kG && c.mid) {
+    if (c.limit == 8 * kG && c.on) {
       ASSERT_THAT(m, IsOk());
       // At the end of the shared granule, none of it in a slab.
       EXPECT_EQ(reinterpret_cast<uint64_t>(*m) % kG, kG - 800 * kKiB);
       EXPECT_EQ(f.alloc->Granules().in_slabs, 0u);
       EXPECT_EQ(f.alloc->Granules().mapped, 8u);
-    } else if (c.mid) {
+    } else if (c.on) {
       ASSERT_THAT(m, IsOk());
       EXPECT_EQ(f.alloc->Granules().in_slabs, 1u);
     } else {
