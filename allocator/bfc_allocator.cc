@@ -198,9 +198,9 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline void BFCAllocator::ReclaimSliverLocked(uint3
   const uint32_t p = chunks_[c].prev;
   if (p == kNone) return;
   Chunk& pc = chunks_[p];
-  // Segments, lent parts and views keep their sizes; so does padding before an aligned block
-  // (free, never in use).
-  if (!pc.in_use || pc.segment || pc.lent || pc.view) return;
+  // Lent parts keep their sizes; padding before an aligned block is free, never in use. (A
+  // segment is alone in its region and a view in none: neither is ever a prev.)
+  if (!pc.in_use || pc.lent) return;
   const uint64_t keep = RoundedBytes(std::max<uint64_t>(pc.requested, 1));
   if (pc.size <= keep) return;
   // The user's bytes end at keep: the rest was never handed out, so no stream used it.

@@ -356,12 +356,10 @@ absl::StatusOr<void*> VmmAllocator::AllocateMid(const AllocationRequest& request
   // granules, so tail sharing lays them out.
   if (options_.share_tail_granules) {
     mu_.Lock();
+    // With no open parts it finds a fresh tail and returns NotFound after a few empty lookups.
     absl::StatusOr<std::unique_ptr<Range>> r =
-        open_upper_.size() + open_lower_.size() == 0
-            ? absl::NotFoundError("no open parts")
-            : MapSharedRangeLocked(AlignUp(request.bytes, kDefaultAlignment),
-                                   /*fewest_granules=*/false,
-                                   /*max_gap=*/std::max<uint64_t>(request.bytes / 8, 1));
+        MapSharedRangeLocked(AlignUp(request.bytes, kDefaultAlignment), /*fewest_granules=*/false,
+                             /*max_gap=*/std::max<uint64_t>(request.bytes / 8, 1));
     if (r.ok()) return FinishLargeLocked(*std::move(r), request.bytes, request.slot, wait_for);
     mu_.Unlock();
     if (!absl::IsNotFound(r.status()) && !absl::IsResourceExhausted(r.status())) {

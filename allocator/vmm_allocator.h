@@ -426,15 +426,15 @@ class VmmAllocator final : public Allocator {
       ABSL_LOCKS_EXCLUDED(mu_);
   absl::StatusOr<void*> AllocateLarge(uint64_t bytes, uint64_t alignment, int slot,
                                       uint64_t* wait_for) ABSL_LOCKS_EXCLUDED(mu_);
+  // AllocateLarge's end: registers the block, releases mu_ and returns the block.
+  absl::StatusOr<void*> FinishLargeLocked(std::unique_ptr<Range>&& range, uint64_t bytes, int slot,
+                                          uint64_t* wait_for) ABSL_UNLOCK_FUNCTION(mu_);
   // A block of `bytes` (a multiple of 256, not of the granule) laid out with tail sharing:
   // an open upper part as its head, whole granules, and a tail granule (an open lower part or a
   // fresh granule whose rest is offered). ResourceExhausted like MapRangeLocked.
   // fewest_granules: the first layout only (the largest head, hence the fewest granules from
   // the pool), none of the gap-saving ones that may take one more: AllocateLarge's last try
   // before an OOM.
-  // AllocateLarge's end: registers the block, releases mu_ and returns the block.
-  absl::StatusOr<void*> FinishLargeLocked(std::unique_ptr<Range>&& range, uint64_t bytes, int slot,
-                                          uint64_t* wait_for) ABSL_UNLOCK_FUNCTION(mu_);
   // max_gap: NotFound, with nothing changed, when the layout would need a fresh granule or
   // leave max_gap or more of gap (mid-size blocks).
   absl::StatusOr<std::unique_ptr<Range>> MapSharedRangeLocked(uint64_t bytes,
