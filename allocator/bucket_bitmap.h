@@ -40,7 +40,7 @@ class BucketBitmap {
 
   // The highest set bucket <= b / the lowest >= b, or -1. The word of b first (the common
   // case: one load and a bit scan), then the summary.
-  int64_t AtMost(int64_t b) const {
+  [[gnu::always_inline]] int64_t AtMost(int64_t b) const {
     if (b < 0 || n_ == 0) return -1;
     if (b >= static_cast<int64_t>(n_)) b = static_cast<int64_t>(n_) - 1;
     const int64_t w = b >> 6;
@@ -58,7 +58,7 @@ class BucketBitmap {
     }
     return -1;
   }
-  int64_t AtLeast(int64_t b) const {
+  [[gnu::always_inline]] int64_t AtLeast(int64_t b) const {
     if (b < 0) b = 0;
     if (b >= static_cast<int64_t>(n_)) return -1;
     const int64_t w = b >> 6;

@@ -91,7 +91,12 @@ const char* TraceFormatName(TraceFormat format) {
 }
 
 TraceFormat DetectTraceFormat(absl::string_view data) {
-  if (!data.empty() && static_cast<uint8_t>(data[0]) == 0x80) return TraceFormat::kTorchSnapshot;
+  // A pickle: PROTO (protocols 2-5), or the MARK / empty dict, list or tuple that protocols 0
+  // and 1 start a container with; no line of our format or RMM's starts with those.
+  if (!data.empty() && (static_cast<uint8_t>(data[0]) == 0x80 || data[0] == '(' || data[0] == '}' ||
+                        data[0] == ']' || data[0] == ')')) {
+    return TraceFormat::kTorchSnapshot;
+  }
   absl::ConsumePrefix(&data, "\xEF\xBB\xBF");
   data = absl::StripLeadingAsciiWhitespace(data);
   if (absl::StartsWith(data, "Thread,Time,Action")) return TraceFormat::kRmmLog;
@@ -197,12 +202,12 @@ absl::StatusOr<Trace> ParseRmmLog(absl::string_view text, absl::string_view sour
     }
   }
   if (!have_header) return absl::InvalidArgumentError(absl::StrCat(source, ": empty RMM log"));
-  b.trace().import_note =
-      absl::StrCat("RMM log: ", streams.size(), " stream(s)",
-                   failures > 0 ? absl::StrCat(", ", failures, " failed allocations skipped") : "",
-                   null_blocks > 0
-                       ? absl::StrCat(", ", null_blocks, " allocate/free of 0 bytes at (nil) skipped")
-                       : "");
+  b.trace().import_note = absl::StrCat(
+      "RMM log: ", streams.size(), " stream(s)",
+      failures > 0 ? absl::StrCat(", ", failures, " failed allocations skipped") : "",
+      null_blocks > 0
+          ? absl::StrCat(", ", null_blocks, " allocate/free of 0 bytes at (nil) skipped")
+          : "");
   return std::move(b).Finish(source);
 }
 

@@ -29,8 +29,9 @@ namespace vgpu {
 enum class TraceFormat { kVgpu, kTorchSnapshot, kRmmLog };
 // "vgpu", "pytorch-snapshot", "rmm-log" (Trace::format).
 const char* TraceFormatName(TraceFormat format);
-// By content: 0x80 first -> kTorchSnapshot; a first line (after a UTF-8 BOM) starting with
-// "Thread,Time,Action" -> kRmmLog; otherwise kVgpu.
+// By content: a pickle (0x80 first, or protocol 0/1: "(", "}", "]" or ")" first) ->
+// kTorchSnapshot; a first line (after a UTF-8 BOM) starting with "Thread,Time,Action" ->
+// kRmmLog; otherwise kVgpu.
 TraceFormat DetectTraceFormat(absl::string_view data);
 
 struct ImportOptions {

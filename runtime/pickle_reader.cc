@@ -4,8 +4,12 @@
 #include <limits>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/strip.h"
 #include "vgpu/runtime/status.h"
 
 namespace vgpu {
@@ -202,12 +206,9 @@ class PickleParser {
       : data_(data), source_(source), limits_(limits), doc_(new PickleDocument) {}
 
   absl::StatusOr<std::unique_ptr<PickleDocument>> Run() {
-    if (data_.empty()) return Err(0, "empty input (a pickle starts with PROTO 0x80)");
-    if (static_cast<uint8_t>(data_[0]) != 0x80) {
-      return Err(0, absl::StrFormat("starts with byte 0x%02x, not PROTO 0x80 (protocols 0 and 1 "
-                                    "are not supported)",
-                                    static_cast<uint8_t>(data_[0])));
-    }
+    // Protocols 2-5 start with PROTO; 0 and 1 (Python's text and first binary formats) start
+    // with their first opcode.
+    if (data_.empty()) return Err(0, "empty input (no pickle opcode)");
     while (true) {
       if (pos_ >= data_.size()) return Err(pos_, "input ends before STOP (truncated pickle)");
       op_at_ = pos_;
@@ -336,6 +337,84 @@ class PickleParser {
     }
     return Int(static_cast<int64_t>(v));
   }
+  // Protocols 0 and 1: an argument that is a line of text, up to '\n'.
+  absl::StatusOr<absl::string_view> Line() {
+    const size_t end = data_.find('\n', pos_);
+    if (end == absl::string_view::npos) {
+      return OpErr("no newline ends its argument (truncated pickle)");
+    }
+    absl::string_view line = data_.substr(pos_, end - pos_);
+    pos_ = end + 1;
+    return line;
+  }
+  // The first bytes of a text argument, escaped, for messages.
+  static std::string Shown(absl::string_view s) {
+    return absl::StrCat("\"", absl::CHexEscape(s.substr(0, 40)), s.size() > 40 ? "..." : "", "\"");
+  }
+  absl::StatusOr<int64_t> Decimal(absl::string_view s) {
+    int64_t v;
+    if (absl::SimpleAtoi(s, &v)) return v;
+    absl::string_view digits = absl::StripAsciiWhitespace(s);
+    if (!absl::ConsumePrefix(&digits, "-")) absl::ConsumePrefix(&digits, "+");
+    const bool number =
+        !digits.empty() && digits.find_first_not_of("0123456789") == absl::string_view::npos;
+    return OpErr(absl::StrCat("integer ", Shown(s),
+                              number ? " does not fit in 64 bits" : " is not a decimal number"));
+  }
+  absl::StatusOr<uint64_t> MemoIndex() {
+    VGPU_ASSIGN_OR_RETURN(absl::string_view line, Line());
+    VGPU_ASSIGN_OR_RETURN(int64_t i, Decimal(line));
+    if (i < 0) return OpErr(absl::StrCat("memo index ", i, " is negative"));
+    return static_cast<uint64_t>(i);
+  }
+  // UNICODE's argument: raw-unicode-escape (bytes are Latin-1 characters; \uXXXX and
+  // \UXXXXXXXX escape the others), stored as UTF-8.
+  absl::Status RawUnicode(absl::string_view s) {
+    std::string out;
+    out.reserve(s.size());
+    for (size_t k = 0; k < s.size();) {
+      uint32_t cp = static_cast<uint8_t>(s[k]);
+      size_t used = 1;
+      if (s[k] == '\\' && k + 1 < s.size() && (s[k + 1] == 'u' || s[k + 1] == 'U')) {
+        const size_t n = s[k + 1] == 'u' ? 4 : 8;
+        if (k + 2 + n > s.size()) return OpErr("truncated \\u or \\U escape");
+        cp = 0;
+        for (size_t d = 0; d < n; ++d) {
+          const char c = s[k + 2 + d];
+          const int x = c >= '0' && c <= '9'   ? c - '0'
+                        : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                        : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                               : -1;
+          if (x < 0) return OpErr(absl::StrCat("bad escape ", Shown(s.substr(k, 2 + n))));
+          cp = cp << 4 | static_cast<uint32_t>(x);
+        }
+        if (cp > 0x10FFFF)
+          return OpErr(absl::StrCat("code point ", CodePoint(cp), " is beyond U+10FFFF"));
+        used = 2 + n;
+      }
+      if (cp < 0x80) {
+        out += static_cast<char>(cp);
+      } else if (cp < 0x800) {
+        out += static_cast<char>(0xC0 | cp >> 6);
+        out += static_cast<char>(0x80 | (cp & 0x3F));
+      } else if (cp < 0x10000) {
+        out += static_cast<char>(0xE0 | cp >> 12);
+        out += static_cast<char>(0x80 | (cp >> 6 & 0x3F));
+        out += static_cast<char>(0x80 | (cp & 0x3F));
+      } else {
+        out += static_cast<char>(0xF0 | cp >> 18);
+        out += static_cast<char>(0x80 | (cp >> 12 & 0x3F));
+        out += static_cast<char>(0x80 | (cp >> 6 & 0x3F));
+        out += static_cast<char>(0x80 | (cp & 0x3F));
+      }
+      k += used;
+    }
+    VGPU_ASSIGN_OR_RETURN(PickleValue * p, New(PickleValue::Kind::kString));
+    p->s = std::move(out);
+    stack_.push_back(p);
+    return absl::OkStatus();
+  }
+  static std::string CodePoint(uint32_t v) { return absl::StrFormat("U+%04X", v); }
   absl::Status Tuple(size_t from) {
     VGPU_ASSIGN_OR_RETURN(PickleValue * t, New(PickleValue::Kind::kTuple));
     t->items.assign(stack_.begin() + from, stack_.end());
@@ -378,7 +457,7 @@ class PickleParser {
       case 0x80: {  // PROTO
         if (op_at_ != 0) return OpErr("PROTO after the start");
         VGPU_ASSIGN_OR_RETURN(uint64_t v, Uint(1));
-        if (v < 2 || v > 5) return OpErr(absl::StrCat("protocol ", v, " (supported: 2 to 5)"));
+        if (v > 5) return OpErr(absl::StrCat("protocol ", v, " (supported: 0 to 5)"));
         return false;
       }
       case 0x95: {  // FRAME: a length hint; the frame's opcodes follow inline.
@@ -572,6 +651,79 @@ class PickleParser {
       case '2': {
         VGPU_ASSIGN_OR_RETURN(PickleValue * v, Top());
         stack_.push_back(v);
+        return false;
+      }
+      // Protocols 0 and 1 (Python 2's str as STRING / BINSTRING / SHORT_BINSTRING is read as
+      // str, as Python 3 reads it).
+      case 'I': {  // INT: decimal; "01" and "00" are True and False
+        VGPU_ASSIGN_OR_RETURN(absl::string_view line, Line());
+        if (line == "01" || line == "00") {
+          VGPU_ASSIGN_OR_RETURN(PickleValue * p, New(K::kBool));
+          p->b = line == "01";
+          stack_.push_back(p);
+          return false;
+        }
+        VGPU_ASSIGN_OR_RETURN(int64_t v, Decimal(line));
+        VGPU_RETURN_IF_ERROR(Int(v));
+        return false;
+      }
+      case 'L': {  // LONG: decimal, with Python 2's trailing L
+        VGPU_ASSIGN_OR_RETURN(absl::string_view line, Line());
+        absl::ConsumeSuffix(&line, "L");
+        VGPU_ASSIGN_OR_RETURN(int64_t v, Decimal(line));
+        VGPU_RETURN_IF_ERROR(Int(v));
+        return false;
+      }
+      case 'F': {  // FLOAT: repr() of a float
+        VGPU_ASSIGN_OR_RETURN(absl::string_view line, Line());
+        double d;
+        if (!absl::SimpleAtod(line, &d)) {
+          return OpErr(absl::StrCat(Shown(line), " is not a float"));
+        }
+        VGPU_ASSIGN_OR_RETURN(PickleValue * p, New(K::kFloat));
+        p->f = d;
+        stack_.push_back(p);
+        return false;
+      }
+      case 'S': {  // STRING: a quoted Python 2 str literal
+        VGPU_ASSIGN_OR_RETURN(absl::string_view line, Line());
+        if (line.size() < 2 || (line.front() != '\'' && line.front() != '"') ||
+            line.back() != line.front()) {
+          return OpErr(absl::StrCat("argument ", Shown(line), " is not quoted"));
+        }
+        std::string text;
+        if (!absl::CUnescape(line.substr(1, line.size() - 2), &text)) {
+          return OpErr(absl::StrCat("bad escape in ", Shown(line)));
+        }
+        VGPU_ASSIGN_OR_RETURN(PickleValue * p, New(K::kString));
+        p->s = std::move(text);
+        stack_.push_back(p);
+        return false;
+      }
+      case 'T': {
+        VGPU_ASSIGN_OR_RETURN(uint64_t n, Uint(4));
+        if (n >= uint64_t{1} << 31) return OpErr(absl::StrCat("negative length ", n));
+        VGPU_RETURN_IF_ERROR(Text(K::kString, n));
+        return false;
+      }
+      case 'U': {
+        VGPU_ASSIGN_OR_RETURN(uint64_t n, Uint(1));
+        VGPU_RETURN_IF_ERROR(Text(K::kString, n));
+        return false;
+      }
+      case 'V': {  // UNICODE
+        VGPU_ASSIGN_OR_RETURN(absl::string_view line, Line());
+        VGPU_RETURN_IF_ERROR(RawUnicode(line));
+        return false;
+      }
+      case 'p': {  // PUT
+        VGPU_ASSIGN_OR_RETURN(uint64_t i, MemoIndex());
+        VGPU_RETURN_IF_ERROR(Memo(i));
+        return false;
+      }
+      case 'g': {  // GET
+        VGPU_ASSIGN_OR_RETURN(uint64_t i, MemoIndex());
+        VGPU_RETURN_IF_ERROR(Get(i));
         return false;
       }
       default:

@@ -1,4 +1,4 @@
-// A reader for the plain-data subset of Python's pickle format (protocols 2 to 5), so vgpu can
+// A reader for the plain-data subset of Python's pickle format (protocols 0 to 5), so vgpu can
 // read files Python tools write without Python: PyTorch's memory snapshots
 // (`torch.cuda.memory._dump_snapshot()` is `pickle.dump` of dicts, lists, tuples, str, int,
 // float, bool and None). Objects, globals and REDUCE are refused: reading never runs code.
@@ -65,8 +65,8 @@ class PickleDocument {
   const PickleValue* root_ = nullptr;
 };
 
-// Parses one pickle (PROTO 2..5 first, STOP last; bytes after STOP are refused). `source`
-// names the input in errors ("snap.pickle: pickle at offset 7: ...").
+// Parses one pickle (PROTO 2..5 first, or protocol 0/1's first opcode; STOP last; bytes after
+// STOP are refused). `source` names the input in errors ("snap.pickle: pickle at offset 7: ...").
 absl::StatusOr<std::unique_ptr<PickleDocument>> ParsePickle(absl::string_view data,
                                                             absl::string_view source = "input",
                                                             const PickleLimits& limits = {});

@@ -69,6 +69,57 @@ TEST(PickleReaderTest, ReadsProtocol2) {
   EXPECT_EQ((*doc)->root().Get("b")->items[3]->s, "\xc3\xa9");
 }
 
+// Protocols 0 and 1 (no PROTO; text INT / LONG / FLOAT / UNICODE / PUT / GET): what
+// pickle.dumps writes for {'a': [1, -2, 300, 2**40, -(2**63)], 'b': (1.5, True, None, 'é',
+// '€\\\n'), 'c': False} with protocol 0, then 1.
+TEST(PickleReaderTest, ReadsProtocols0And1) {
+  const std::string p0 = PICKLE(
+      "(dp0\nVa\np1\n(lp2\nI1\naI-2\naI300\naL1099511627776L\naL-9223372036854775808L\nasVb\n"
+      "p3\n(F1.5\nI01\nNV\xe9\np4\nV\\u20ac\\u005c\\u000a\np5\ntp6\nsVc\np7\nI00\ns.");
+  const std::string p1 = PICKLE(
+      "\x7d\x71\x00\x28\x58\x01\x00\x00\x00\x61\x71\x01\x5d\x71\x02\x28\x4b\x01\x4a\xfe\xff\xff"
+      "\xff\x4d\x2c\x01\x4c\x31\x30\x39\x39\x35\x31\x31\x36\x32\x37\x37\x37\x36\x4c\x0a\x4c\x2d"
+      "\x39\x32\x32\x33\x33\x37\x32\x30\x33\x36\x38\x35\x34\x37\x37\x35\x38\x30\x38\x4c\x0a\x65"
+      "\x58\x01\x00\x00\x00\x62\x71\x03\x28\x47\x3f\xf8\x00\x00\x00\x00\x00\x00\x49\x30\x31\x0a"
+      "\x4e\x58\x02\x00\x00\x00\xc3\xa9\x71\x04\x58\x05\x00\x00\x00\xe2\x82\xac\x5c\x0a\x71\x05"
+      "\x74\x71\x06\x58\x01\x00\x00\x00\x63\x71\x07\x49\x30\x30\x0a\x75\x2e");
+  for (const std::string* p : {&p0, &p1}) {
+    SCOPED_TRACE(p == &p0 ? "protocol 0" : "protocol 1");
+    auto doc = ParsePickle(*p, "t.pickle");
+    ASSERT_THAT(doc, IsOk());
+    const PickleValue& root = (*doc)->root();
+    ASSERT_TRUE(root.is_dict());
+    const PickleValue* a = root.Get("a");
+    ASSERT_NE(a, nullptr);
+    ASSERT_EQ(a->kind, Kind::kList);
+    ASSERT_EQ(a->items.size(), 5u);
+    EXPECT_EQ(a->items[0]->i, 1);
+    EXPECT_EQ(a->items[1]->i, -2);
+    EXPECT_EQ(a->items[2]->i, 300);
+    EXPECT_EQ(a->items[3]->i, int64_t{1} << 40);
+    EXPECT_EQ(a->items[4]->i, INT64_MIN);
+    const PickleValue* b = root.Get("b");
+    ASSERT_NE(b, nullptr);
+    ASSERT_EQ(b->kind, Kind::kTuple);
+    ASSERT_EQ(b->items.size(), 5u);
+    EXPECT_EQ(b->items[0]->f, 1.5);
+    EXPECT_EQ(b->items[1]->kind, Kind::kBool);
+    EXPECT_TRUE(b->items[1]->b);
+    EXPECT_EQ(b->items[2]->kind, Kind::kNone);
+    EXPECT_EQ(b->items[3]->s, "\xc3\xa9");          // Latin-1 byte in protocol 0, as UTF-8
+    EXPECT_EQ(b->items[4]->s, "\xe2\x82\xac\\\n");  // \\u escapes in protocol 0
+    const PickleValue* c = root.Get("c");
+    ASSERT_NE(c, nullptr);
+    EXPECT_EQ(c->kind, Kind::kBool);
+    EXPECT_FALSE(c->b);
+  }
+  // Python 2's str (STRING, quoted with escapes; SHORT_BINSTRING) is read as str.
+  auto s = ParsePickle(PICKLE("(S'a\\'b\\n\\x41'\nU\x02hit."));
+  ASSERT_THAT(s, IsOk());
+  EXPECT_EQ((*s)->root().items[0]->s, "a'b\nA");
+  EXPECT_EQ((*s)->root().items[1]->s, "hi");
+}
+
 TEST(PickleReaderTest, MemoEntriesAreShared) {
   // x = [1]; pickle.dumps([x, x], 4)
   const std::string p = PICKLE(
@@ -104,9 +155,21 @@ TEST(PickleReaderTest, HostileInputNamesOffsetAndOpcode) {
   };
   const Case cases[] = {
       {"", "offset 0: empty input"},
-      {PICKLE("(dp0\n."), "offset 0: starts with byte 0x28, not PROTO 0x80"},
-      {PICKLE("\x80\x01N."), "opcode 0x80 (PROTO): protocol 1 (supported: 2 to 5)"},
-      {PICKLE("\x80\x06N."), "protocol 6"},
+      {PICKLE("\x80\x06N."), "opcode 0x80 (PROTO): protocol 6 (supported: 0 to 5)"},
+      {PICKLE("N\x80\x02."), "offset 1: opcode 0x80 (PROTO): PROTO after the start"},
+      {PICKLE("I12"), "offset 0: opcode 0x49 'I' (INT): no newline ends its argument"},
+      {PICKLE("I99999999999999999999\n."), "\"99999999999999999999\" does not fit in 64 bits"},
+      {PICKLE("L-99999999999999999999L\n."), "(LONG): integer \"-99999999999999999999\" does"},
+      {PICKLE("I0x10\n."), "(INT): integer \"0x10\" is not a decimal number"},
+      {PICKLE("F1.5x\n."), "(FLOAT): \"1.5x\" is not a float"},
+      {PICKLE("Sabc\n."), "(STRING): argument \"abc\" is not quoted"},
+      {PICKLE("S'a\\q'\n."), "(STRING): bad escape in"},
+      {PICKLE("V\\u12\n."), "(UNICODE): truncated \\u or \\U escape"},
+      {PICKLE("V\\u12zz\n."), "(UNICODE): bad escape \"\\\\u12zz\""},
+      {PICKLE("V\\U00110000\n."), "code point U+110000 is beyond U+10FFFF"},
+      {PICKLE("Ng7\n."), "offset 1: opcode 0x67 'g' (GET): memo entry 7 was never stored"},
+      {PICKLE("Np-1\n."), "opcode 0x70 'p' (PUT): memo index -1 is negative"},
+      {PICKLE("T\xff\xff\xff\xff."), "(BINSTRING): negative length 4294967295"},
       {kProto4.substr(0, 40), "truncated pickle"},
       {kProto4.substr(0, kProto4.size() - 1), "offset 2: opcode 0x95 (FRAME): frame of 68 bytes"},
       {PICKLE("\x80\x02N"), "offset 3: input ends before STOP (truncated pickle)"},

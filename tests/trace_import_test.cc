@@ -61,6 +61,8 @@ class TraceImportTest : public ::testing::Test {
 
 TEST_F(TraceImportTest, DetectsFormatByContent) {
   EXPECT_EQ(DetectTraceFormat(std::string("\x80\x04N.", 4)), TraceFormat::kTorchSnapshot);
+  EXPECT_EQ(DetectTraceFormat("(dp0\n."), TraceFormat::kTorchSnapshot);  // protocol 0
+  EXPECT_EQ(DetectTraceFormat("}q\x00."), TraceFormat::kTorchSnapshot);  // protocol 1
   EXPECT_EQ(DetectTraceFormat("Thread,Time,Action,Pointer,Size,Stream\n"), TraceFormat::kRmmLog);
   EXPECT_EQ(DetectTraceFormat("\xEF\xBB\xBFThread,Time,Action,Pointer,Size,Stream\r\n"),
             TraceFormat::kRmmLog);
@@ -75,7 +77,9 @@ TEST_F(TraceImportTest, TorchSnapshotReplaysLikeItsSource) {
   auto source = ReadTraceFile(Src("tools/traces/mlp_mirrored.trace"));
   ASSERT_THAT(source, IsOk());
   for (const char* file :
-       {"tests/data/mlp_mirrored.snapshot.pickle", "tests/data/mlp_mirrored.p2.snapshot.pickle"}) {
+       {"tests/data/mlp_mirrored.snapshot.pickle", "tests/data/mlp_mirrored.p2.snapshot.pickle",
+        "tests/data/mlp_mirrored.p1.snapshot.pickle",
+        "tests/data/mlp_mirrored.p0.snapshot.pickle"}) {
     SCOPED_TRACE(file);
     auto t = ReadAnyTraceFile(Src(file));
     ASSERT_THAT(t, IsOk());
