@@ -357,7 +357,23 @@ absl::StatusOr<Trace> ParseTorchSnapshot(absl::string_view data, absl::string_vi
                  "has no alloc or free_completed entries: nothing to replay (was "
                  "_record_memory_history() on while the workload ran?)");
   }
-  const std::vector<Entry>& entries = devices[device];
+  std::vector<Entry>& entries = devices[device];
+  // A history with free_requested but no free_completed at all (a recorder that logs only the
+  // user's frees) would leave every block live to the end: its free_requested are the frees.
+  bool requested_as_free = false;
+  {
+    bool any_free = false, any_requested = false;
+    for (const Entry& e : entries) {
+      any_free = any_free || e.action == Action::kFree;
+      any_requested = any_requested || e.action == Action::kFreeRequested;
+    }
+    if (!any_free && any_requested) {
+      requested_as_free = true;
+      for (Entry& e : entries) {
+        if (e.action == Action::kFreeRequested) e.action = Action::kFree;
+      }
+    }
+  }
 
   // The chosen device's segments: their total (reserved at the end) and their live blocks.
   struct Block {
@@ -516,8 +532,10 @@ absl::StatusOr<Trace> ParseTorchSnapshot(absl::string_view data, absl::string_vi
   if (!initial.empty()) {
     notes.push_back(absl::StrCat(initial.size(), " block(s) live at the start"));
   }
-  notes.push_back(absl::StrCat("free_completed taken as the free (", skipped_requested,
-                               " free_requested skipped)"));
+  notes.push_back(requested_as_free ? std::string("free_requested taken as the free (the history "
+                                                  "has no free_completed)")
+                                    : absl::StrCat("free_completed taken as the free (",
+                                                   skipped_requested, " free_requested skipped)"));
   if (skipped_other > 0) notes.push_back(absl::StrCat(skipped_other, " snapshot/oom skipped"));
   t.import_note = absl::StrJoin(notes, ", ");
   return std::move(b).Finish(source);

@@ -154,6 +154,20 @@ TEST_F(TraceImportTest, TorchSnapshotReusedAddressIsANewBlock) {
   EXPECT_GT(reused, 0);
 }
 
+// A history without free_completed (only the user's frees recorded): free_requested is the free.
+// With free_completed present, free_requested is skipped (TorchSnapshotTwoStreams...).
+TEST_F(TraceImportTest, TorchSnapshotWithoutFreeCompletedTakesFreeRequested) {
+  auto t = ReadAnyTraceFile(Src("tests/data/snapshots/requested_only.pickle"));
+  ASSERT_THAT(t, IsOk());
+  // alloc 16 (100 B), alloc 32 (60 B), free 16, alloc 16 (40 B), free 32, free 16.
+  ASSERT_EQ(t->events.size(), 6u);
+  EXPECT_EQ(t->allocations, 3u);
+  EXPECT_EQ(t->peak_live_bytes, 160u);
+  EXPECT_EQ(t->unfreed_blocks, 0u);
+  EXPECT_THAT(t->import_note,
+              HasSubstr("free_requested taken as the free (the history has no free_completed)"));
+}
+
 // A log a project wrote itself and what it must import as: the counts, the peak live bytes
 // (PyTorch's or RMM's own figure), the original reserved peak (0: the format has none).
 struct RealLog {
