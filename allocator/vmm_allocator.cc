@@ -395,8 +395,11 @@ absl::StatusOr<void*> VmmAllocator::AllocateLarge(uint64_t bytes, uint64_t align
   const uint64_t count = GranulesFor(bytes);
   // Tail sharing for sizes that are not whole granules (and default alignment).
   const uint64_t rounded = AlignUp(bytes, kDefaultAlignment);
-  const bool share =
-      options_.share_tail_granules && alignment <= kDefaultAlignment && GranuleOffset(rounded) != 0;
+  const uint64_t part = GranuleOffset(rounded);
+  const uint64_t divisor = options_.whole_granule_waste_divisor;
+  const bool share = options_.share_tail_granules && alignment <= kDefaultAlignment && part != 0 &&
+                     (divisor == 0 || (granularity_ - part) * divisor > rounded ||
+                      near_limit_.load(std::memory_order_relaxed));
   auto map = [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS {  // under mu_, taken below
     return share ? MapSharedRangeLocked(rounded) : MapRangeLocked(count, alignment);
   };
@@ -1962,6 +1965,9 @@ absl::StatusOr<std::unique_ptr<Allocator>> CreateVmmAllocator(
   if (options.vmm_small_block_max) vo.small_block_max = *options.vmm_small_block_max;
   if (options.vmm_reclaim_slivers) vo.slab_reclaim_slivers = *options.vmm_reclaim_slivers;
   if (options.vmm_mid_blocks) vo.mid_blocks_near_limit = *options.vmm_mid_blocks;
+  if (options.vmm_whole_granule_divisor) {
+    vo.whole_granule_waste_divisor = *options.vmm_whole_granule_divisor;
+  }
   VGPU_ASSIGN_OR_RETURN(std::unique_ptr<VmmAllocator> a,
                         VmmAllocator::Create(executor, std::move(vo)));
   return std::unique_ptr<Allocator>(std::move(a));

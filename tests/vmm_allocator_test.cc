@@ -1586,6 +1586,47 @@ TEST(VmmAllocatorTest, MidSizeBlocksTakeOpenPartsNearTheLimit) {
   }
 }
 
+// Far from the limit a block whose whole granules waste at most 1/32 of it takes them (no shared
+// tail: nothing to map or unmap around it); one that would waste more shares its tail as
+// before; near the limit (an eighth of it or less left) and with the divisor 0 every block
+// shares. Either way the memory is the caller's, the block's bytes map to no other block's.
+TEST(VmmAllocatorTest, WholeGranulesFarFromTheLimit) {
+  struct Case {
+    const char* name;
+    uint64_t limit;
+    uint64_t filler;  // whole granules mapped first
+    uint64_t divisor;
+    bool whole;  // the 8 granules + 1984 KiB block takes 9 whole granules
+  };
+  const Case cases[] = {{"far from the limit", 64 * kG, 0, 32, true},
+                        {"far, divisor 0 (always share)", 64 * kG, 0, 0, false},
+                        {"near the limit", 128 * kG, 113 * kG, 32, false}};
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    VmmOptions o = Opts(c.limit, false, /*cache=*/false);
+    o.whole_granule_waste_divisor = c.divisor;
+    Fake f = MakeFake(o);
+    CheckedBlocks blocks{f};
+    if (c.filler > 0) ASSERT_NE(blocks.Alloc(c.filler), nullptr);
+    const VmmAllocator::GranuleCounts before = f.alloc->Granules();
+    // Rounding up wastes 64 KiB: under 1/32 of its 17.9 MiB.
+    ASSERT_NE(blocks.Alloc(8 * kG + 1984 * kKiB), nullptr);
+    const VmmAllocator::GranuleCounts g = f.alloc->Granules();
+    EXPECT_EQ(g.shared - before.shared, c.whole ? 0u : 1u);
+    EXPECT_EQ(g.in_blocks - before.in_blocks, c.whole ? 9u : 8u);
+    // Wasting 848 KiB of 3.2 MiB (over 1/32): its tail is shared wherever it is.
+    ASSERT_NE(blocks.Alloc(kG + 1200 * kKiB), nullptr);
+    EXPECT_EQ(f.alloc->Granules().shared - g.shared, 1u);
+    // The next block's head takes the 848 KiB open above that tail.
+    ASSERT_NE(blocks.Alloc(848 * kKiB + kG), nullptr);
+    EXPECT_EQ(f.alloc->Granules().shared - g.shared, 1u);
+    EXPECT_THAT(f.alloc->CheckInvariants(), IsOk());
+    while (!blocks.live.empty()) ASSERT_NO_FATAL_FAILURE(blocks.Free(blocks.live.front().first));
+    EXPECT_EQ(f.alloc->Stats().bytes_in_use, 0u);
+    EXPECT_THAT(f.alloc->CheckInvariants(), IsOk());
+  }
+}
+
 // At the limit, a layout that saves a gap may need a granule more than the first one (the largest
 // head): before failing, the block is laid out the first way. Here a 3 MiB block fits in a
 // 1.75 MiB head and a 1.25 MiB tail with no granule left, where the gap-free layout (a 1 MiB

@@ -168,6 +168,15 @@ const Knob kKnobs[] = {
        return absl::OkStatus();
      },
      "0|1"},
+    {"VGPU_VMM_WHOLE_GRANULE_DIVISOR", "--vmm-whole-granule-divisor",
+     "VMM: far from the limit a large block that wastes at most 1/N of its size in whole granules "
+     "takes them instead of a shared tail (0 = always share; default 32)",
+     [](absl::string_view v, BenchTuning& t) -> absl::Status {
+       VGPU_ASSIGN_OR_RETURN(int64_t n, ParseInt64InRange(v, 0, int64_t{1} << 20));
+       t.vmm_whole_granule_divisor = static_cast<uint64_t>(n);
+       return absl::OkStatus();
+     },
+     "N"},
 };
 
 absl::Status ReadKnob(const Knob& k, absl::string_view value, BenchTuning& t) {
@@ -243,6 +252,7 @@ void BenchTuning::ApplyTo(DeviceAllocatorOptions& options) const {
   options.vmm_small_block_max = vmm_small_block_max;
   options.vmm_reclaim_slivers = vmm_reclaim_slivers;
   options.vmm_mid_blocks = vmm_mid_blocks;
+  options.vmm_whole_granule_divisor = vmm_whole_granule_divisor;
 }
 
 absl::StatusOr<BenchArgs> ParseBenchArgs(const std::vector<std::string>& argv) {
