@@ -179,8 +179,10 @@ set_tests_properties(${VGPU_BENCH_BARS_ADDED} PROPERTIES
 # third of a millisecond a replay) suffers most from a neighbour.
 # Speed is not checked (NS_BAR -) where it is over the issue's bar on a quiet machine
 # (docs/allocator.md "Other workloads of the same families"): bfc random_small without growth
-# (51.5) and vmm random_wide with growth (81-82); inside the 1.5x margin such checks failed
-# whenever the shared machine slowed down (CI, 2026-11-28). Their memory bars hold.
+# (51.5) and vmm random_mid (77 / 84); inside the 1.5x margin such checks failed whenever the
+# shared machine slowed down (CI, 2026-11-28). Their memory bars hold. vmm random_wide with
+# growth (81-82 before) is checked again since blocks that whole granules waste little on take
+# them far from the limit (74, 2026-11-29; docs/vmm.md).
 find_package(Python3 COMPONENTS Interpreter)
 if(Python3_Interpreter_FOUND)
   set(VGPU_FAMILY_TRACES ${CMAKE_CURRENT_BINARY_DIR}/family_traces)
@@ -198,7 +200,7 @@ if(Python3_Interpreter_FOUND)
     kv_concat_s3:bfc:off:1.085:50: kv_concat_s3:bfc:on:1.09:50:
     transformer_s3:bfc:off:1.105:50: transformer_s3:bfc:on:1.14:50:
     random_large_s3:vmm:off:1.05:80: random_large_s3:vmm:on:1.05:80:1.10
-    random_wide_s3:vmm:off:1.05:80: random_wide_s3:vmm:on:1.05:-:1.10
+    random_wide_s3:vmm:off:1.05:80: random_wide_s3:vmm:on:1.05:80:1.10
     random_small_s3:vmm:off:1.05:80: random_small_s3:vmm:on:1.05:80:1.10
     random_mid_s3:vmm:off:1.05:-: random_mid_s3:vmm:on:1.05:-:1.10
     kv_inference_s3:vmm:off:1.05:80: kv_inference_s3:vmm:on:1.05:80:1.10
