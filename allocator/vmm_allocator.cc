@@ -397,9 +397,12 @@ absl::StatusOr<void*> VmmAllocator::AllocateLarge(uint64_t bytes, uint64_t align
   const uint64_t rounded = AlignUp(bytes, kDefaultAlignment);
   const uint64_t part = GranuleOffset(rounded);
   const uint64_t divisor = options_.whole_granule_waste_divisor;
-  const bool share = options_.share_tail_granules && alignment <= kDefaultAlignment && part != 0 &&
-                     (divisor == 0 || (granularity_ - part) * divisor > rounded ||
-                      near_limit_.load(std::memory_order_relaxed));
+  const bool can_share =
+      options_.share_tail_granules && alignment <= kDefaultAlignment && part != 0;
+  // Far from the limit, whole granules when they waste little (VmmOptions::
+  // whole_granule_waste_divisor); tail sharing is still tried before an OOM, below.
+  const bool share = can_share && (divisor == 0 || (granularity_ - part) * divisor > rounded ||
+                                   near_limit_.load(std::memory_order_relaxed));
   auto map = [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS {  // under mu_, taken below
     return share ? MapSharedRangeLocked(rounded) : MapRangeLocked(count, alignment);
   };
@@ -455,11 +458,15 @@ absl::StatusOr<void*> VmmAllocator::AllocateLarge(uint64_t bytes, uint64_t align
       mu_.Lock();
       r = map();
     }
-    if (!r.ok() && absl::IsResourceExhausted(r.status()) && share) {
-      // The layouts that save a gap may take a granule more than the largest head does: before
-      // failing, the block is laid out that way (what the OOM message's "largest block the limit
-      // still allows" counts on).
-      r = MapSharedRangeLocked(rounded, /*fewest_granules=*/true);
+    if (!r.ok() && absl::IsResourceExhausted(r.status()) && can_share) {
+      // A block that took whole granules by the rule above may fit with tail sharing (an open
+      // part as its head). The layouts that save a gap may take a granule more than the largest
+      // head does: before failing, the block is laid out that way (what the OOM message's
+      // "largest block the limit still allows" counts on).
+      if (!share) r = MapSharedRangeLocked(rounded);
+      if (!r.ok() && absl::IsResourceExhausted(r.status())) {
+        r = MapSharedRangeLocked(rounded, /*fewest_granules=*/true);
+      }
     }
     if (!r.ok()) {
       if (!absl::IsResourceExhausted(r.status())) {
@@ -470,7 +477,7 @@ absl::StatusOr<void*> VmmAllocator::AllocateLarge(uint64_t bytes, uint64_t align
       NotifyEvent(AllocatorEventKind::kOom, nullptr, bytes);
       mu_.Unlock();  // OomError reads the slab BFC's stats, whose lock comes before ours
       // What the block would have cost: whole granules, or with tail sharing its 256-byte units.
-      const uint64_t need = share                               ? rounded
+      const uint64_t need = can_share                           ? rounded
                             : count > UINT64_MAX / granularity_ ? UINT64_MAX
                                                                 : count * granularity_;
       return OomError(bytes, need, r.status().message());

@@ -1627,6 +1627,25 @@ TEST(VmmAllocatorTest, WholeGranulesFarFromTheLimit) {
   }
 }
 
+// A block that whole granules waste little on but that fits the limit only with tail sharing
+// (an open part as its head) shares rather than failing: 6 granules + 1984 KiB with 6 granules
+// left takes the 1984 KiB open above a tail as its head.
+TEST(VmmAllocatorTest, WholeGranulesGiveWayToTailSharingAtTheLimit) {
+  Fake f = MakeFake(Opts(8 * kG, false, /*cache=*/false));
+  CheckedBlocks blocks{f};
+  ASSERT_NE(blocks.Alloc(kG + 64 * kKiB), nullptr);  // tail granule T: 1984 KiB open above
+  ASSERT_EQ(f.alloc->Granules().mapped, 2u);
+  void* b = blocks.Alloc(6 * kG + 1984 * kKiB);
+  ASSERT_NE(b, nullptr);
+  EXPECT_EQ(reinterpret_cast<uint64_t>(b) % kG, 64 * kKiB);  // begins in T's upper part
+  EXPECT_EQ(f.alloc->Granules().mapped, 8u);
+  EXPECT_EQ(f.alloc->Granules().shared, 1u);
+  EXPECT_THAT(f.alloc->CheckInvariants(), IsOk());
+  while (!blocks.live.empty()) ASSERT_NO_FATAL_FAILURE(blocks.Free(blocks.live.back().first));
+  EXPECT_EQ(f.alloc->Stats().bytes_in_use, 0u);
+  EXPECT_THAT(f.alloc->CheckInvariants(), IsOk());
+}
+
 // At the limit, a layout that saves a gap may need a granule more than the first one (the largest
 // head): before failing, the block is laid out the first way. Here a 3 MiB block fits in a
 // 1.75 MiB head and a 1.25 MiB tail with no granule left, where the gap-free layout (a 1 MiB
