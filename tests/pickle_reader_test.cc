@@ -27,32 +27,42 @@ const std::string kProto4 = PICKLE(
     "\x00\x00\x80\x65\x8c\x01\x62\x94\x28\x47\x3f\xf8\x00\x00\x00\x00\x00\x00\x88\x4e\x8c\x02\xc3"
     "\xa9\x94\x43\x01\x00\x94\x74\x94\x75\x2e");
 
-TEST(PickleReaderTest, ReadsProtocol4PlainData) {
-  auto doc = ParsePickle(kProto4, "t.pickle");
-  ASSERT_THAT(doc, IsOk());
-  const PickleValue& root = (*doc)->root();
-  ASSERT_TRUE(root.is_dict());
-  ASSERT_EQ(root.entries.size(), 2u);
+// The values both samples below hold: 'a': [1, -2, 300, 2**40, -(2**63)] and 'b': (1.5, True,
+// None, 'é', x); returns b's last item (x), or null after a failure.
+const PickleValue* ExpectSampleValues(const PickleValue& root) {
   const PickleValue* a = root.Get("a");
-  ASSERT_NE(a, nullptr);
-  ASSERT_EQ(a->kind, Kind::kList);
-  ASSERT_EQ(a->items.size(), 5u);
+  if (a == nullptr || a->kind != Kind::kList || a->items.size() != 5) {
+    ADD_FAILURE() << "'a' is not a list of 5";
+    return nullptr;
+  }
   EXPECT_EQ(a->items[0]->i, 1);
   EXPECT_EQ(a->items[1]->i, -2);
   EXPECT_EQ(a->items[2]->i, 300);
   EXPECT_EQ(a->items[3]->i, int64_t{1} << 40);
   EXPECT_EQ(a->items[4]->i, INT64_MIN);
   const PickleValue* b = root.Get("b");
-  ASSERT_NE(b, nullptr);
-  ASSERT_EQ(b->kind, Kind::kTuple);
-  ASSERT_EQ(b->items.size(), 5u);
+  if (b == nullptr || b->kind != Kind::kTuple || b->items.size() != 5) {
+    ADD_FAILURE() << "'b' is not a tuple of 5";
+    return nullptr;
+  }
   EXPECT_EQ(b->items[0]->f, 1.5);
   EXPECT_EQ(b->items[1]->kind, Kind::kBool);
   EXPECT_TRUE(b->items[1]->b);
   EXPECT_EQ(b->items[2]->kind, Kind::kNone);
-  EXPECT_EQ(b->items[3]->s, "\xc3\xa9");
-  EXPECT_EQ(b->items[4]->kind, Kind::kBytes);
-  EXPECT_EQ(b->items[4]->s, std::string(1, '\0'));
+  EXPECT_EQ(b->items[3]->s, "\xc3\xa9");  // UTF-8 (a Latin-1 byte in protocol 0)
+  return b->items[4];
+}
+
+TEST(PickleReaderTest, ReadsProtocol4PlainData) {
+  auto doc = ParsePickle(kProto4, "t.pickle");
+  ASSERT_THAT(doc, IsOk());
+  const PickleValue& root = (*doc)->root();
+  ASSERT_TRUE(root.is_dict());
+  ASSERT_EQ(root.entries.size(), 2u);
+  const PickleValue* x = ExpectSampleValues(root);
+  ASSERT_NE(x, nullptr);
+  EXPECT_EQ(x->kind, Kind::kBytes);
+  EXPECT_EQ(x->s, std::string(1, '\0'));
   EXPECT_EQ(root.Get("missing"), nullptr);
 }
 
@@ -89,25 +99,9 @@ TEST(PickleReaderTest, ReadsProtocols0And1) {
     ASSERT_THAT(doc, IsOk());
     const PickleValue& root = (*doc)->root();
     ASSERT_TRUE(root.is_dict());
-    const PickleValue* a = root.Get("a");
-    ASSERT_NE(a, nullptr);
-    ASSERT_EQ(a->kind, Kind::kList);
-    ASSERT_EQ(a->items.size(), 5u);
-    EXPECT_EQ(a->items[0]->i, 1);
-    EXPECT_EQ(a->items[1]->i, -2);
-    EXPECT_EQ(a->items[2]->i, 300);
-    EXPECT_EQ(a->items[3]->i, int64_t{1} << 40);
-    EXPECT_EQ(a->items[4]->i, INT64_MIN);
-    const PickleValue* b = root.Get("b");
-    ASSERT_NE(b, nullptr);
-    ASSERT_EQ(b->kind, Kind::kTuple);
-    ASSERT_EQ(b->items.size(), 5u);
-    EXPECT_EQ(b->items[0]->f, 1.5);
-    EXPECT_EQ(b->items[1]->kind, Kind::kBool);
-    EXPECT_TRUE(b->items[1]->b);
-    EXPECT_EQ(b->items[2]->kind, Kind::kNone);
-    EXPECT_EQ(b->items[3]->s, "\xc3\xa9");          // Latin-1 byte in protocol 0, as UTF-8
-    EXPECT_EQ(b->items[4]->s, "\xe2\x82\xac\\\n");  // \\u escapes in protocol 0
+    const PickleValue* x = ExpectSampleValues(root);
+    ASSERT_NE(x, nullptr);
+    EXPECT_EQ(x->s, "\xe2\x82\xac\\\n");  // \\u escapes in protocol 0
     const PickleValue* c = root.Get("c");
     ASSERT_NE(c, nullptr);
     EXPECT_EQ(c->kind, Kind::kBool);
