@@ -112,9 +112,9 @@ struct VmmOptions {
   // Far from the limit (an eighth of it or more left to map), a block whose rounding up to
   // whole granules wastes at most 1/divisor of its size takes whole granules instead of a
   // shared tail: no head and tail views to map and unmap (two map calls on a card), cached and
-  // reused by granule count. Near the limit every such block shares. 32 measured 3-9 % faster
-  // replays and 5-45 % fewer map calls on the random families, reserved +1 % with growth, min
-  // limits within 0.005 (docs/vmm.md "Whole granules far from the limit"). 0: always share.
+  // reused by granule count. Near the limit every such block shares. 32 measured 2-8 % faster
+  // replays and 2-35 % fewer map calls on the random and KV families, reserved +1 % with growth,
+  // min limits within 0.005 (docs/vmm.md "Whole granules far from the limit"). 0: always share.
   uint64_t whole_granule_waste_divisor = 32;
   // Edge views: a small request that no slab has room for, when no new slab can be mapped,
   // is served from the free end of one slab granule and the free start of another, the two
