@@ -90,7 +90,8 @@ absl::StatusOr<JsonValue> ParseJson(absl::string_view text, const JsonReadOption
 // Four hex digits at s[pos, pos + 4) into *out (a \u escape's); false when there are fewer or
 // one is not a hex digit.
 bool JsonHex4(absl::string_view s, size_t pos, uint32_t* out);
-// Appends code point `cp` (at most 0x10FFFF, not a surrogate) as UTF-8.
+// Appends code point `cp` (at most 0x10FFFF) as UTF-8; a surrogate comes out as its three-byte
+// form (JSON pairs them first; a pickle's str may hold a lone one).
 void AppendUtf8(uint32_t cp, std::string* out);
 
 }  // namespace vgpu

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
+#include "vgpu/runtime/json_reader.h"
 #include "vgpu/runtime/status.h"
 
 namespace vgpu {
@@ -309,6 +310,24 @@ class PickleParser {
     stack_.push_back(p);
     return absl::OkStatus();
   }
+  absl::Status Bool(bool v) {
+    VGPU_ASSIGN_OR_RETURN(PickleValue * p, New(PickleValue::Kind::kBool));
+    p->b = v;
+    stack_.push_back(p);
+    return absl::OkStatus();
+  }
+  absl::Status Float(double v) {
+    VGPU_ASSIGN_OR_RETURN(PickleValue * p, New(PickleValue::Kind::kFloat));
+    p->f = v;
+    stack_.push_back(p);
+    return absl::OkStatus();
+  }
+  absl::Status String(std::string v) {
+    VGPU_ASSIGN_OR_RETURN(PickleValue * p, New(PickleValue::Kind::kString));
+    p->s = std::move(v);
+    stack_.push_back(p);
+    return absl::OkStatus();
+  }
   absl::Status Text(PickleValue::Kind kind, uint64_t len) {
     VGPU_ASSIGN_OR_RETURN(absl::string_view b, Take(len));
     VGPU_ASSIGN_OR_RETURN(PickleValue * p, New(kind));
@@ -378,41 +397,20 @@ class PickleParser {
       if (s[k] == '\\' && k + 1 < s.size() && (s[k + 1] == 'u' || s[k + 1] == 'U')) {
         const size_t n = s[k + 1] == 'u' ? 4 : 8;
         if (k + 2 + n > s.size()) return OpErr("truncated \\u or \\U escape");
-        cp = 0;
-        for (size_t d = 0; d < n; ++d) {
-          const char c = s[k + 2 + d];
-          const int x = c >= '0' && c <= '9'   ? c - '0'
-                        : c >= 'a' && c <= 'f' ? c - 'a' + 10
-                        : c >= 'A' && c <= 'F' ? c - 'A' + 10
-                                               : -1;
-          if (x < 0) return OpErr(absl::StrCat("bad escape ", Shown(s.substr(k, 2 + n))));
-          cp = cp << 4 | static_cast<uint32_t>(x);
+        uint32_t high = 0, low = 0;
+        if (!JsonHex4(s, k + 2, &high) || (n == 8 && !JsonHex4(s, k + 6, &low))) {
+          return OpErr(absl::StrCat("bad escape ", Shown(s.substr(k, 2 + n))));
         }
-        if (cp > 0x10FFFF)
+        cp = n == 4 ? high : high << 16 | low;
+        if (cp > 0x10FFFF) {
           return OpErr(absl::StrCat("code point ", CodePoint(cp), " is beyond U+10FFFF"));
+        }
         used = 2 + n;
       }
-      if (cp < 0x80) {
-        out += static_cast<char>(cp);
-      } else if (cp < 0x800) {
-        out += static_cast<char>(0xC0 | cp >> 6);
-        out += static_cast<char>(0x80 | (cp & 0x3F));
-      } else if (cp < 0x10000) {
-        out += static_cast<char>(0xE0 | cp >> 12);
-        out += static_cast<char>(0x80 | (cp >> 6 & 0x3F));
-        out += static_cast<char>(0x80 | (cp & 0x3F));
-      } else {
-        out += static_cast<char>(0xF0 | cp >> 18);
-        out += static_cast<char>(0x80 | (cp >> 12 & 0x3F));
-        out += static_cast<char>(0x80 | (cp >> 6 & 0x3F));
-        out += static_cast<char>(0x80 | (cp & 0x3F));
-      }
+      AppendUtf8(cp, &out);  // a lone surrogate (Python allows them) as its three-byte form
       k += used;
     }
-    VGPU_ASSIGN_OR_RETURN(PickleValue * p, New(PickleValue::Kind::kString));
-    p->s = std::move(out);
-    stack_.push_back(p);
-    return absl::OkStatus();
+    return String(std::move(out));
   }
   static std::string CodePoint(uint32_t v) { return absl::StrFormat("U+%04X", v); }
   absl::Status Tuple(size_t from) {
@@ -490,9 +488,7 @@ class PickleParser {
         return false;
       case 0x88:
       case 0x89: {
-        VGPU_ASSIGN_OR_RETURN(PickleValue * p, New(K::kBool));
-        p->b = op_ == 0x88;
-        stack_.push_back(p);
+        VGPU_RETURN_IF_ERROR(Bool(op_ == 0x88));
         return false;
       }
       case 't': {
@@ -612,9 +608,7 @@ class PickleParser {
         for (int k = 0; k < 8; ++k) bits = (bits << 8) | static_cast<uint8_t>(b[k]);
         double d;
         std::memcpy(&d, &bits, sizeof(d));
-        VGPU_ASSIGN_OR_RETURN(PickleValue * p, New(K::kFloat));
-        p->f = d;
-        stack_.push_back(p);
+        VGPU_RETURN_IF_ERROR(Float(d));
         return false;
       }
       case 0x94:
@@ -658,9 +652,7 @@ class PickleParser {
       case 'I': {  // INT: decimal; "01" and "00" are True and False
         VGPU_ASSIGN_OR_RETURN(absl::string_view line, Line());
         if (line == "01" || line == "00") {
-          VGPU_ASSIGN_OR_RETURN(PickleValue * p, New(K::kBool));
-          p->b = line == "01";
-          stack_.push_back(p);
+          VGPU_RETURN_IF_ERROR(Bool(line == "01"));
           return false;
         }
         VGPU_ASSIGN_OR_RETURN(int64_t v, Decimal(line));
@@ -680,9 +672,7 @@ class PickleParser {
         if (!absl::SimpleAtod(line, &d)) {
           return OpErr(absl::StrCat(Shown(line), " is not a float"));
         }
-        VGPU_ASSIGN_OR_RETURN(PickleValue * p, New(K::kFloat));
-        p->f = d;
-        stack_.push_back(p);
+        VGPU_RETURN_IF_ERROR(Float(d));
         return false;
       }
       case 'S': {  // STRING: a quoted Python 2 str literal
@@ -695,9 +685,7 @@ class PickleParser {
         if (!absl::CUnescape(line.substr(1, line.size() - 2), &text)) {
           return OpErr(absl::StrCat("bad escape in ", Shown(line)));
         }
-        VGPU_ASSIGN_OR_RETURN(PickleValue * p, New(K::kString));
-        p->s = std::move(text);
-        stack_.push_back(p);
+        VGPU_RETURN_IF_ERROR(String(std::move(text)));
         return false;
       }
       case 'T': {
