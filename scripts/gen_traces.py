@@ -10,6 +10,10 @@ Families (one file each per seed, named FAMILY_sSEED.trace):
   random_wide    log-uniform 256 B .. 256 MiB, live set bounded near 6 GiB
   random_mid     log-uniform 512 KiB .. 8 MiB, live set bounded near 1 GiB (a granule's worth
                  or a few: where tail sharing's partial granules weigh the most)
+  random_16m     log-uniform 1 KiB .. 16 MiB, live set bounded near 1 GiB (random_mixed's recipe
+                 with a quarter of its largest size and of its live set)
+  random_1g      log-uniform 1 KiB .. 64 MiB, live set bounded near 1 GiB (random_mixed's sizes,
+                 a quarter of its live set)
   kv_inference   weights allocated once; requests arrive and finish, each growing KV-cache
                  blocks (one per layer every 16 tokens) and freeing them at the end; per-step
                  activations and workspaces
@@ -227,6 +231,8 @@ def main():
             "random_large": lambda s: random_family(f"random_large_s{s}", s, 1024, 64 << 20, 4 << 30, 100000),
             "random_wide": lambda s: random_family(f"random_wide_s{s}", s, 256, 256 << 20, 6 << 30, 100000),
             "random_mid": lambda s: random_family(f"random_mid_s{s}", s, 512 << 10, 8 << 20, 1 << 30, 100000),
+            "random_16m": lambda s: random_family(f"random_16m_s{s}", s, 1024, 16 << 20, 1 << 30, 100000),
+            "random_1g": lambda s: random_family(f"random_1g_s{s}", s, 1024, 64 << 20, 1 << 30, 100000),
             "kv_inference": kv_inference,
             "kv_concat": kv_concat,
             "transformer": transformer,

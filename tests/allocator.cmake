@@ -183,6 +183,13 @@ set_tests_properties(${VGPU_BENCH_BARS_ADDED} PROPERTIES
 # shared machine slowed down (CI, 2026-11-28). Their memory bars hold. vmm random_wide with
 # growth (81-82 before) is checked again since blocks that whole granules waste little on take
 # them far from the limit (74, 2026-11-29; docs/vmm.md).
+# random_1g and random_16m are random_mixed's recipe at a quarter of its live set (~1 GiB), with
+# its sizes (1 KiB - 64 MiB) and with a quarter of its largest size (1 KiB - 16 MiB). bfc's bars
+# are TensorFlow's rule as above (bfc is above the issue's random_mixed 1.20 on random_16m with
+# growth: 1.225, TensorFlow's rule 1.36). vmm meets 1.05 on random_1g (1.02-1.03, seeds 1-8) but
+# not on random_16m (1.045-1.06 over seeds 1-8, 1.055 on seed 3: blocks of one to eight granules,
+# random_mid's weakness; docs/vmm.md "Not done"): its vmm cases check 1.06, so that it does not
+# get worse, not the issue's bar.
 find_package(Python3 COMPONENTS Interpreter)
 if(Python3_Interpreter_FOUND)
   set(VGPU_FAMILY_TRACES ${CMAKE_CURRENT_BINARY_DIR}/family_traces)
@@ -205,7 +212,11 @@ if(Python3_Interpreter_FOUND)
     random_mid_s3:vmm:off:1.05:-: random_mid_s3:vmm:on:1.05:-:1.10
     kv_inference_s3:vmm:off:1.05:80: kv_inference_s3:vmm:on:1.05:80:1.10
     kv_concat_s3:vmm:off:1.05:80: kv_concat_s3:vmm:on:1.05:80:1.10
-    transformer_s3:vmm:off:1.05:80: transformer_s3:vmm:on:1.05:80:1.10)
+    transformer_s3:vmm:off:1.05:80: transformer_s3:vmm:on:1.05:80:1.10
+    random_1g_s3:bfc:off:1.525:50: random_1g_s3:bfc:on:1.595:50:
+    random_1g_s3:vmm:off:1.05:80: random_1g_s3:vmm:on:1.05:80:1.10
+    random_16m_s3:bfc:off:1.365:50: random_16m_s3:bfc:on:1.36:50:
+    random_16m_s3:vmm:off:1.06:80: random_16m_s3:vmm:on:1.06:80:1.10)
   set_tests_properties(${VGPU_BENCH_BARS_ADDED} PROPERTIES
     LABELS bench TIMEOUT 120 FIXTURES_REQUIRED family_traces RUN_SERIAL TRUE
     PASS_REGULAR_EXPRESSION "ALL-WITHIN-BARS" FAIL_REGULAR_EXPRESSION "OVER-BAR|SKIPPED")
