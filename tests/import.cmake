@@ -138,7 +138,7 @@ printf '%s\\n' \"$out\" | tail -n 2; echo \"exit=$rc\"; done")
     COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/bench_bars_check.sh $<TARGET_FILE:vgpu-bench>
       ${VGPU_IMPORT_DATA}/torch/two_streams.pickle bfc off 1.285 50)
   set_tests_properties(vgpu_bench_bars_two_streams_snapshot_bfc_growth_off PROPERTIES
-    LABELS bench TIMEOUT 120 PASS_REGULAR_EXPRESSION "ALL-WITHIN-BARS"
+    LABELS bench TIMEOUT 120 RUN_SERIAL TRUE PASS_REGULAR_EXPRESSION "ALL-WITHIN-BARS"
     FAIL_REGULAR_EXPRESSION "OVER-BAR")
   # vmm with growth on users' own workloads (PyTorch snapshots of a transformer's training):
   # min limit <= 1.05 and, at 2x peak live, peak reserved <= 1.10x peak live (PyTorch reserved
@@ -149,7 +149,7 @@ printf '%s\\n' \"$out\" | tail -n 2; echo \"exit=$rc\"; done")
       COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/bench_bars_check.sh $<TARGET_FILE:vgpu-bench>
         ${VGPU_IMPORT_DATA}/torch/${snapshot}.pickle vmm on 1.05 80 1.10)
     set_tests_properties(vgpu_bench_bars_${snapshot}_snapshot_vmm_growth_on PROPERTIES
-      LABELS bench TIMEOUT 120 PASS_REGULAR_EXPRESSION "ALL-WITHIN-BARS"
+      LABELS bench TIMEOUT 120 RUN_SERIAL TRUE PASS_REGULAR_EXPRESSION "ALL-WITHIN-BARS"
       FAIL_REGULAR_EXPRESSION "OVER-BAR")
   endforeach()
   # A workload smaller than a vmm page (300 bytes live): vmm's limit cannot go below one

@@ -63,3 +63,15 @@ if(TARGET vgpu-info AND TARGET vgpu-bench)
   set_tests_properties(cli_files_hostile_inputs PROPERTIES LABELS unit TIMEOUT 300
     PASS_REGULAR_EXPRESSION "cli_files: all [0-9]+ checks passed")
 endif()
+
+# The calibration replay's trace and best-fit reference allocator (tools/bench_reference.h).
+if(TARGET bench_reference_test AND TARGET vgpu_tools_lib)
+  target_link_libraries(bench_reference_test PRIVATE vgpu_tools_lib)
+endif()
+# `vgpu-bench replay --calibrate` reports the calibration replay's ns/op beside the replay's.
+if(TARGET vgpu-bench)
+  add_test(NAME vgpu_bench_replay_calibrate
+    COMMAND sh -c "$<TARGET_FILE:vgpu-bench> replay ${PROJECT_SOURCE_DIR}/tools/traces/mlp_mirrored.trace --calibrate --no-baseline 2>&1")
+  set_tests_properties(vgpu_bench_replay_calibrate PROPERTIES LABELS unit TIMEOUT 120
+    PASS_REGULAR_EXPRESSION "calibration \\(best-fit reference allocator\\): [0-9.]+ ns/op.*\"calibration_ns_per_op\":[0-9.e+]*[1-9]")
+endif()

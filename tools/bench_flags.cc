@@ -22,7 +22,8 @@ constexpr uint64_t kTiB = uint64_t{1} << 40;
 constexpr char kSynopsis[] =
     "usage: vgpu-bench replay TRACE [--allocator bfc|vmm|async] [--allow-growth[=BOOL]]\n"
     "                         [--limit SIZE] [--min-limit[=BOOL]] [--platform host|cuda]\n"
-    "                         [--memory-history FILE] [--no-baseline[=BOOL]] [--device N]\n"
+    "                         [--memory-history FILE] [--no-baseline[=BOOL]] [--calibrate[=BOOL]]\n"
+    "                         [--device N]\n"
     "                         [--allocators bfc,vmm[,async]] [tuning knobs]\n"
     "       vgpu-bench convert IN OUT [--device N]\n"
     "       vgpu-bench plan --card SIZE [--headroom PERCENT] [--reserve SIZE] [--workspace SIZE]\n"
@@ -291,6 +292,9 @@ absl::StatusOr<BenchArgs> ParseBenchArgs(const std::vector<std::string>& argv) {
         .Bytes("--limit", &a.limit, 1, UINT64_MAX, "memory limit (default: from the trace)")
         .Bool("--min-limit", &a.min_limit, "also find the smallest limit the trace fits in")
         .Bool("--no-baseline", &no_baseline, "skip timing malloc/free of the same sizes")
+        .Bool("--calibrate", &a.calibrate,
+              "also time a fixed trace on a best-fit reference allocator after each timed run: "
+              "the machine's speed (calibration_ns_per_op)")
         .Enum("--platform", &a.platform, kPlatforms, "real device memory (default: fake)")
         .Path("--memory-history", &a.memory_history_path, "write the memory history (JSON)")
         .String("--allocators", &allocators, "LIST",

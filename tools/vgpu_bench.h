@@ -54,6 +54,9 @@ struct BenchArgs {
   std::optional<uint64_t> limit;
   bool min_limit = false;
   bool baseline = true;  // replay: time malloc/free of the same sizes (in a child process)
+  // replay: time the calibration trace on the best-fit reference allocator after each timed
+  // run (tools/bench_reference.h): "calibration_ns_per_op", the machine's speed in the run.
+  bool calibrate = false;
   std::string platform;  // "" = fake addresses (replay) / host (alloc)
   std::string memory_history_path;
   // replay: compare these allocators (--allocators bfc,vmm); empty = the one --allocator.

@@ -21,6 +21,7 @@
 #include "vgpu/runtime/bytes.h"
 #include "vgpu/runtime/json.h"
 #include "vgpu/runtime/status.h"
+#include "vgpu/tools/bench_reference.h"
 #include "vgpu/tools/vgpu_bench.h"
 
 namespace vgpu::bench {
@@ -146,10 +147,13 @@ struct TimedReplay {
   uint64_t stream_waits = 0;
   ReplayResult first;
   double setup_ms = 0;
+  // --calibrate: the best of the reference replays of the calibration trace, one after each
+  // timed run (tools/bench_reference.h), so a slow phase of the machine slows both; -1 if none.
+  int64_t calibration_best_ns = -1;
 };
 
 absl::StatusOr<TimedReplay> RunTimed(const Trace& trace, const BenchAllocatorSpec& spec,
-                                     MemoryHistory* history) {
+                                     MemoryHistory* history, const Trace* calibration = nullptr) {
   TimedReplay out;
   int64_t total_ns = 0;
   for (int run = 0; run < kMaxTimedRuns; ++run) {
@@ -197,6 +201,11 @@ absl::StatusOr<TimedReplay> RunTimed(const Trace& trace, const BenchAllocatorSpe
     }
     out.best_ns = out.best_ns < 0 ? r->elapsed_ns : std::min(out.best_ns, r->elapsed_ns);
     total_ns += r->elapsed_ns;
+    if (calibration != nullptr) {
+      const int64_t ns = ReplayOnReference(*calibration).elapsed_ns;
+      out.calibration_best_ns =
+          out.calibration_best_ns < 0 ? ns : std::min(out.calibration_best_ns, ns);
+    }
     if (run + 1 >= kMinTimedRuns && total_ns >= kTimedBudgetNs) break;
   }
   return out;
@@ -423,8 +432,10 @@ int RunReplay(const BenchArgs& args) {
   spec.limit = args.limit ? *args.limit : DefaultLimit(spec, peak);
   MemoryHistory history(1 << 20);
   history.SetLimit(spec.name, spec.limit);  // the timeline draws it
+  const Trace calibration = args.calibrate ? CalibrationTrace() : Trace();
   absl::StatusOr<TimedReplay> timed =
-      RunTimed(*trace, spec, args.memory_history_path.empty() ? nullptr : &history);
+      RunTimed(*trace, spec, args.memory_history_path.empty() ? nullptr : &history,
+               args.calibrate ? &calibration : nullptr);
   if (!timed.ok()) {
     std::fprintf(stderr, "vgpu-bench replay: %s\n", timed.status().ToString().c_str());
     return 1;
@@ -463,6 +474,10 @@ int RunReplay(const BenchArgs& args) {
                  *scan.first_fit_ratio);
   }
   std::fprintf(stderr, "\n");
+  if (timed->calibration_best_ns >= 0) {
+    std::fprintf(stderr, "calibration (best-fit reference allocator): %.1f ns/op\n",
+                 static_cast<double>(timed->calibration_best_ns) / kCalibrationEvents);
+  }
   if (trace->original_peak_reserved_bytes > 0) {
     std::fprintf(stderr, "the original allocator reserved at most %s (%.3fx peak live)%s\n",
                  FormatBytes(trace->original_peak_reserved_bytes).c_str(),
@@ -487,6 +502,11 @@ int RunReplay(const BenchArgs& args) {
   w.Key("baseline_ns_per_op");
   if (best_malloc_ns >= 0)
     w.Double(best_malloc_ns / events);
+  else
+    w.Null();
+  w.Key("calibration_ns_per_op");
+  if (timed->calibration_best_ns >= 0)
+    w.Double(static_cast<double>(timed->calibration_best_ns) / kCalibrationEvents);
   else
     w.Null();
   w.Field("peak_live_bytes", peak);
