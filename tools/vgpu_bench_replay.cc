@@ -240,6 +240,7 @@ int RunCompare(const BenchArgs& args, const Trace& trace, const BenchAllocatorSp
   w.BeginArray();
   int status = 0;
   const double events = static_cast<double>(trace.events.size());
+  const Trace calibration = args.calibrate ? CalibrationTrace() : Trace();
   for (const std::string& kind : args.allocators) {
     BenchAllocatorSpec spec = base;
     spec.kind = kind;
@@ -254,7 +255,8 @@ int RunCompare(const BenchArgs& args, const Trace& trace, const BenchAllocatorSp
       scan = *s;
     }
     spec.limit = args.limit ? *args.limit : DefaultLimit(spec, peak);
-    absl::StatusOr<TimedReplay> t = RunTimed(trace, spec, nullptr);
+    absl::StatusOr<TimedReplay> t =
+        RunTimed(trace, spec, nullptr, args.calibrate ? &calibration : nullptr);
     if (!t.ok()) {
       std::fprintf(stderr, "vgpu-bench replay: %s: %s\n", kind.c_str(),
                    t.status().ToString().c_str());
@@ -271,6 +273,10 @@ int RunCompare(const BenchArgs& args, const Trace& trace, const BenchAllocatorSp
     w.Field("limit_bytes", spec.limit);
     w.Field("failures", t->first.failures);
     w.Field("ns_per_op", t->best_ns / events);
+    if (t->calibration_best_ns >= 0) {  // --calibrate: the machine's speed beside this one's
+      w.Field("calibration_ns_per_op",
+              static_cast<double>(t->calibration_best_ns) / kCalibrationEvents);
+    }
     w.Field("peak_reserved_bytes", t->peak_reserved);
     w.Key("min_limit_bytes");
     if (scan && scan->min_limit_bytes)
