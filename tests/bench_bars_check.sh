@@ -37,10 +37,12 @@ replay() {
 json=$(replay --min-limit)
 get() { echo "$1" | sed -n "s/.*\"$2\":\([0-9.e+-]*\).*/\1/p"; }
 # ns_per_op on the reference machine: divided by max(1, calibration / reference).
+# Prints nothing (the check fails) when either figure is missing.
 scaled() {
-  echo "$(get "$1" ns_per_op) $(get "$1" calibration_ns_per_op)" |
-    awk -v ref="$REFERENCE_CALIBRATION_NS" '$1 != "" && $2 + 0 > 0 {
-      f = $2 / ref; if (f < 1) f = 1; printf "%.2f %.3f\n", $1 / f, f }'
+  awk -v ns="$(get "$1" ns_per_op)" -v cal="$(get "$1" calibration_ns_per_op)" \
+    -v ref="$REFERENCE_CALIBRATION_NS" 'BEGIN {
+      if (ns == "" || cal + 0 <= 0) exit
+      f = cal / ref; if (f < 1) f = 1; printf "%.2f %.3f\n", ns / f, f }'
 }
 echo "$json"
 # ns_per_op is the best of one process's timed runs; a shared machine has slow phases of a few
