@@ -2,6 +2,7 @@
 
 #include <time.h>
 
+#include <algorithm>
 #include <cmath>
 #include <iterator>
 #include <map>
@@ -33,11 +34,11 @@ struct SplitMix64 {
 };
 
 // Best fit with coalescing over fake addresses, in standard containers: the allocator a
-// textbook (and TensorFlow's first BFC, with std::set bins) would write.
+// textbook would write (TensorFlow's BFC keeps its bins in std::set too).
 class BestFit {
  public:
   uint64_t Allocate(uint64_t bytes) {
-    bytes = (bytes + 255) & ~uint64_t{255};
+    bytes = (std::max<uint64_t>(bytes, 1) + 255) & ~uint64_t{255};  // 0 bytes: a block of its own
     uint64_t addr;
     auto it = by_size_.lower_bound({bytes, 0});
     if (it == by_size_.end()) {
@@ -55,6 +56,7 @@ class BestFit {
   }
   void Free(uint64_t addr) {
     auto l = live_.find(addr);
+    if (l == live_.end()) return;  // not ours (traces name live blocks only: never in a replay)
     uint64_t size = l->second;
     live_.erase(l);
     auto next = by_addr_.lower_bound(addr);
