@@ -68,16 +68,16 @@ endif()
 if(TARGET bench_reference_test AND TARGET vgpu_tools_lib)
   target_link_libraries(bench_reference_test PRIVATE vgpu_tools_lib)
 endif()
-# `vgpu-bench replay --calibrate` reports the calibration replay's ns/op beside the replay's.
+# `vgpu-bench replay --calibrate` reports the calibration replay's ns/op beside the replay's, in
+# the single-allocator line and in each entry of --allocators.
 if(TARGET vgpu-bench)
+  set(_mlp ${PROJECT_SOURCE_DIR}/tools/traces/mlp_mirrored.trace)
   add_test(NAME vgpu_bench_replay_calibrate
-    COMMAND sh -c "$<TARGET_FILE:vgpu-bench> replay ${PROJECT_SOURCE_DIR}/tools/traces/mlp_mirrored.trace --calibrate --no-baseline 2>&1")
+    COMMAND sh -c "$<TARGET_FILE:vgpu-bench> replay ${_mlp} --calibrate --no-baseline 2>&1")
   set_tests_properties(vgpu_bench_replay_calibrate PROPERTIES LABELS unit TIMEOUT 120
     PASS_REGULAR_EXPRESSION "calibration \\(best-fit reference allocator\\): [0-9.]+ ns/op.*\"calibration_ns_per_op\":[0-9.e+]*[1-9]")
-endif()
-if(TARGET vgpu-bench)
   add_test(NAME vgpu_bench_replay_compare_calibrate
-    COMMAND sh -c "$<TARGET_FILE:vgpu-bench> replay ${PROJECT_SOURCE_DIR}/tools/traces/mlp_mirrored.trace --allocators bfc,vmm --calibrate 2>/dev/null | tail -n 1")
+    COMMAND sh -c "$<TARGET_FILE:vgpu-bench> replay ${_mlp} --allocators bfc,vmm --calibrate 2>/dev/null | tail -n 1")
   set_tests_properties(vgpu_bench_replay_compare_calibrate PROPERTIES LABELS unit TIMEOUT 120
     PASS_REGULAR_EXPRESSION "\"allocator\":\"bfc\",[^}]*\"calibration_ns_per_op\":[0-9.e+]*[1-9][^}]*}.*\"allocator\":\"vmm\",[^}]*\"calibration_ns_per_op\":[0-9.e+]*[1-9]")
 endif()
