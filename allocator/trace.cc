@@ -20,17 +20,12 @@
 #include "vgpu/runtime/user_text.h"
 
 namespace vgpu {
-namespace {
 
-// CPU time of the calling thread: what the replayed operations cost, without the time the
-// thread spent waiting for a core on a loaded machine.
 int64_t ThreadCpuNs() {
   timespec ts;
   clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
   return int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
 }
-
-}  // namespace
 
 namespace {
 

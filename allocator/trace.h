@@ -182,6 +182,10 @@ absl::StatusOr<ReplayResult> ReplayTrace(const Trace& trace, Allocator& allocato
                                          absl::Span<Stream* const> streams = {});
 // The baseline: malloc/free of the same sizes, in the same order; CPU nanoseconds of the loop.
 int64_t ReplayTraceWithMalloc(const Trace& trace);
+// The clock of both replays: CPU time of the calling thread, in nanoseconds (what the replayed
+// operations cost, without the time the thread waited for a core on a loaded machine). Other
+// timed replays (the benchmark's calibration) use it so their figures compare.
+int64_t ThreadCpuNs();
 
 }  // namespace vgpu
 

@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
-#include <ctime>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -13,6 +12,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "vgpu/allocator/trace.h"
 #include "vgpu/allocator/vmm_allocator.h"
 #include "vgpu/tests/fake_vmm_executor.h"
 
@@ -69,13 +69,6 @@ bool LoadTrace(const std::string& path, Trace* t) {
   return true;
 }
 
-// CPU time of this thread: on a shared 2-core machine wall time mostly measures the others.
-double ThreadCpuNs() {
-  timespec ts;
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return static_cast<double>(ts.tv_sec) * 1e9 + static_cast<double>(ts.tv_nsec);
-}
-
 // True when the whole trace replays under `limit`; frees everything either way.
 bool Replays(const Trace& t, uint64_t limit, bool growth, double* ns_per_op = nullptr) {
   VmmOptions o;
@@ -86,7 +79,9 @@ bool Replays(const Trace& t, uint64_t limit, bool growth, double* ns_per_op = nu
   if (!a.ok()) return false;
   std::vector<void*> ptrs(t.slots, nullptr);
   bool ok = true;
-  const double start = ThreadCpuNs();
+  // Thread CPU time (allocator/trace.h): on a shared 2-core machine wall time mostly measures
+  // the others.
+  const int64_t start = ThreadCpuNs();
   for (const Op& op : t.ops) {
     if (op.alloc) {
       auto p = (*a)->AllocateRaw(op.bytes);
@@ -100,7 +95,7 @@ bool Replays(const Trace& t, uint64_t limit, bool growth, double* ns_per_op = nu
       ptrs[op.slot] = nullptr;
     }
   }
-  const double ns = ThreadCpuNs() - start;
+  const double ns = static_cast<double>(ThreadCpuNs() - start);
   if (ns_per_op != nullptr) {
     *ns_per_op = ns / static_cast<double>(t.ops.size());
     auto* vmm = static_cast<VmmAllocator*>(a->get());

@@ -1,7 +1,5 @@
 #include "vgpu/tools/bench_reference.h"
 
-#include <time.h>
-
 #include <algorithm>
 #include <cmath>
 #include <iterator>
@@ -11,14 +9,10 @@
 #include <utility>
 #include <vector>
 
+#include "absl/base/optimization.h"
+
 namespace vgpu::bench {
 namespace {
-
-int64_t ThreadCpuNs() {
-  timespec ts;
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
-}
 
 // splitmix64: the same numbers on every platform and standard library (std's distributions are
 // not specified bit for bit).
@@ -127,33 +121,29 @@ ReferenceReplay ReplayOnReference(const Trace& trace, bool check_overlaps) {
   ReferenceReplay r;
   BestFit a;
   std::vector<uint64_t> slots(trace.max_live_blocks + 1, 0);
+  std::map<uint64_t, uint64_t> live;  // check_overlaps: live blocks, address -> end
   const int64_t start = ThreadCpuNs();
   for (const TraceEvent& e : trace.events) {
     if (e.alloc) {
-      slots[e.slot] = a.Allocate(e.bytes);
+      const uint64_t p = a.Allocate(e.bytes);
+      slots[e.slot] = p;
+      if (ABSL_PREDICT_FALSE(check_overlaps)) {
+        const uint64_t end = p + e.bytes;
+        auto next = live.lower_bound(p);
+        if (next != live.end() && next->first < end) ++r.overlaps;
+        if (next != live.begin() && std::prev(next)->second > p) ++r.overlaps;
+        live.emplace(p, end);
+      }
     } else {
+      if (ABSL_PREDICT_FALSE(check_overlaps)) live.erase(slots[e.slot]);
       a.Free(slots[e.slot]);
     }
   }
-  r.elapsed_ns = ThreadCpuNs() - start;
+  const int64_t elapsed_ns = ThreadCpuNs() - start;
+  r.ns_per_op = trace.events.empty()
+                    ? 0.0
+                    : static_cast<double>(elapsed_ns) / static_cast<double>(trace.events.size());
   r.peak_bytes = a.top() - (uint64_t{1} << 40);
-  if (!check_overlaps) return r;
-  // Untimed: a second pass checks that no two live blocks overlapped (an interval set).
-  BestFit check;
-  std::map<uint64_t, uint64_t> live;  // address -> end
-  for (const TraceEvent& e : trace.events) {
-    if (e.alloc) {
-      const uint64_t p = check.Allocate(e.bytes), end = p + e.bytes;
-      auto next = live.lower_bound(p);
-      if (next != live.end() && next->first < end) ++r.overlaps;
-      if (next != live.begin() && std::prev(next)->second > p) ++r.overlaps;
-      live.emplace(p, end);
-      slots[e.slot] = p;
-    } else {
-      live.erase(slots[e.slot]);
-      check.Free(slots[e.slot]);
-    }
-  }
   return r;
 }
 

@@ -24,13 +24,14 @@ inline constexpr int kCalibrationEvents = 40000;
 Trace CalibrationTrace();
 
 struct ReferenceReplay {
-  int64_t elapsed_ns = 0;   // thread CPU time of the replay (as ReplayTrace times ours)
+  // Thread CPU time of the replay per event (ThreadCpuNs, the clock ReplayTrace times ours by).
+  double ns_per_op = 0;
   uint64_t peak_bytes = 0;  // the highest address the best-fit allocator used (its footprint)
   // With check_overlaps: live blocks that overlapped (never, for a correct allocator).
   uint64_t overlaps = 0;
 };
 // Replays `trace` (allocations and frees; streams ignored) on the textbook best-fit allocator;
-// check_overlaps replays it again, untimed, checking every block against the live ones.
+// check_overlaps also checks every block against the live ones (timed with it: a test's mode).
 ReferenceReplay ReplayOnReference(const Trace& trace, bool check_overlaps = false);
 
 }  // namespace vgpu::bench

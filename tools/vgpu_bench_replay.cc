@@ -147,9 +147,9 @@ struct TimedReplay {
   uint64_t stream_waits = 0;
   ReplayResult first;
   double setup_ms = 0;
-  // --calibrate: the best of the reference replays of the calibration trace, one after each
-  // timed run (tools/bench_reference.h), so a slow phase of the machine slows both; -1 if none.
-  int64_t calibration_best_ns = -1;
+  // --calibrate: the best ns/op of the reference replays of the calibration trace, one after
+  // each timed run (tools/bench_reference.h), so a slow phase of the machine slows both.
+  std::optional<double> calibration_ns_per_op;
 };
 
 absl::StatusOr<TimedReplay> RunTimed(const Trace& trace, const BenchAllocatorSpec& spec,
@@ -202,9 +202,8 @@ absl::StatusOr<TimedReplay> RunTimed(const Trace& trace, const BenchAllocatorSpe
     out.best_ns = out.best_ns < 0 ? r->elapsed_ns : std::min(out.best_ns, r->elapsed_ns);
     total_ns += r->elapsed_ns;
     if (calibration != nullptr) {
-      const int64_t ns = ReplayOnReference(*calibration).elapsed_ns;
-      out.calibration_best_ns =
-          out.calibration_best_ns < 0 ? ns : std::min(out.calibration_best_ns, ns);
+      const double ns = ReplayOnReference(*calibration).ns_per_op;
+      out.calibration_ns_per_op = std::min(out.calibration_ns_per_op.value_or(ns), ns);
     }
     if (run + 1 >= kMinTimedRuns && total_ns >= kTimedBudgetNs) break;
   }
@@ -273,9 +272,8 @@ int RunCompare(const BenchArgs& args, const Trace& trace, const BenchAllocatorSp
     w.Field("limit_bytes", spec.limit);
     w.Field("failures", t->first.failures);
     w.Field("ns_per_op", t->best_ns / events);
-    if (t->calibration_best_ns >= 0) {  // --calibrate: the machine's speed beside this one's
-      w.Field("calibration_ns_per_op",
-              static_cast<double>(t->calibration_best_ns) / kCalibrationEvents);
+    if (t->calibration_ns_per_op) {  // --calibrate: the machine's speed beside this one's
+      w.Field("calibration_ns_per_op", *t->calibration_ns_per_op);
     }
     w.Field("peak_reserved_bytes", t->peak_reserved);
     w.Key("min_limit_bytes");
@@ -480,9 +478,9 @@ int RunReplay(const BenchArgs& args) {
                  *scan.first_fit_ratio);
   }
   std::fprintf(stderr, "\n");
-  if (timed->calibration_best_ns >= 0) {
+  if (timed->calibration_ns_per_op) {
     std::fprintf(stderr, "calibration (best-fit reference allocator): %.1f ns/op\n",
-                 static_cast<double>(timed->calibration_best_ns) / kCalibrationEvents);
+                 *timed->calibration_ns_per_op);
   }
   if (trace->original_peak_reserved_bytes > 0) {
     std::fprintf(stderr, "the original allocator reserved at most %s (%.3fx peak live)%s\n",
@@ -510,11 +508,7 @@ int RunReplay(const BenchArgs& args) {
     w.Double(best_malloc_ns / events);
   else
     w.Null();
-  w.Key("calibration_ns_per_op");
-  if (timed->calibration_best_ns >= 0)
-    w.Double(static_cast<double>(timed->calibration_best_ns) / kCalibrationEvents);
-  else
-    w.Null();
+  NullOr(w, "calibration_ns_per_op", timed->calibration_ns_per_op);
   w.Field("peak_live_bytes", peak);
   w.Field("peak_reserved_bytes", peak_reserved);
   w.Key("min_limit_bytes");
