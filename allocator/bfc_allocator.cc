@@ -32,6 +32,19 @@ BFCAllocator::BFCAllocator(std::unique_ptr<SubAllocator> sub_allocator, BFCOptio
   if (!options_.reclaim_slivers && options_.usage_mirror != nullptr) {
     reclaim_flag_ = &options_.usage_mirror->reclaim_slivers;
   }
+  edge_best_fit_own_.store(options_.edge_views_in_best_fit, std::memory_order_relaxed);
+  if (!options_.edge_views_in_best_fit && options_.usage_mirror != nullptr) {
+    edge_best_fit_flag_ = &options_.usage_mirror->edge_views_in_best_fit;
+  }
+  if (const uint64_t page = options_.edge_view_page_bytes;
+      page >= kMinAllocationSize && std::has_single_bit(page) &&
+      page / kMinAllocationSize < kEdgeIndexMaxBuckets) {
+    edge_index_ = true;
+    for (int side : {0, 1}) {
+      edge_buckets_[side].Resize(page / kMinAllocationSize + 1);
+      edge_heads_[side].assign(page / kMinAllocationSize + 1, kNone);
+    }
+  }
   next_region_bytes_ = std::max<uint64_t>(RoundedBytes(options_.initial_region_bytes), 256);
   chunks_.reserve(256);
   free_records_.reserve(64);
@@ -273,6 +286,7 @@ uint32_t BFCAllocator::TreapMerge(uint32_t l, uint32_t r, uint32_t parent) {
 }
 
 void BFCAllocator::BinInsertInto(uint32_t c, int t) {
+  if (ABSL_PREDICT_FALSE(edge_live_) && t < kNumTrees) EdgeIndexInsert(c);
   chunks_[c].bin = static_cast<int16_t>(t);
   MarkTree(t);
   if (t < kListTrees) {
@@ -291,6 +305,132 @@ void BFCAllocator::BinInsertInto(uint32_t c, int t) {
   TreapSplit(*link, c, &chunks_[c].left, &chunks_[c].right);
   chunks_[c].parent = parent;
   *link = c;
+}
+
+void BFCAllocator::BuildEdgeIndexLocked() {
+  edge_live_ = true;
+  edge_idle_allocs_ = 0;
+  for (const Region& r : regions_) {
+    if (chunks_[r.first].segment) continue;
+    for (uint32_t x = r.first; x != kNone; x = chunks_[x].next) {
+      const Chunk& ch = chunks_[x];
+      if (!ch.in_use && ch.bin >= 0 && ch.bin < kNumTrees) EdgeIndexInsert(x);
+    }
+  }
+}
+
+void BFCAllocator::DropEdgeIndexLocked() {
+  edge_live_ = false;
+  for (int side : {0, 1}) {
+    for (int64_t b = edge_buckets_[side].AtLeast(0); b >= 0; b = edge_buckets_[side].AtLeast(b)) {
+      while (edge_heads_[side][b] != kNone) EdgeIndexRemove(edge_heads_[side][b]);
+    }
+  }
+}
+
+void BFCAllocator::EdgeIndexInsert(uint32_t c) {
+  const Chunk& ch = chunks_[c];
+  const uint64_t page = options_.edge_view_page_bytes, mask = page - 1;
+  if ((ch.ptr & mask) != 0 && ((ch.ptr + ch.size) & mask) != 0) return;
+  if (c >= edge_links_.size()) edge_links_.resize(chunks_.size());
+  const int32_t b = static_cast<int32_t>(std::min(ch.size, page) / kMinAllocationSize);
+  for (int side : {0, 1}) {
+    if (((side == 0 ? ch.ptr + ch.size : ch.ptr) & mask) != 0) continue;
+    EdgeLinks& e = edge_links_[c];
+    uint32_t& head = edge_heads_[side][b];
+    chunks_[c].edges |= static_cast<uint8_t>(1 << side);
+    e.bucket[side] = b;
+    e.prev[side] = kNone;
+    e.next[side] = head;
+    if (head != kNone) edge_links_[head].prev[side] = c;
+    head = c;
+    edge_buckets_[side].Set(b);
+  }
+}
+
+void BFCAllocator::EdgeIndexRemove(uint32_t c) {
+  chunks_[c].edges = 0;
+  EdgeLinks& e = edge_links_[c];
+  for (int side : {0, 1}) {
+    const int32_t b = e.bucket[side];
+    if (b < 0) continue;
+    if (e.prev[side] != kNone) {
+      edge_links_[e.prev[side]].next[side] = e.next[side];
+    } else {
+      edge_heads_[side][b] = e.next[side];
+      if (e.next[side] == kNone) edge_buckets_[side].Clear(b);
+    }
+    if (e.next[side] != kNone) edge_links_[e.next[side]].prev[side] = e.prev[side];
+    e.next[side] = e.prev[side] = kNone;
+    e.bucket[side] = -1;
+  }
+}
+
+uint32_t BFCAllocator::EdgeChunkIn(int side, int64_t b, uint32_t other) const {
+  uint32_t x = edge_heads_[side][b];
+  if (x == other && x != kNone) x = edge_links_[x].next[side];
+  return x;
+}
+
+bool BFCAllocator::FindEdgePairLocked(uint64_t rounded, uint64_t over_below, uint64_t limit,
+                                      uint32_t* low, uint64_t* low_edge, uint32_t* high,
+                                      uint64_t* high_edge) const {
+  const BucketBitmap& lows = edge_buckets_[0];
+  const BucketBitmap& highs = edge_buckets_[1];
+  const int64_t r = static_cast<int64_t>(rounded / kMinAllocationSize);
+  // Sums of the two edges' bytes: the pair must hold the block and leave less than over_below.
+  uint64_t best = over_below > UINT64_MAX - rounded ? UINT64_MAX : rounded + over_below;
+  const uint64_t found_none = best;
+  auto consider = [&](int64_t lb, uint32_t lc, int64_t hb, uint32_t hc) {
+    const uint64_t sum = static_cast<uint64_t>(lb + hb) * kMinAllocationSize;
+    if (sum < best) {
+      best = sum;
+      *low = lc;
+      *high = hc;
+      *low_edge = static_cast<uint64_t>(lb) * kMinAllocationSize;
+      *high_edge = static_cast<uint64_t>(hb) * kMinAllocationSize;
+    }
+  };
+  // The smallest edge of at least bucket b on `side` that is not chunk `other`.
+  auto at_least = [&](int side, int64_t b, uint32_t other, uint32_t* x) -> int64_t {
+    const BucketBitmap& m = edge_buckets_[side];
+    for (int64_t y = m.AtLeast(b); y >= 0; y = m.AtLeast(y + 1)) {
+      if ((*x = EdgeChunkIn(side, y, other)) != kNone) return y;
+    }
+    return -1;
+  };
+  // The low part takes min(low edge, rounded - 256), the high part the rest (256 or more).
+  // A low edge of rounded - 256 or more: the smallest such, with the smallest high edge.
+  uint32_t lc, hc;
+  if (const int64_t lb = at_least(0, r - 1, kNone, &lc); lb >= 0) {
+    if (const int64_t hb = at_least(1, 1, lc, &hc); hb >= 0) consider(lb, lc, hb, hc);
+  }
+  // Smaller low edges, largest first, each with the smallest high edge that completes it
+  // (smaller low edges need larger high ones: none large enough ends the walk).
+  uint64_t tried = 0;
+  for (int64_t lb = lows.AtMost(r - 2); lb >= 1 && tried < limit && best > rounded;
+       lb = lows.AtMost(lb - 1), ++tried) {
+    lc = EdgeChunkIn(0, lb, kNone);
+    const int64_t hb = at_least(1, r - lb, lc, &hc);
+    if (hb < 0) break;
+    consider(lb, lc, hb, hc);
+  }
+  if (limit != UINT64_MAX) {
+    // The walk above stopped early: the largest high edges too, each with the smallest low
+    // edge that completes it (a high edge of rounded - 256 or more: the smallest such).
+    if (const int64_t hb = at_least(1, r - 1, kNone, &hc); hb >= 0) {
+      if (const int64_t lb = at_least(0, 1, hc, &lc); lb >= 0) consider(lb, lc, hb, hc);
+    }
+    tried = 0;
+    for (int64_t hb = highs.AtMost(r - 2); hb >= 1 && tried < limit && best > rounded;
+         hb = highs.AtMost(hb - 1), ++tried) {
+      hc = EdgeChunkIn(1, hb, kNone);
+      const int64_t lb = at_least(0, r - hb, hc, &lc);
+      if (lb < 0) break;
+      consider(lb, lc, hb, hc);
+    }
+  }
+  return best != found_none;
 }
 
 void BFCAllocator::ListPush(uint32_t* head, uint32_t c) {
@@ -355,6 +495,17 @@ int BFCAllocator::LastSegmentList() const {
 }
 
 void BFCAllocator::BinRemove(uint32_t c) {
+  // A tail call out of line for an indexed edge, so the common path saves no registers.
+  if (ABSL_PREDICT_FALSE(chunks_[c].edges != 0)) return BinRemoveIndexed(c);
+  BinRemoveFromBin(c);
+}
+
+void BFCAllocator::BinRemoveIndexed(uint32_t c) {
+  EdgeIndexRemove(c);
+  BinRemoveFromBin(c);
+}
+
+ABSL_ATTRIBUTE_ALWAYS_INLINE inline void BFCAllocator::BinRemoveFromBin(uint32_t c) {
   const int t = chunks_[c].bin;
   if (t == kSegmentListed) {
     Chunk& ch = chunks_[c];
@@ -783,6 +934,22 @@ absl::StatusOr<void*> BFCAllocator::AllocateLocked(const AllocationRequest& requ
     }
   }
   if (c == kNone && parked_ != kNone) c = FindParkedLocked(need);  // before growing
+  // Edge views in best fit: a free end and a free start that leave less beside the block than
+  // the best hole does, or than a new region would (BFCOptions::edge_views_in_best_fit).
+  if (ABSL_PREDICT_FALSE(edge_index_)) {
+    if (edge_best_fit_flag_->load(std::memory_order_relaxed)) {
+      if (!edge_live_) BuildEdgeIndexLocked();
+      edge_idle_allocs_ = 0;
+      if (pad == 0 && rounded >= kEdgeBestFitMinBytes &&
+          (c == kNone || chunks_[c].size - rounded >= kEdgeBestFitSlack)) {
+        absl::StatusOr<void*> p = AllocateEdgeViewLocked(
+            request, rounded, wait_for, c == kNone ? UINT64_MAX - 1 : chunks_[c].size - rounded);
+        if (p.ok()) return p;  // else (none leaves less, or no view could be mapped) as before
+      }
+    } else if (edge_live_ && ++edge_idle_allocs_ >= kEdgeIndexIdleAllocs) {
+      DropEdgeIndexLocked();
+    }
+  }
   if (c != kNone) return CarveLocked(c, rounded, request, wait_for);
 
   std::string why = "no free chunk is large enough";
@@ -813,50 +980,64 @@ absl::StatusOr<void*> BFCAllocator::AllocateLocked(const AllocationRequest& requ
 }
 
 absl::StatusOr<void*> BFCAllocator::AllocateEdgeViewLocked(const AllocationRequest& request,
-                                                           uint64_t rounded, uint64_t* wait_for) {
+                                                           uint64_t rounded, uint64_t* wait_for,
+                                                           uint64_t over_below) {
   const uint64_t page = options_.edge_view_page_bytes;
   // Two parts of at least kMinAllocationSize each, within a page each.
   if (rounded > 2 * page || rounded < 2 * kMinAllocationSize) {
     return absl::NotFoundError("not two parts' size");
   }
-  // The free chunks (in the shared regions' trees) that end on a page boundary (their last
-  // page's part can begin a block) and those that start on one (their first page's part can
-  // end it). A walk over every chunk: this runs only where a request would otherwise fail.
   struct Edge {
     uint64_t bytes;  // the part within the one page
     uint32_t chunk;
   };
-  std::vector<Edge> lows, highs;
-  for (const Region& r : regions_) {
-    if (chunks_[r.first].segment) continue;
-    for (uint32_t x = r.first; x != kNone; x = chunks_[x].next) {
-      const Chunk& ch = chunks_[x];
-      if (ch.in_use || ch.bin < 0 || ch.bin >= kNumTrees) continue;  // parked slivers too
-      if ((ch.ptr + ch.size) % page == 0) lows.push_back({std::min(ch.size, page), x});
-      if (ch.ptr % page == 0) highs.push_back({std::min(ch.size, page), x});
-    }
-  }
-  std::sort(highs.begin(), highs.end(),
-            [](const Edge& a, const Edge& b) { return a.bytes < b.bytes; });
-  // The pair that leaves the least free at the two edges: the low part is all of the first
-  // chunk's edge (at most the request less 256 bytes), the high one the smallest that is enough.
-  uint64_t best = UINT64_MAX;
   Edge low{}, high{};
-  for (const Edge& l : lows) {
-    const uint64_t take = std::min(l.bytes, rounded - kMinAllocationSize);
-    auto it = std::lower_bound(highs.begin(), highs.end(), rounded - take,
-                               [](const Edge& e, uint64_t v) { return e.bytes < v; });
-    if (it != highs.end() && it->chunk == l.chunk) ++it;
-    if (it == highs.end()) continue;
-    if (l.bytes + it->bytes < best) {
-      best = l.bytes + it->bytes;
-      low = l;
-      high = *it;
+  if (edge_live_) {
+    // Edge views in best fit try the largest edges only (a few bit scans each); where a request
+    // would fail, every edge size.
+    if (!FindEdgePairLocked(rounded, over_below,
+                            over_below == UINT64_MAX ? UINT64_MAX : kEdgeBestFitTries, &low.chunk,
+                            &low.bytes, &high.chunk, &high.bytes)) {
+      return absl::NotFoundError(
+          absl::StrCat("no free chunk's end and another's start add up to ", FormatBytes(rounded),
+                       over_below == UINT64_MAX ? "" : " with less to spare than the best hole"));
     }
-  }
-  if (best == UINT64_MAX) {
-    return absl::NotFoundError(
-        absl::StrCat("no free chunk's end and another's start add up to ", FormatBytes(rounded)));
+  } else {
+    // The free chunks (in the shared regions' trees) that end on a page boundary (their last
+    // page's part can begin a block) and those that start on one (their first page's part can
+    // end it). A walk over every chunk: this runs only where a request would otherwise fail.
+    std::vector<Edge> lows, highs;
+    for (const Region& r : regions_) {
+      if (chunks_[r.first].segment) continue;
+      for (uint32_t x = r.first; x != kNone; x = chunks_[x].next) {
+        const Chunk& ch = chunks_[x];
+        if (ch.in_use || ch.bin < 0 || ch.bin >= kNumTrees) continue;  // parked slivers too
+        if ((ch.ptr + ch.size) % page == 0) lows.push_back({std::min(ch.size, page), x});
+        if (ch.ptr % page == 0) highs.push_back({std::min(ch.size, page), x});
+      }
+    }
+    std::sort(highs.begin(), highs.end(),
+              [](const Edge& a, const Edge& b) { return a.bytes < b.bytes; });
+    // The pair that leaves the least free at the two edges: the low part is all of the first
+    // chunk's edge (at most the request less 256 bytes), the high one the smallest that is
+    // enough.
+    uint64_t best = UINT64_MAX;
+    for (const Edge& l : lows) {
+      const uint64_t take = std::min(l.bytes, rounded - kMinAllocationSize);
+      auto it = std::lower_bound(highs.begin(), highs.end(), rounded - take,
+                                 [](const Edge& e, uint64_t v) { return e.bytes < v; });
+      if (it != highs.end() && it->chunk == l.chunk) ++it;
+      if (it == highs.end()) continue;
+      if (l.bytes + it->bytes < best) {
+        best = l.bytes + it->bytes;
+        low = l;
+        high = *it;
+      }
+    }
+    if (best == UINT64_MAX || best - rounded >= over_below) {
+      return absl::NotFoundError(
+          absl::StrCat("no free chunk's end and another's start add up to ", FormatBytes(rounded)));
+    }
   }
   const uint64_t low_bytes = std::min(low.bytes, rounded - kMinAllocationSize);
   const uint64_t high_bytes = rounded - low_bytes;
@@ -1451,6 +1632,48 @@ absl::Status BFCAllocator::CheckInvariants() const {
     });
     if (!whole) return fail("tree ", b, " has a cycle or a bad record");
     if (!broken.empty()) return fail("tree ", b, " ", broken);
+  }
+  if (edge_index_) {
+    // While the index is kept, every free chunk of the shared regions' trees with an edge on a
+    // page boundary is listed under that edge's bytes, and nothing else is; else none is.
+    const uint64_t page = options_.edge_view_page_bytes;
+    uint64_t expected = 0, indexed = 0;
+    for (uint32_t c = 0; c < chunks_.size(); ++c) {
+      const Chunk& ch = chunks_[c];
+      const bool binned_here = ch.size != 0 && !ch.in_use && ch.bin >= 0 && ch.bin < kNumTrees;
+      for (int side : {0, 1}) {
+        const bool edge =
+            edge_live_ && binned_here && ((side == 0 ? ch.ptr + ch.size : ch.ptr) % page) == 0;
+        const int32_t want = edge ? static_cast<int32_t>(std::min(ch.size, page) / 256) : -1;
+        const int32_t got = c < edge_links_.size() ? edge_links_[c].bucket[side] : -1;
+        if (want != got || ((ch.edges >> side) & 1) != (got >= 0 ? 1 : 0)) {
+          return fail("chunk ", P(ch.ptr), " is under edge bucket ", got, " on side ", side,
+                      " where it belongs under ", want);
+        }
+        expected += edge ? 1 : 0;
+      }
+    }
+    for (int side : {0, 1}) {
+      for (size_t b = 0; b < edge_heads_[side].size(); ++b) {
+        if (edge_buckets_[side].Test(b) != (edge_heads_[side][b] != kNone)) {
+          return fail("edge bucket mask for bucket ", b, " on side ", side);
+        }
+        for (uint32_t n = edge_heads_[side][b], last = kNone; n != kNone;
+             last = n, n = edge_links_[n].next[side]) {
+          if (n >= edge_links_.size() || ++indexed > 2 * chunks_.size()) {
+            return fail("edge bucket ", b, " on side ", side, " has a cycle or a bad record");
+          }
+          if (edge_links_[n].prev[side] != last ||
+              edge_links_[n].bucket[side] != static_cast<int32_t>(b)) {
+            return fail("edge bucket ", b, " on side ", side, " is a broken list at ",
+                        P(chunks_[n].ptr));
+          }
+        }
+      }
+    }
+    if (indexed != expected) {
+      return fail(expected, " free chunk edges on page boundaries but ", indexed, " indexed");
+    }
   }
   uint64_t listed = 0;
   for (uint32_t n = parked_, last = kNone; n != kNone; last = n, n = chunks_[n].right) {

@@ -68,6 +68,7 @@ struct DeviceAllocatorOptions {
   std::optional<uint64_t> vmm_small_block_max;  // smaller blocks come from slabs
   std::optional<bool> vmm_reclaim_slivers;      // slab slivers reclaimed near the limit
   std::optional<bool> vmm_mid_blocks;           // mid-size blocks in open parts, near the limit
+  std::optional<bool> vmm_edge_best_fit;        // slab edge views in best fit, near the limit
   std::optional<uint64_t> vmm_whole_granule_divisor;  // whole granules when they waste <= 1/N
 };
 

@@ -1974,6 +1974,7 @@ absl::StatusOr<std::unique_ptr<Allocator>> CreateVmmAllocator(
   if (options.vmm_small_block_max) vo.small_block_max = *options.vmm_small_block_max;
   if (options.vmm_reclaim_slivers) vo.slab_reclaim_slivers = *options.vmm_reclaim_slivers;
   if (options.vmm_mid_blocks) vo.mid_blocks_near_limit = *options.vmm_mid_blocks;
+  if (options.vmm_edge_best_fit) vo.slab_edge_views_in_best_fit = *options.vmm_edge_best_fit;
   if (options.vmm_whole_granule_divisor) {
     vo.whole_granule_waste_divisor = *options.vmm_whole_granule_divisor;
   }

@@ -460,15 +460,19 @@ TEST(VmmAllocatorTest, EdgeViewsJoinTheFreeEndsOfTwoSlabs) {
 }
 
 // Small random sizes at their limit: edge views are made and freed many times over, and no
-// two blocks ever share a byte of a granule; every invariant holds at each step and nothing
-// is lost. The same run without views fails more requests.
+// two blocks ever share a byte of a granule; every invariant holds at each step (the slab BFC's
+// index of free edges included) and nothing is lost. The same run without views fails more
+// requests than with views made only where a request would fail; the last run also lets views
+// compete with holes (always near this limit).
 TEST(VmmAllocatorTest, EdgeViewsUnderRandomSmallSizesAtTheLimit) {
-  int ooms[3] = {0, 0, 0};
-  for (int run = 0; run < 3; ++run) {
-    const bool views = run > 0, growth = run == 2;
-    SCOPED_TRACE(absl::StrCat(views ? "edge views" : "no edge views", growth ? ", growth" : ""));
+  int ooms[4] = {0, 0, 0, 0};
+  for (int run = 0; run < 4; ++run) {
+    const bool views = run > 0, growth = run == 2, best_fit = run == 3;
+    SCOPED_TRACE(absl::StrCat(views ? "edge views" : "no edge views", growth ? ", growth" : "",
+                              best_fit ? ", in best fit" : ""));
     VmmOptions o = Opts(8 * kG, growth, /*cache=*/false);
     o.edge_views = views;
+    o.slab_edge_views_in_best_fit = best_fit;
     Fake f = MakeFake(o);
     std::mt19937_64 rng(5);
     std::vector<std::pair<void*, uint64_t>> live;
@@ -500,6 +504,7 @@ TEST(VmmAllocatorTest, EdgeViewsUnderRandomSmallSizesAtTheLimit) {
   EXPECT_GT(ooms[0], 0);        // the limit was reached
   EXPECT_LT(ooms[1], ooms[0]);  // the same run, growth off both
   EXPECT_GT(ooms[2], 0);
+  EXPECT_GT(ooms[3], 0);
 }
 
 TEST(VmmAllocatorTest, TailSharingPacksRandomSizesOfOneToTwoGranules) {
@@ -1544,6 +1549,104 @@ TEST(VmmAllocatorTest, SlabSliversAreReclaimedNearTheLimit) {
     EXPECT_EQ(f.alloc->Stats().bytes_in_use, 0u);
     EXPECT_THAT(f.alloc->CheckInvariants(), IsOk());
   }
+}
+
+// Near the limit (less than an eighth of it left) a small request whose best slab hole would
+// leave 64 KiB or more beside it takes a free slab end and a free slab start that leave less,
+// joined by an edge view. Far from the limit, and with the option off, the hole.
+TEST(VmmAllocatorTest, EdgeViewsCompeteWithHolesNearTheLimit) {
+  for (const NearLimitCase& c : kNearLimitCases) {
+    SCOPED_TRACE(c.name);
+    VmmOptions o = Opts(c.limit, false, /*cache=*/false);
+    o.slab_edge_views_in_best_fit = c.on;
+    Fake f = MakeFake(o);
+    CheckedBlocks blocks{f};
+    ASSERT_NE(blocks.Alloc(5 * kG), nullptr);  // whole granules: 5 of the limit
+    // Slab A: 774, 774, 500 KiB; slab B: 500, 774, 774; slab C: 300, 520, 520, 708.
+    std::vector<char*> p;
+    for (uint64_t kib : {774, 774, 500, 500, 774, 774, 300, 520, 520, 708}) {
+      p.push_back(static_cast<char*>(blocks.Alloc(kib * kKiB)));
+      ASSERT_NE(p.back(), nullptr);
+    }
+    ASSERT_EQ(f.alloc->Granules().in_slabs, 3u);
+    ASSERT_EQ(reinterpret_cast<uint64_t>(p[3]) % kG, 0u);  // B's first block starts its granule
+    ASSERT_EQ(reinterpret_cast<uint64_t>(p[2] + 500 * kKiB) % kG, 0u);  // A's last ends its own
+    // 500 KiB free at A's end and at B's start; a 1040 KiB hole in C.
+    for (int i : {2, 3, 7, 8}) ASSERT_NO_FATAL_FAILURE(blocks.Free(p[i]));
+    const uint64_t views = f.alloc->Granules().edge_views_made;
+    // 960 KiB: the hole would leave 80 KiB, the two edges 40 KiB.
+    char* q = static_cast<char*>(blocks.Alloc(960 * kKiB));
+    ASSERT_NE(q, nullptr);
+    if (c.limit == 8 * kG && c.on) {
+      EXPECT_EQ(f.alloc->Granules().edge_views_made, views + 1);
+      EXPECT_NE(q, p[7]);
+      // Its first 500 KiB are A's end, the rest B's start (through the fake device's mapping).
+      auto at = [&](const char* v) {
+        const uint64_t va = reinterpret_cast<uint64_t>(v);
+        auto t = f.backend->Translate(reinterpret_cast<void*>(va / kG * kG));
+        EXPECT_THAT(t.status(), IsOk());
+        return t.ok() ? std::make_pair(t->first, t->second + va % kG) : std::make_pair(0ul, 0ul);
+      };
+      EXPECT_EQ(at(q), at(p[2]));
+      EXPECT_EQ(at(q + 500 * kKiB), at(p[3]));
+      EXPECT_EQ(at(q + 960 * kKiB - 256), at(p[3] + 460 * kKiB - 256));
+      // The hole is still there for a block that fits it.
+      EXPECT_EQ(blocks.Alloc(1000 * kKiB), p[7]);
+    } else {
+      EXPECT_EQ(q, p[7]);
+      EXPECT_EQ(f.alloc->Granules().edge_views_made, views);
+    }
+    while (!blocks.live.empty()) ASSERT_NO_FATAL_FAILURE(blocks.Free(blocks.live.back().first));
+    EXPECT_EQ(f.alloc->Stats().bytes_in_use, 0u);
+    EXPECT_THAT(f.alloc->CheckInvariants(), IsOk());
+  }
+}
+
+// The slab BFC's index of free slab edges is built when the allocator comes near its limit,
+// kept through every bin change, dropped after a few thousand allocations far from it and built
+// again: random small blocks through near, far and near again, with every invariant (the index
+// matching a walk over the chunks) checked as they go and edge views made in both near phases.
+TEST(VmmAllocatorTest, EdgeIndexFollowsTheLimit) {
+  Fake f = MakeFake(Opts(16 * kG, false, /*cache=*/false));
+  std::mt19937_64 rng(11);
+  std::vector<std::pair<void*, uint64_t>> live;
+  uint64_t live_bytes = 0;
+  for (int phase = 0; phase < 3; ++phase) {
+    const bool near = phase != 1;
+    SCOPED_TRACE(near ? "near the limit" : "far from it");
+    // Near: a large block holds 13 of the 16 granules, so the small blocks run at the limit.
+    void* big = nullptr;
+    if (near) {
+      auto b = f.alloc->AllocateRaw(13 * kG);
+      ASSERT_THAT(b.status(), IsOk());
+      big = *b;
+    }
+    const uint64_t views = f.alloc->Granules().edge_views_made;
+    for (int i = 0; i < (near ? 6000 : 12000); ++i) {  // far: more allocations than the drop needs
+      if (live.empty() || (live_bytes < (near ? 5 : 8) * kMiB && rng() % 100 < 60)) {
+        const uint64_t bytes = 64 * kKiB + rng() % (960 * kKiB);
+        auto p = f.alloc->AllocateRaw(bytes);
+        if (p.ok()) {
+          live.emplace_back(*p, bytes);
+          live_bytes += bytes;
+        } else {
+          ASSERT_THAT(p.status(), StatusIs(absl::StatusCode::kResourceExhausted));
+          ASSERT_TRUE(near) << "op " << i;
+        }
+      } else {
+        ASSERT_NO_FATAL_FAILURE(FreeRandomBlock(f, live, rng, &live_bytes));
+      }
+      if (i % 8 == 0) ASSERT_THAT(CheckFakeVmm(f), IsOk()) << "op " << i;
+    }
+    if (near) EXPECT_GT(f.alloc->Granules().edge_views_made, views);
+    ASSERT_NO_FATAL_FAILURE(ExpectNoPhysicalOverlap(f, live));
+    if (big != nullptr) ASSERT_THAT(f.alloc->Deallocate(big), IsOk());
+    // The next phase starts from empty slabs, given back.
+    while (!live.empty()) ASSERT_NO_FATAL_FAILURE(FreeRandomBlock(f, live, rng, &live_bytes));
+    ASSERT_THAT(f.alloc->Trim(), IsOk());
+    ASSERT_THAT(CheckFakeVmm(f), IsOk());
+  }
+  EXPECT_EQ(f.alloc->Stats().bytes_in_use, 0u);
 }
 
 // Near the limit (less than a third of it left to map) a mid-size block (half the small-block

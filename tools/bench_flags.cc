@@ -169,6 +169,15 @@ const Knob kKnobs[] = {
        return absl::OkStatus();
      },
      "0|1"},
+    {"VGPU_VMM_EDGE_BEST_FIT", "--vmm-edge-best-fit",
+     "VMM: near the limit (less than an eighth of it left) a free slab end and start joined by an "
+     "edge view serve a small request of 64 KiB or more when they leave less than its best slab "
+     "hole (1 = on, the default; 0 = off)",
+     [](absl::string_view v, BenchTuning& t) -> absl::Status {
+       VGPU_ASSIGN_OR_RETURN(t.vmm_edge_best_fit, ZeroOrOne(v));
+       return absl::OkStatus();
+     },
+     "0|1"},
     {"VGPU_VMM_WHOLE_GRANULE_DIVISOR", "--vmm-whole-granule-divisor",
      "VMM: far from the limit a large block that wastes at most 1/N of its size in whole granules "
      "takes them instead of a shared tail (0 = always share; default 32)",
@@ -253,6 +262,7 @@ void BenchTuning::ApplyTo(DeviceAllocatorOptions& options) const {
   options.vmm_small_block_max = vmm_small_block_max;
   options.vmm_reclaim_slivers = vmm_reclaim_slivers;
   options.vmm_mid_blocks = vmm_mid_blocks;
+  options.vmm_edge_best_fit = vmm_edge_best_fit;
   options.vmm_whole_granule_divisor = vmm_whole_granule_divisor;
 }
 
