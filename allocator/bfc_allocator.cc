@@ -375,8 +375,6 @@ uint32_t BFCAllocator::EdgeChunkIn(int side, int64_t b, uint32_t other) const {
 bool BFCAllocator::FindEdgePairLocked(uint64_t rounded, uint64_t over_below, uint64_t limit,
                                       uint32_t* low, uint64_t* low_edge, uint32_t* high,
                                       uint64_t* high_edge) const {
-  const BucketBitmap& lows = edge_buckets_[0];
-  const BucketBitmap& highs = edge_buckets_[1];
   const int64_t r = static_cast<int64_t>(rounded / kMinAllocationSize);
   // Sums of the two edges' bytes: the pair must hold the block and leave less than over_below.
   uint64_t best = over_below > UINT64_MAX - rounded ? UINT64_MAX : rounded + over_below;
@@ -399,37 +397,33 @@ bool BFCAllocator::FindEdgePairLocked(uint64_t rounded, uint64_t over_below, uin
     }
     return -1;
   };
-  // The low part takes min(low edge, rounded - 256), the high part the rest (256 or more).
-  // A low edge of rounded - 256 or more: the smallest such, with the smallest high edge.
-  uint32_t lc, hc;
-  if (const int64_t lb = at_least(0, r - 1, kNone, &lc); lb >= 0) {
-    if (const int64_t hb = at_least(1, 1, lc, &hc); hb >= 0) consider(lb, lc, hb, hc);
-  }
-  // Smaller low edges, largest first, each with the smallest high edge that completes it
-  // (smaller low edges need larger high ones: none large enough ends the walk).
-  uint64_t tried = 0;
-  for (int64_t lb = lows.AtMost(r - 2); lb >= 1 && tried < limit && best > rounded;
-       lb = lows.AtMost(lb - 1), ++tried) {
-    lc = EdgeChunkIn(0, lb, kNone);
-    const int64_t hb = at_least(1, r - lb, lc, &hc);
-    if (hb < 0) break;
-    consider(lb, lc, hb, hc);
-  }
-  if (limit != UINT64_MAX) {
-    // The walk above stopped early: the largest high edges too, each with the smallest low
-    // edge that completes it (a high edge of rounded - 256 or more: the smallest such).
-    if (const int64_t hb = at_least(1, r - 1, kNone, &hc); hb >= 0) {
-      if (const int64_t lb = at_least(0, 1, hc, &lc); lb >= 0) consider(lb, lc, hb, hc);
+  // The low part takes min(low edge, rounded - 256), the high part the rest (256 or more), so
+  // a pair holds the block when the edges add up to it, or the low edge alone holds all but
+  // 256 bytes of it. From `side`: its smallest edge of rounded - 256 or more with the other
+  // side's smallest; then its edges below that, largest first, each with the smallest edge of
+  // the other side that completes it (smaller edges need larger partners: none ends the walk).
+  auto from = [&](int side, uint64_t tries) {
+    const int other = 1 - side;
+    auto take = [&](int64_t b, uint32_t x, int64_t ob, uint32_t y) {
+      side == 0 ? consider(b, x, ob, y) : consider(ob, y, b, x);
+    };
+    uint32_t x, y;
+    if (const int64_t b = at_least(side, r - 1, kNone, &x); b >= 0) {
+      if (const int64_t ob = at_least(other, 1, x, &y); ob >= 0) take(b, x, ob, y);
     }
-    tried = 0;
-    for (int64_t hb = highs.AtMost(r - 2); hb >= 1 && tried < limit && best > rounded;
-         hb = highs.AtMost(hb - 1), ++tried) {
-      hc = EdgeChunkIn(1, hb, kNone);
-      const int64_t lb = at_least(0, r - hb, hc, &lc);
-      if (lb < 0) break;
-      consider(lb, lc, hb, hc);
+    const BucketBitmap& m = edge_buckets_[side];
+    uint64_t tried = 0;
+    for (int64_t b = m.AtMost(r - 2); b >= 1 && tried < tries && best > rounded;
+         b = m.AtMost(b - 1), ++tried) {
+      x = EdgeChunkIn(side, b, kNone);
+      const int64_t ob = at_least(other, r - b, x, &y);
+      if (ob < 0) break;
+      take(b, x, ob, y);
     }
-  }
+  };
+  from(0, limit);
+  // Where the walk over the low edges stopped early, the high edges' walk too.
+  if (limit != UINT64_MAX) from(1, limit);
   return best != found_none;
 }
 
