@@ -390,7 +390,9 @@ bool BFCAllocator::FindEdgePairLocked(uint64_t rounded, uint64_t over_below, uin
     }
   };
   // The smallest edge of at least bucket b on `side` that is not chunk `other`.
-  auto at_least = [&](int side, int64_t b, uint32_t other, uint32_t* x) -> int64_t {
+  // The lambdas run under the caller's mu_; the analysis does not follow lambdas.
+  auto at_least = [&](int side, int64_t b, uint32_t other, uint32_t* x)
+                      ABSL_NO_THREAD_SAFETY_ANALYSIS -> int64_t {
     const BucketBitmap& m = edge_buckets_[side];
     for (int64_t y = m.AtLeast(b); y >= 0; y = m.AtLeast(y + 1)) {
       if ((*x = EdgeChunkIn(side, y, other)) != kNone) return y;
@@ -402,7 +404,7 @@ bool BFCAllocator::FindEdgePairLocked(uint64_t rounded, uint64_t over_below, uin
   // 256 bytes of it. From `side`: its smallest edge of rounded - 256 or more with the other
   // side's smallest; then its edges below that, largest first, each with the smallest edge of
   // the other side that completes it (smaller edges need larger partners: none ends the walk).
-  auto from = [&](int side, uint64_t tries) {
+  auto from = [&](int side, uint64_t tries) ABSL_NO_THREAD_SAFETY_ANALYSIS {
     const int other = 1 - side;
     auto take = [&](int64_t b, uint32_t x, int64_t ob, uint32_t y) {
       side == 0 ? consider(b, x, ob, y) : consider(ob, y, b, x);
