@@ -939,7 +939,8 @@ absl::StatusOr<void*> BFCAllocator::AllocateLocked(const AllocationRequest& requ
       if (pad == 0 && rounded >= kEdgeBestFitMinBytes &&
           (c == kNone || chunks_[c].size - rounded >= kEdgeBestFitSlack)) {
         absl::StatusOr<void*> p = AllocateEdgeViewLocked(
-            request, rounded, wait_for, c == kNone ? UINT64_MAX - 1 : chunks_[c].size - rounded);
+            request, rounded, wait_for, c == kNone ? UINT64_MAX : chunks_[c].size - rounded,
+            kEdgeBestFitTries);
         if (p.ok()) return p;  // else (none leaves less, or no view could be mapped) as before
       }
     } else if (edge_live_ && ++edge_idle_allocs_ >= kEdgeIndexIdleAllocs) {
@@ -977,7 +978,7 @@ absl::StatusOr<void*> BFCAllocator::AllocateLocked(const AllocationRequest& requ
 
 absl::StatusOr<void*> BFCAllocator::AllocateEdgeViewLocked(const AllocationRequest& request,
                                                            uint64_t rounded, uint64_t* wait_for,
-                                                           uint64_t over_below) {
+                                                           uint64_t over_below, uint64_t tries) {
   const uint64_t page = options_.edge_view_page_bytes;
   // Two parts of at least kMinAllocationSize each, within a page each.
   if (rounded > 2 * page || rounded < 2 * kMinAllocationSize) {
@@ -989,11 +990,8 @@ absl::StatusOr<void*> BFCAllocator::AllocateEdgeViewLocked(const AllocationReque
   };
   Edge low{}, high{};
   if (edge_live_) {
-    // Edge views in best fit try the largest edges only (a few bit scans each); where a request
-    // would fail, every edge size.
-    if (!FindEdgePairLocked(rounded, over_below,
-                            over_below == UINT64_MAX ? UINT64_MAX : kEdgeBestFitTries, &low.chunk,
-                            &low.bytes, &high.chunk, &high.bytes)) {
+    if (!FindEdgePairLocked(rounded, over_below, tries, &low.chunk, &low.bytes, &high.chunk,
+                            &high.bytes)) {
       return absl::NotFoundError(
           absl::StrCat("no free chunk's end and another's start add up to ", FormatBytes(rounded),
                        over_below == UINT64_MAX ? "" : " with less to spare than the best hole"));
@@ -1640,7 +1638,8 @@ absl::Status BFCAllocator::CheckInvariants() const {
       for (int side : {0, 1}) {
         const bool edge =
             edge_live_ && binned_here && ((side == 0 ? ch.ptr + ch.size : ch.ptr) % page) == 0;
-        const int32_t want = edge ? static_cast<int32_t>(std::min(ch.size, page) / 256) : -1;
+        const int32_t want =
+            edge ? static_cast<int32_t>(std::min(ch.size, page) / kMinAllocationSize) : -1;
         const int32_t got = c < edge_links_.size() ? edge_links_[c].bucket[side] : -1;
         if (want != got || ((ch.edges >> side) & 1) != (got >= 0 ? 1 : 0)) {
           return fail("chunk ", P(ch.ptr), " is under edge bucket ", got, " on side ", side,

@@ -587,9 +587,12 @@ class BFCAllocator final : public Allocator {
   // region serves, served from a free chunk's end and another's start (see there); NotFound
   // when no two such parts are enough, other errors from the sub-allocator.
   // `over_below`: the pair must leave fewer bytes beside the block than this (the best hole's
-  // remainder, for edge views in best fit; then only the largest edges are tried).
+  // remainder, for edge views in best fit). `tries`: the edge sizes tried on each side
+  // (FindEdgePairLocked's limit; edge views in best fit try kEdgeBestFitTries, where a request
+  // would fail every size). Only with the index kept; without it the walk tries every pair.
   absl::StatusOr<void*> AllocateEdgeViewLocked(const AllocationRequest& request, uint64_t rounded,
-                                               uint64_t* wait_for, uint64_t over_below = UINT64_MAX)
+                                               uint64_t* wait_for, uint64_t over_below = UINT64_MAX,
+                                               uint64_t tries = UINT64_MAX)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The free of view block c: its parts go back (free, with its streams) and its mapping
   // waits in freed_views_ for FlushViewsLocked.
