@@ -60,6 +60,13 @@ absl::StatusOr<bool> ZeroOrOne(absl::string_view v) {
   return absl::InvalidArgumentError("must be 0 or 1");
 }
 
+// A 0|1 knob's reader: the flag or variable into its BenchTuning field.
+template <std::optional<bool> BenchTuning::*kField>
+absl::Status ReadZeroOrOne(absl::string_view v, BenchTuning& t) {
+  VGPU_ASSIGN_OR_RETURN(t.*kField, ZeroOrOne(v));
+  return absl::OkStatus();
+}
+
 const Knob kKnobs[] = {
     {"VGPU_BFC_SMALL_REQUEST_BYTES", "--bfc-small-request-bytes",
      "BFC: requests up to SIZE are carved from the high end of a region (0 = off)",
@@ -95,19 +102,11 @@ const Knob kKnobs[] = {
      "X"},
     {"VGPU_BFC_PARK_SLIVERS", "--bfc-park-slivers",
      "BFC: split off remainders under the fraction but park them (0 = off, the default; 1 = on)",
-     [](absl::string_view v, BenchTuning& t) -> absl::Status {
-       VGPU_ASSIGN_OR_RETURN(t.bfc_park_slivers, ZeroOrOne(v));
-       return absl::OkStatus();
-     },
-     "0|1"},
+     ReadZeroOrOne<&BenchTuning::bfc_park_slivers>, "0|1"},
     {"VGPU_BFC_RECLAIM_SLIVERS", "--bfc-reclaim-slivers",
      "BFC: a freed block takes the remainder kept inside the live block before it (0 = off, the "
      "default; 1 = on)",
-     [](absl::string_view v, BenchTuning& t) -> absl::Status {
-       VGPU_ASSIGN_OR_RETURN(t.bfc_reclaim_slivers, ZeroOrOne(v));
-       return absl::OkStatus();
-     },
-     "0|1"},
+     ReadZeroOrOne<&BenchTuning::bfc_reclaim_slivers>, "0|1"},
     {"VGPU_BFC_SEGMENT_BYTES", "--bfc-segment-bytes",
      "BFC with growth: requests of at least SIZE get a region of their own, cached whole "
      "(0 = off: TensorFlow's doubling regions)",
@@ -118,11 +117,7 @@ const Knob kKnobs[] = {
     {"VGPU_BFC_GATHER_PAGES", "--bfc-gather-pages",
      "BFC without growth: take the limit as VMM pages and gather free ones for a request no hole "
      "fits (1 = on, the default; 0 = one region, TensorFlow's)",
-     [](absl::string_view v, BenchTuning& t) -> absl::Status {
-       VGPU_ASSIGN_OR_RETURN(t.bfc_gather_pages, ZeroOrOne(v));
-       return absl::OkStatus();
-     },
-     "0|1"},
+     ReadZeroOrOne<&BenchTuning::bfc_gather_pages>, "0|1"},
     {"VGPU_VMM_SLAB_BYTES", "--vmm-slab-bytes",
      "VMM: slab size, a whole number of 2 MiB granules up to 1 TiB",
      [](absl::string_view v, BenchTuning& t) -> absl::Status {
@@ -156,28 +151,16 @@ const Knob kKnobs[] = {
     {"VGPU_VMM_RECLAIM_SLIVERS", "--vmm-reclaim-slivers",
      "VMM: near the limit a freed small block takes the remainder kept inside the block before "
      "it (1 = on, the default; 0 = off)",
-     [](absl::string_view v, BenchTuning& t) -> absl::Status {
-       VGPU_ASSIGN_OR_RETURN(t.vmm_reclaim_slivers, ZeroOrOne(v));
-       return absl::OkStatus();
-     },
-     "0|1"},
+     ReadZeroOrOne<&BenchTuning::vmm_reclaim_slivers>, "0|1"},
     {"VGPU_VMM_MID_BLOCKS", "--vmm-mid-blocks",
      "VMM: near the limit (less than a third of it left) blocks of half the small-block size and "
      "up try open parts of shared granules before the slabs (1 = on, the default; 0 = off)",
-     [](absl::string_view v, BenchTuning& t) -> absl::Status {
-       VGPU_ASSIGN_OR_RETURN(t.vmm_mid_blocks, ZeroOrOne(v));
-       return absl::OkStatus();
-     },
-     "0|1"},
+     ReadZeroOrOne<&BenchTuning::vmm_mid_blocks>, "0|1"},
     {"VGPU_VMM_EDGE_BEST_FIT", "--vmm-edge-best-fit",
      "VMM: near the limit (less than an eighth of it left) a free slab end and start joined by an "
      "edge view serve a small request of 64 KiB or more when they leave less than its best slab "
      "hole (1 = on, the default; 0 = off)",
-     [](absl::string_view v, BenchTuning& t) -> absl::Status {
-       VGPU_ASSIGN_OR_RETURN(t.vmm_edge_best_fit, ZeroOrOne(v));
-       return absl::OkStatus();
-     },
-     "0|1"},
+     ReadZeroOrOne<&BenchTuning::vmm_edge_best_fit>, "0|1"},
     {"VGPU_VMM_WHOLE_GRANULE_DIVISOR", "--vmm-whole-granule-divisor",
      "VMM: far from the limit a large block that wastes at most 1/N of its size in whole granules "
      "takes them instead of a shared tail (0 = always share; default 32)",
