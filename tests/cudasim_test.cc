@@ -117,6 +117,7 @@ Sim LoadSim(const std::map<std::string, std::string>& env = {}) {
   Sim sim;
   sim.handle = dlopen(copy.c_str(), RTLD_NOW | RTLD_LOCAL);
   EXPECT_NE(sim.handle, nullptr) << dlerror();
+  std::filesystem::remove(copy);  // the loaded copy stays mapped; no file is left behind
   if (sim.handle == nullptr) return sim;
   auto get_proc =
       reinterpret_cast<PFN_cuGetProcAddress_v12000>(dlsym(sim.handle, "cuGetProcAddress_v2"));
@@ -755,6 +756,7 @@ TEST_F(CudasimTest, TraceHasOneLinePerExecutedOp) {
   std::stringstream text;
   text << in.rdbuf();
   EXPECT_THAT(text.str(), ::testing::HasSubstr("cuMemsetD32Async -> 0"));
+  std::remove(trace.c_str());
 }
 
 #else

@@ -17,6 +17,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "vgpu/runtime/status_matchers.h"
+#include "vgpu/tests/scoped_temp_dir.h"
 
 namespace vgpu {
 namespace {
@@ -24,14 +25,8 @@ namespace {
 using ::testing::AllOf;
 using ::testing::HasSubstr;
 using ::vgpu::testing::IsOk;
+using ::vgpu::testing::ScopedTempDir;
 using ::vgpu::testing::StatusIs;
-
-std::string TempDir() {
-  const char* t = std::getenv("TEST_TMPDIR");
-  std::string dir = std::string(t ? t : "/tmp") + "/vgpu_file_io_test_XXXXXX";
-  EXPECT_NE(mkdtemp(dir.data()), nullptr);
-  return dir;
-}
 
 void Write(const std::string& path, const std::string& text) {
   std::ofstream f(path, std::ios::binary);
@@ -39,7 +34,8 @@ void Write(const std::string& path, const std::string& text) {
 }
 
 TEST(FileIoTest, ReadsRegularAndEmptyFiles) {
-  const std::string dir = TempDir();
+  const ScopedTempDir tmp("vgpu_file_io_test");
+  const std::string& dir = tmp.path();
   Write(dir + "/a", "a 1 8\nf 1\n");
   absl::StatusOr<std::string> a = ReadInputFile(dir + "/a", 1024, "trace file");
   ASSERT_THAT(a.status(), IsOk());
@@ -60,7 +56,8 @@ TEST(FileIoTest, ReadsRegularAndEmptyFiles) {
 }
 
 TEST(FileIoTest, MissingAndUnreadable) {
-  const std::string dir = TempDir();
+  const ScopedTempDir tmp("vgpu_file_io_test");
+  const std::string& dir = tmp.path();
   EXPECT_THAT(ReadInputFile(dir + "/missing", 1024, "trace file").status(),
               StatusIs(absl::StatusCode::kNotFound,
                        HasSubstr("cannot open trace file " + dir + "/missing: no such file")));
@@ -83,7 +80,8 @@ TEST(FileIoTest, MissingAndUnreadable) {
 }
 
 TEST(FileIoTest, DirectoryIsNotATraceFile) {
-  const std::string dir = TempDir();
+  const ScopedTempDir tmp("vgpu_file_io_test");
+  const std::string& dir = tmp.path();
   EXPECT_THAT(ReadInputFile(dir, 1024, "trace file").status(),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        HasSubstr(dir + " is a directory, not a trace file")));
@@ -97,7 +95,8 @@ TEST(FileIoTest, DevZeroIsRefusedNotReadForever) {
 }
 
 TEST(FileIoTest, FifoWithoutWriterReturnsPromptly) {
-  const std::string dir = TempDir();
+  const ScopedTempDir tmp("vgpu_file_io_test");
+  const std::string& dir = tmp.path();
   const std::string fifo = dir + "/fifo";
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
   const auto start = std::chrono::steady_clock::now();
@@ -108,7 +107,8 @@ TEST(FileIoTest, FifoWithoutWriterReturnsPromptly) {
 }
 
 TEST(FileIoTest, SocketIsRefused) {
-  const std::string dir = TempDir();
+  const ScopedTempDir tmp("vgpu_file_io_test");
+  const std::string& dir = tmp.path();
   const std::string path = dir + "/sock";
   int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
   ASSERT_GE(fd, 0);
@@ -123,7 +123,8 @@ TEST(FileIoTest, SocketIsRefused) {
 }
 
 TEST(FileIoTest, OpenReportsSizeAndReleases) {
-  const std::string dir = TempDir();
+  const ScopedTempDir tmp("vgpu_file_io_test");
+  const std::string& dir = tmp.path();
   Write(dir + "/f", "hello");
   absl::StatusOr<InputFile> f = InputFile::Open(dir + "/f", 100, "data file");
   ASSERT_THAT(f.status(), IsOk());

@@ -17,6 +17,7 @@
 #include "vgpu/runtime/status_matchers.h"
 #include "vgpu/strategies/mirrored.h"
 #include "vgpu/strategies/nn.h"
+#include "vgpu/tests/scoped_temp_dir.h"
 #include "vgpu/tests/testing_runtime.h"
 
 namespace vgpu::strategies {
@@ -24,16 +25,8 @@ namespace {
 
 using ::testing::HasSubstr;
 using ::vgpu::testing::IsOk;
+using ::vgpu::testing::ScopedTempDir;
 using ::vgpu::testing::StatusIs;
-
-std::string TempDir() {
-  const char* t = std::getenv("TEST_TMPDIR");
-  std::string base = t ? t : "/tmp";
-  std::string dir = base + "/vgpu_idx_test_XXXXXX";
-  char* made = mkdtemp(dir.data());
-  EXPECT_NE(made, nullptr);
-  return dir;
-}
 
 std::vector<uint8_t> Idx(std::vector<uint32_t> dims, uint8_t type = 0x08) {
   std::vector<uint8_t> out = {0, 0, type, static_cast<uint8_t>(dims.size())};
@@ -62,7 +55,8 @@ void WriteGz(const std::string& path, const std::vector<uint8_t>& bytes) {
 }
 
 TEST(IdxTest, ReadsGzipAndPlain) {
-  std::string dir = TempDir();
+  const ScopedTempDir tmp("vgpu_idx_test");
+  const std::string& dir = tmp.path();
   WriteGz(dir + "/a.gz", Idx({3, 2, 2}));
   WritePlain(dir + "/b", Idx({5}));
   auto a = ReadIdx(dir + "/a.gz");
@@ -76,7 +70,8 @@ TEST(IdxTest, ReadsGzipAndPlain) {
 }
 
 TEST(IdxTest, ClearErrors) {
-  std::string dir = TempDir();
+  const ScopedTempDir tmp("vgpu_idx_test");
+  const std::string& dir = tmp.path();
   EXPECT_THAT(ReadIdx(dir + "/missing").status(),
               StatusIs(absl::StatusCode::kNotFound, HasSubstr(dir + "/missing: no such file")));
   WritePlain(dir + "/magic", {1, 2, 8, 1, 0, 0, 0, 1, 5});
@@ -127,7 +122,8 @@ TEST(IdxTest, ClearErrors) {
 // before reading any data. Now memory follows the bytes really read, and a product of large
 // dimensions cannot overflow.
 TEST(IdxTest, HostileHeadersTakeNoMemory) {
-  const std::string dir = TempDir();
+  const ScopedTempDir tmp("vgpu_idx_test");
+  const std::string& dir = tmp.path();
   const std::string path = dir + "/huge";
   // 0x08, 2 dims of 1000000 x 1024 = ~1 GB promised (within the caps), 3 bytes present.
   WritePlain(path, {0, 0, 8, 2, 0, 0x0F, 0x42, 0x40, 0, 0, 4, 0, 1, 2, 3});
@@ -144,7 +140,8 @@ TEST(IdxTest, HostileHeadersTakeNoMemory) {
 // Issue 12 item 4: a small .gz whose header promises 2^33 bytes (524288 images of 128 x 128)
 // is refused from its header, before anything is allocated or decompressed.
 TEST(IdxTest, DecompressionBombIsRefusedFromItsHeader) {
-  const std::string dir = TempDir();
+  const ScopedTempDir tmp("vgpu_idx_test");
+  const std::string& dir = tmp.path();
   std::vector<uint8_t> bomb = {0, 0, 8, 3, 0, 8, 0, 0, 0, 0, 0, 128, 0, 0, 0, 128};
   bomb.resize(bomb.size() + (8 << 20), 0);  // 8 MiB of zeros: a few KiB compressed
   WriteGz(dir + "/bomb.gz", bomb);
@@ -171,7 +168,8 @@ TEST(IdxTest, DecompressionBombIsRefusedFromItsHeader) {
 
 // A payload longer than the header promises is an error, not silently cut.
 TEST(IdxTest, PayloadLongerThanHeaderIsAnError) {
-  const std::string dir = TempDir();
+  const ScopedTempDir tmp("vgpu_idx_test");
+  const std::string& dir = tmp.path();
   std::vector<uint8_t> longer = Idx({4});
   longer.push_back(7);
   WriteGz(dir + "/long.gz", longer);
@@ -185,7 +183,8 @@ TEST(IdxTest, PayloadLongerThanHeaderIsAnError) {
 
 // Only regular files are read: a FIFO without a writer or a directory fails at once.
 TEST(IdxTest, NonRegularFilesAreRefused) {
-  const std::string dir = TempDir();
+  const ScopedTempDir tmp("vgpu_idx_test");
+  const std::string& dir = tmp.path();
   ASSERT_EQ(::mkfifo((dir + "/fifo").c_str(), 0600), 0);
   EXPECT_THAT(ReadIdx(dir + "/fifo"),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("not a regular file")));

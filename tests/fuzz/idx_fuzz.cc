@@ -9,8 +9,17 @@
 
 #include "vgpu/strategies/idx.h"
 
+namespace {
+// The input file, removed when the fuzzer exits (its static objects are destroyed then).
+struct InputPath {
+  std::string path = "/tmp/vgpu_idx_fuzz_" + std::to_string(getpid());
+  ~InputPath() { std::remove(path.c_str()); }
+};
+}  // namespace
+
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  static const std::string path = "/tmp/vgpu_idx_fuzz_" + std::to_string(getpid());
+  static const InputPath input;
+  const std::string& path = input.path;
   FILE* f = std::fopen(path.c_str(), "wb");
   if (f == nullptr) return 0;
   std::fwrite(data, 1, size, f);
