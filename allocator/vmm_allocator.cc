@@ -778,7 +778,7 @@ absl::Status VmmAllocator::GiveBackIfIdle(const void* last_range, uint64_t last_
   return absl::OkStatus();
 }
 
-uint64_t VmmAllocator::CacheCapLocked(uint64_t incoming, uint64_t leaving) const {
+uint64_t VmmAllocator::CacheCapLocked(uint64_t incoming, uint64_t leaving, bool floor) const {
   if (!options_.allow_growth || options_.cache_peak_headroom_divisor == 0) {
     return cache_limit_granules_;
   }
@@ -790,13 +790,17 @@ uint64_t VmmAllocator::CacheCapLocked(uint64_t incoming, uint64_t leaving) const
   const uint64_t target = cache_cap_target_;
   const uint64_t working = WorkingGranulesLocked() + incoming - leaving;
   const uint64_t room = target > working ? target - working : 0;
-  return std::min(cache_limit_granules_, std::max(keep_granules_, room));
+  return std::min(cache_limit_granules_, floor ? std::max(keep_granules_, room) : room);
 }
 
 absl::Status VmmAllocator::EnsureFreeGranulesLocked(uint64_t count) {
-  // Growth: a cache over its cap gives its granules to this request before new ones are made.
+  // Growth: a cache over its headroom gives its granules to this request before new ones are
+  // made. The cap's floor (the reserve, keep_granules_) is not counted here: it is what an idle
+  // allocator keeps, and holding it cached while new granules are created put the reserve on
+  // top of every peak (limit/64: 1.1-1.8 % of peak live at 2x; docs/vmm.md, "The cache gives
+  // way to new granules").
   while (options_.allow_growth && free_granules_.size() < count && cached_granules_ > 0 &&
-         cached_granules_ > CacheCapLocked(count)) {
+         cached_granules_ > CacheCapLocked(count, 0, /*floor=*/false)) {
     VGPU_RETURN_IF_ERROR(EvictOneLocked());
   }
   if (mapped_granules_ + count > limit_granules_ && cached_granules_ > 0) {

@@ -100,9 +100,9 @@ struct VmmOptions {
   bool enable_cache = true;
   // With allow_growth the cache also stays within the room below (1 + 1/divisor) x the most
   // granules ever in live blocks (at least pool_keep_bytes), and a new block takes granules
-  // from a cache over that cap before new ones are created, so peak mapped memory stays near
-  // peak live: 64 measured 1.05-1.09x on the traces at 2x their peak (docs/vmm.md). 0: only
-  // cache_bytes.
+  // from a cache over that room (the reserve not counted) before new ones are created, so peak
+  // mapped memory stays near peak live: 64 measured 1.005-1.09x on the traces at 2x their peak
+  // (docs/vmm.md). 0: only cache_bytes.
   uint64_t cache_peak_headroom_divisor = 64;
   // Tail sharing: a large block whose size is not a whole number of granules ends in a granule
   // it shares with the next block's start (the same physical granule mapped in both ranges,
@@ -567,8 +567,8 @@ class VmmAllocator final : public Allocator {
   // The mapping cache's cap in granules: cache_limit_granules_, and with allow_growth (and a
   // divisor) at most the room left below (1 + 1/divisor) x the peak working set once
   // `incoming` more granules are in use and `leaving` mapped ones are not (at least
-  // keep_granules_).
-  uint64_t CacheCapLocked(uint64_t incoming = 0, uint64_t leaving = 0) const
+  // keep_granules_ unless `floor` is false).
+  uint64_t CacheCapLocked(uint64_t incoming = 0, uint64_t leaving = 0, bool floor = true) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // After a free of a large block or a slab with allow_growth: granules free through a whole
   // epoch go back to the device (beyond keep_granules_).

@@ -854,6 +854,31 @@ TEST(VmmAllocatorTest, GrowthCacheGivesWayToSharedGranulesAndSlabs) {
   for (void* p : keep) ASSERT_THAT(f.alloc->Deallocate(p), IsOk());
 }
 
+// With growth, a block that needs more granules than the pool holds takes a cached range's
+// granules before any are created, even while the cache is within the reserve
+// (pool_keep_bytes): the reserve is what an idle allocator keeps, not room on top of a peak.
+TEST(VmmAllocatorTest, GrowthTakesCachedGranulesBeforeCreatingNewOnes) {
+  VmmOptions o = Opts(64 * kG, true);
+  o.pool_keep_bytes = 8 * kG;  // would hold the cached range below
+  Fake f = MakeFake(o, 64 * kG);
+  auto keep = f.alloc->AllocateRaw(kG);  // live throughout: the allocator never goes idle
+  ASSERT_THAT(keep.status(), IsOk());
+  ASSERT_NO_FATAL_FAILURE(AllocFree(f, 4 * kG));
+  EXPECT_EQ(f.alloc->Granules().cached, 4u);
+  EXPECT_EQ(f.alloc->Granules().created, 5u);
+  // 16 granules: no cached range can be reshaped to it (more than twice the cached one).
+  auto big = f.alloc->AllocateRaw(16 * kG);
+  ASSERT_THAT(big.status(), IsOk());
+  const auto g = f.alloc->Granules();
+  EXPECT_EQ(g.cached, 0u);
+  EXPECT_EQ(g.cache_evictions, 1u);
+  EXPECT_EQ(g.created, 17u);  // 12 new: the 4 cached ones were taken first
+  EXPECT_EQ(f.alloc->Stats().peak_bytes_reserved, 17 * kG);  // not 1 + 4 + 16
+  EXPECT_THAT(CheckFakeVmm(f), IsOk());
+  ASSERT_THAT(f.alloc->Deallocate(*big), IsOk());
+  ASSERT_THAT(f.alloc->Deallocate(*keep), IsOk());
+}
+
 TEST(VmmAllocatorTest, TrimEvictsCacheAndGivesBack) {
   Fake f = MakeFake(Opts(32 * kG, true), 64 * kG);
   auto a = f.alloc->AllocateRaw(2 * kG);
