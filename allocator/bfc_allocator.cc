@@ -917,7 +917,7 @@ absl::StatusOr<void*> BFCAllocator::AllocateLocked(const AllocationRequest& requ
   }
   const uint64_t need = rounded + pad;
   if (options_.allow_growth && options_.segment_bytes != 0 && rounded >= options_.segment_bytes &&
-      pad == 0) {
+      pad == 0 && SegmentWasteOk(rounded)) {
     return AllocateSegmentLocked(request, rounded, wait_for);
   }
   uint32_t c = FindChunkLocked(need);
@@ -1724,6 +1724,9 @@ absl::StatusOr<std::unique_ptr<Allocator>> CreateBfcAllocator(
   if (options.bfc_park_slivers) o.park_slivers = *options.bfc_park_slivers;
   if (options.bfc_reclaim_slivers) o.reclaim_slivers = *options.bfc_reclaim_slivers;
   if (options.bfc_segment_bytes) o.segment_bytes = *options.bfc_segment_bytes;
+  if (options.bfc_segment_waste_divisor) {
+    o.segment_waste_divisor = *options.bfc_segment_waste_divisor;
+  }
   // Without growth the pool is one range, and small requests that no small hole fits go to its
   // top instead of pinning the holes large blocks leave (64 KiB: PyTorch's two-stream snapshot
   // 1.425x -> 1.025x its peak, below TensorFlow's rule everywhere we measured; docs/allocator.md,

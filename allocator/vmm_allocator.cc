@@ -377,18 +377,25 @@ absl::StatusOr<void*> VmmAllocator::AllocateSmall(const AllocationRequest& reque
   absl::StatusOr<void*> p = slabs_->AllocateForOwner(request, wait_for);
   if (p.ok() || !absl::IsResourceExhausted(p.status())) return p;
   const uint64_t bytes = request.bytes;
-  std::string why;
-  {
-    FutexMutexLock l(&mu_);
-    ++num_ooms_;
-    NotifyEvent(AllocatorEventKind::kOom, nullptr, bytes);
-    // The slab BFC's own message would repeat the numbers (and suggest vmm); say why no slab
-    // could be added instead: the pool's refusal, or every granule of the limit is a slab.
-    why = absl::StrCat(
-        "no slab has room for it and no new slab could be mapped (",
-        slab_refusal_.empty() ? "every granule of the limit is in a slab" : slab_refusal_, ")");
-    slab_refusal_.clear();
+  const uint64_t rounded = AlignUp(bytes, kDefaultAlignment);
+  mu_.Lock();
+  if (options_.share_tail_granules && request.alignment <= kDefaultAlignment &&
+      GranuleOffset(rounded) != 0) {
+    // No slab has room and none can be added: an open part of a shared granule that holds the
+    // block, whatever it leaves beside it, rather than an OOM (laid out as a large block).
+    absl::StatusOr<std::unique_ptr<Range>> r =
+        MapSharedRangeLocked(rounded, /*fewest_granules=*/true);
+    if (r.ok()) return FinishLargeLocked(*std::move(r), bytes, request.slot, wait_for);
   }
+  ++num_ooms_;
+  NotifyEvent(AllocatorEventKind::kOom, nullptr, bytes);
+  // The slab BFC's own message would repeat the numbers (and suggest vmm); say why no slab
+  // could be added instead: the pool's refusal, or every granule of the limit is a slab.
+  const std::string why = absl::StrCat(
+      "no slab has room for it and no new slab could be mapped (",
+      slab_refusal_.empty() ? "every granule of the limit is in a slab" : slab_refusal_, ")");
+  slab_refusal_.clear();
+  mu_.Unlock();
   return OomError(bytes, AlignUp(bytes, kDefaultAlignment), why);
 }
 
@@ -469,6 +476,17 @@ absl::StatusOr<void*> VmmAllocator::AllocateLarge(uint64_t bytes, uint64_t align
       if (!r.ok() && absl::IsResourceExhausted(r.status())) {
         r = MapSharedRangeLocked(rounded, /*fewest_granules=*/true);
       }
+    }
+    if (!r.ok() && absl::IsResourceExhausted(r.status()) && slabs_ != nullptr &&
+        AlignUp(bytes, kDefaultAlignment) + alignment - kDefaultAlignment <= slab_bytes_) {
+      // A block no larger than a slab fits a slab's free chunk, or a free end and a free start
+      // of two (an edge view), as small blocks do: the slabs' free space is mapped memory that
+      // serves it rather than an OOM. The slab BFC's lock comes before ours.
+      mu_.Unlock();
+      absl::StatusOr<void*> p = slabs_->AllocateForOwner(
+          AllocationRequest{.bytes = bytes, .alignment = alignment, .slot = slot}, wait_for);
+      if (p.ok() || !absl::IsResourceExhausted(p.status())) return p;
+      mu_.Lock();
     }
     if (!r.ok()) {
       if (!absl::IsResourceExhausted(r.status())) {
@@ -981,6 +999,24 @@ absl::StatusOr<std::unique_ptr<VmmAllocator::Range>> VmmAllocator::MapSharedRang
       tail_free = part;
       tail_granule = granule;
       fresh_tail = false;
+    }
+  }
+  // The last try before an OOM: a head shorter than the block's last bytes past whole granules
+  // (r) leaves a fresh tail granule to find, where r at the end of any open upper part that
+  // holds it, whatever the gap, needs one granule fewer. That happens to blocks under a granule
+  // whose open parts are all larger than they are (no head above). Above, the gap bound keeps
+  // a part from going to waste while granules are there; here there are none (KV caches of
+  // 1-2 MiB failed beside open parts of 1.8 MiB).
+  if (fewest_granules && fresh_tail && h < GranuleOffset(bytes)) {
+    const uint64_t r = GranuleOffset(bytes);
+    uint64_t part = 0;
+    uint32_t granule = kNoGranule;
+    if (open_upper_.FindAtLeast(r, &part, &granule)) {
+      h = r;
+      head_granule = granule;
+      t = 0;
+      fresh_tail = false;
+      gap = part - r;
     }
   }
   // Near the limit (less than an eighth of it left to map, counting the cache), a gap still

@@ -22,6 +22,9 @@ Families (one file each per seed, named FAMILY_sSEED.trace):
   transformer    training steps of a decoder with a sequence length that changes every step:
                  activations kept for backward, lazily created gradients and optimizer state,
                  workspaces
+  kv_inference_small, kv_concat_small, transformer_small
+                 the three recipes above for small models (d 256-1024, 4-16 layers): ~100 MiB
+                 to 3 GiB live, where a 2 MiB page is a large share of a block
 The generator is deterministic for a seed (Python's random.Random).
 """
 import argparse
@@ -80,11 +83,11 @@ def random_family(name, seed, lo, hi, bound, ops):
     return w
 
 
-def kv_inference(seed):
+def kv_inference(seed, family="kv_inference", layer_counts=(24, 32, 40), dims=(2048, 4096, 5120)):
     rng = random.Random(seed)
-    w = Writer(f"kv_inference_s{seed}")
-    layers = rng.choice([24, 32, 40])
-    d = rng.choice([2048, 4096, 5120])
+    w = Writer(f"{family}_s{seed}")
+    layers = rng.choice(layer_counts)
+    d = rng.choice(dims)
     # Weights: per layer 4 d^2 attention + 8 d^2 MLP in fp16, split into tensors; embeddings.
     for _ in range(layers):
         for m in (1, 1, 1, 1, 4, 4):
@@ -128,13 +131,13 @@ def kv_inference(seed):
     return w
 
 
-def kv_concat(seed):
+def kv_concat(seed, family="kv_concat", layer_counts=(16, 24, 32), dims=(2048, 4096)):
     """Inference with a contiguous KV cache per request and layer that grows by reallocation
     (the new, larger tensor is allocated before the old one is freed, as torch.cat does)."""
     rng = random.Random(seed)
-    w = Writer(f"kv_concat_s{seed}")
-    layers = rng.choice([16, 24, 32])
-    d = rng.choice([2048, 4096])
+    w = Writer(f"{family}_s{seed}")
+    layers = rng.choice(layer_counts)
+    d = rng.choice(dims)
     for _ in range(layers):
         for m in (1, 1, 1, 1, 4, 4):
             w.alloc(m * d * d * 2)
@@ -170,12 +173,13 @@ def kv_concat(seed):
     return w
 
 
-def transformer(seed):
+def transformer(seed, family="transformer", layer_counts=(12, 16, 24), dims=(768, 1024, 1536),
+                batches=(4, 8, 16)):
     rng = random.Random(seed)
-    w = Writer(f"transformer_s{seed}")
-    layers = rng.choice([12, 16, 24])
-    d = rng.choice([768, 1024, 1536])
-    batch = rng.choice([4, 8, 16])
+    w = Writer(f"{family}_s{seed}")
+    layers = rng.choice(layer_counts)
+    d = rng.choice(dims)
+    batch = rng.choice(batches)
     params = []
     for _ in range(layers):
         for m in (3, 1, 4, 4):
@@ -236,6 +240,11 @@ def main():
             "kv_inference": kv_inference,
             "kv_concat": kv_concat,
             "transformer": transformer,
+            # The same recipes for small models (~100 MiB - 3 GiB live), where a 2 MiB page is
+            # a larger share of every block.
+            "kv_inference_small": lambda s: kv_inference(s, "kv_inference_small", (8, 12, 16), (512, 768, 1024)),
+            "kv_concat_small": lambda s: kv_concat(s, "kv_concat_small", (8, 12), (512, 768)),
+            "transformer_small": lambda s: transformer(s, "transformer_small", (4, 6, 8), (256, 384, 512), (2, 4, 8)),
         }
         for fam, gen in gens.items():
             w = gen(seed)

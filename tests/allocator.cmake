@@ -196,12 +196,21 @@ set_tests_properties(${VGPU_BENCH_BARS_ADDED} PROPERTIES
 # growth went the other way with that change (1.05 -> 1.055, while seeds 1-16 of both families
 # went over 1.05 in 23 of 64 replays instead of 34): its case checks 1.055, so that it does not
 # get worse, not the issue's bar.
+# The *_small families are the KV and training recipes for small models (100 MiB - 3 GiB
+# live). bfc's bars are TensorFlow's rule as above; seed 6 of kv_concat_small is there for
+# segments that whole pages waste a quarter of (4.5 MiB weights in 6 MiB: 1.215 with growth,
+# above the rule's 1.16, before BFCOptions::segment_waste_divisor; 1.095 with it). vmm: 1.05
+# on kv_inference_small, transformer_small and kv_concat_small s6; seed 3 of kv_concat_small
+# (~120 MiB live, blocks of 2 KiB - 4 MiB) needs 1.075 and reserves 1.14x with growth (2 MiB
+# granules are 1.7 % of its live set each; docs/vmm.md "Not done"): its case checks 1.075 so that
+# it does not get worse. transformer_small's speed with vmm is not checked: 1,344 events map
+# 2.3 GiB (a map call per granule), 70-95 ns/op scaled on this 2-core machine.
 find_package(Python3 COMPONENTS Interpreter)
 if(Python3_Interpreter_FOUND)
   set(VGPU_FAMILY_TRACES ${CMAKE_CURRENT_BINARY_DIR}/family_traces)
   add_test(NAME vgpu_family_traces_generate
     COMMAND ${Python3_EXECUTABLE} ${PROJECT_SOURCE_DIR}/scripts/gen_traces.py
-      ${VGPU_FAMILY_TRACES} --seeds 3)
+      ${VGPU_FAMILY_TRACES} --seeds 3,6)
   set_tests_properties(vgpu_family_traces_generate PROPERTIES LABELS bench TIMEOUT 120
     FIXTURES_SETUP family_traces)
   vgpu_add_bench_bars(family_ ${VGPU_FAMILY_TRACES}
@@ -222,7 +231,15 @@ if(Python3_Interpreter_FOUND)
     random_1g_s3:bfc:off:1.525:50: random_1g_s3:bfc:on:1.595:50:
     random_1g_s3:vmm:off:1.05:80: random_1g_s3:vmm:on:1.05:80:1.10
     random_16m_s3:bfc:off:1.365:50: random_16m_s3:bfc:on:1.36:50:
-    random_16m_s3:vmm:off:1.05:80: random_16m_s3:vmm:on:1.05:80:1.10)
+    random_16m_s3:vmm:off:1.05:80: random_16m_s3:vmm:on:1.05:80:1.10
+    kv_inference_small_s3:bfc:off:1.03:50: kv_inference_small_s3:bfc:on:1.035:50:
+    kv_concat_small_s3:bfc:off:1.17:50: kv_concat_small_s3:bfc:on:1.155:50:
+    kv_concat_small_s6:bfc:off:1.17:50: kv_concat_small_s6:bfc:on:1.16:50:
+    transformer_small_s3:bfc:off:1.035:50: transformer_small_s3:bfc:on:1.20:50:
+    kv_inference_small_s3:vmm:off:1.05:80: kv_inference_small_s3:vmm:on:1.05:80:1.10
+    kv_concat_small_s6:vmm:off:1.05:80: kv_concat_small_s6:vmm:on:1.05:80:1.10
+    kv_concat_small_s3:vmm:off:1.075:80: kv_concat_small_s3:vmm:on:1.075:80:
+    transformer_small_s3:vmm:off:1.05:-: transformer_small_s3:vmm:on:1.05:-:1.10)
   set_tests_properties(${VGPU_BENCH_BARS_ADDED} PROPERTIES
     LABELS bench TIMEOUT 120 FIXTURES_REQUIRED family_traces RUN_SERIAL TRUE
     PASS_REGULAR_EXPRESSION "ALL-WITHIN-BARS" FAIL_REGULAR_EXPRESSION "OVER-BAR|SKIPPED")
@@ -238,7 +255,7 @@ else()
   message(WARNING "python3 not found: the family-trace bench bars (scripts/gen_traces.py) are "
                   "not registered; scripts/setup.sh installs it")
 endif()
-# The issue's bfc bar on random_mixed, <= 1.20: with growth (segments, 1.105) and without
+# The issue's bfc bar on random_mixed, <= 1.20: with growth (segments, 1.115) and without
 # (gathered pages, 1.075; one region without them needs 1.24; docs/allocator.md).
 foreach(growth off on)
   add_test(NAME vgpu_bench_bars_random_mixed_bfc_1_20_growth_${growth}

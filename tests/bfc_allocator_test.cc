@@ -9,6 +9,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "vgpu/allocator/sub_allocators.h"
@@ -469,7 +470,8 @@ TEST(BFCAllocatorTest, NoGarbageCollectionWhenDisabled) {
 // Segments (the default with growth; here from 1 MiB, the default is 4 MiB): a request of
 // 1 MiB or more gets a region of its own, rounded up to 2 MiB and never split; freed, it is
 // cached whole for a request it fits within an eighth (at least 2 MiB). Smaller requests never
-// touch a cached segment.
+// touch a cached segment. Here whatever the rounding wastes (the default's limit on that has a
+// test of its own, SegmentsAreForRequestsWholePagesFit).
 Fixture MakeWithSegments(uint64_t limit, bool gc = true) {
   auto fake = std::make_unique<FakeSubAllocator>();
   Fixture f;
@@ -477,6 +479,7 @@ Fixture MakeWithSegments(uint64_t limit, bool gc = true) {
   BFCOptions o{.name = "GPU:0", .memory_limit = limit, .allow_growth = true};
   o.garbage_collection = gc;
   o.segment_bytes = 1 * kMiB;
+  o.segment_waste_divisor = 0;
   EXPECT_EQ(o.segment_granularity, 2 * kMiB);  // the default these tests are written for
   f.bfc = std::make_unique<BFCAllocator>(std::move(fake), o);
   return f;
@@ -521,6 +524,42 @@ TEST(BFCAllocatorTest, SegmentsGiveLargeRequestsRegionsOfTheirOwn) {
   const uint64_t reserved = f.bfc->Stats().bytes_reserved;
   EXPECT_THAT(f.bfc->ReleaseCachedMemory(), IsOkAndHolds(reserved));  // segments go back too
   EXPECT_EQ(f.fake->regions_outstanding(), 0u);
+}
+
+// A request whose rounding up to whole pages would waste more than a quarter of it is carved
+// from the shared regions instead of a segment (BFCOptions::segment_waste_divisor): 4.5 MiB
+// would hold 6 MiB, 6.2 MiB 8 MiB. 5 and 6.5 MiB waste less and get segments; divisor 0 gives
+// every request from segment_bytes up a segment, as before.
+TEST(BFCAllocatorTest, SegmentsAreForRequestsWholePagesFit) {
+  struct Case {
+    uint64_t bytes;
+    uint64_t divisor;
+    uint64_t held;  // AllocatedSize: a segment's whole pages, or the request itself
+  };
+  const Case kCases[] = {{4608 * kKiB, 4, 4608 * kKiB}, {5 * kMiB, 4, 6 * kMiB},
+                         {6348 * kKiB, 4, 6348 * kKiB}, {6656 * kKiB, 4, 8 * kMiB},
+                         {4608 * kKiB, 0, 6 * kMiB},    {4608 * kKiB, 8, 4608 * kKiB},
+                         {32 * kMiB + 1, 4, 34 * kMiB}};
+  for (const Case& c : kCases) {
+    SCOPED_TRACE(absl::StrCat(c.bytes, " bytes, divisor ", c.divisor));
+    BFCOptions o{.name = "GPU:0", .memory_limit = 256 * kMiB, .allow_growth = true};
+    EXPECT_EQ(o.segment_bytes, 4 * kMiB);
+    EXPECT_EQ(o.segment_waste_divisor, 4u);  // the default
+    o.segment_waste_divisor = c.divisor;
+    BFCAllocator a(std::make_unique<FakeSubAllocator>(), o);
+    void* p = Alloc(a, c.bytes);
+    EXPECT_THAT(a.AllocatedSize(p), IsOkAndHolds(c.held));
+    const bool segment = c.held != c.bytes;
+    EXPECT_EQ(a.DumpMemoryLog().find("Segments (regions of one block each): 1 in use") !=
+                  std::string::npos,
+              segment);
+    // A shared region's rest serves the next request; a segment's never does.
+    void* q = Alloc(a, 256 * kKiB);
+    EXPECT_EQ(U(q) == U(p) + c.bytes, !segment) << U(q) - U(p);
+    Free(a, q);
+    Free(a, p);
+    EXPECT_THAT(a.CheckInvariants(), IsOk());
+  }
 }
 
 TEST(BFCAllocatorTest, CachedSegmentsGoBackBeforeTheLimit) {

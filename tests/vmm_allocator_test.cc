@@ -1677,9 +1677,10 @@ TEST(VmmAllocatorTest, EdgeIndexFollowsTheLimit) {
 // Near the limit (less than a third of it left to map) a mid-size block (half the small-block
 // size and up) goes to an open part of a shared granule that holds it with less than half its
 // size to spare, in place of a slab; farther from the limit, or with more to spare, it takes a
-// slab, and with the option off at the limit (no granule left for a slab) it fails.
+// slab. With the option off it takes a slab while one can be added; at the limit (no granule
+// left for a slab) the open part all the same, as the last try before an OOM.
 TEST(VmmAllocatorTest, MidSizeBlocksTakeOpenPartsNearTheLimit) {
-  enum class Where { kOpenPart, kSlab, kOom };
+  enum class Where { kOpenPart, kSlab };
   struct Case {
     const char* name;
     uint64_t limit;
@@ -1695,7 +1696,10 @@ TEST(VmmAllocatorTest, MidSizeBlocksTakeOpenPartsNearTheLimit) {
       {"far from it", 64 * kG, true, 800 * kKiB, Where::kSlab},
       {"less than half to spare (248 of 600 KiB)", 11 * kG, true, 600 * kKiB, Where::kOpenPart},
       {"half or more to spare (328 of 520 KiB)", 11 * kG, true, 520 * kKiB, Where::kSlab},
-      {"at the limit, option off", 8 * kG, false, 800 * kKiB, Where::kOom},
+      // Off: the slabs while one can be added; at the limit the open part all the same (the
+      // last try before an OOM), not a failure.
+      {"a third of the limit left, option off", 11 * kG, false, 800 * kKiB, Where::kSlab},
+      {"at the limit, option off", 8 * kG, false, 800 * kKiB, Where::kOpenPart},
   };
   for (const Case& c : kCases) {
     SCOPED_TRACE(c.name);
@@ -1721,9 +1725,6 @@ TEST(VmmAllocatorTest, MidSizeBlocksTakeOpenPartsNearTheLimit) {
         ASSERT_THAT(m, IsOk());
         EXPECT_EQ(f.alloc->Granules().in_slabs, 1u);
         EXPECT_EQ(f.alloc->Granules().mapped, 9u);
-        break;
-      case Where::kOom:
-        EXPECT_THAT(m.status(), StatusIs(absl::StatusCode::kResourceExhausted));
         break;
     }
     if (m.ok()) blocks.live.emplace_back(*m, c.bytes);
@@ -1823,6 +1824,60 @@ TEST(VmmAllocatorTest, TailSharingFallsBackToTheFewestGranulesAtTheLimit) {
   EXPECT_EQ(f.alloc->Stats().num_ooms, 0u);
   while (!blocks.live.empty()) ASSERT_NO_FATAL_FAILURE(blocks.Free(blocks.live.back().first));
   EXPECT_THAT(f.alloc->CheckInvariants(), IsOk());
+}
+
+// At the limit, before an OOM, a block takes whatever mapped memory holds it: a large block the
+// end of an open upper part however much it leaves beside it, or a slab's hole when it is no
+// larger than a slab; a small block that no slab has room for, an open part. Each case fails
+// with ResourceExhausted without that last try (no granule is left for a fresh tail or slab).
+TEST(VmmAllocatorTest, AtTheLimitAnyMappedSpaceThatHoldsTheBlockServesIt) {
+  enum class Where { kOpenUpper, kSlab };
+  struct Case {
+    const char* name;
+    uint64_t first;  // a shared tail (kG + 256 KiB: 1.75 MiB open above it) or a small block
+    uint64_t whole;  // whole granules that reach the limit of 4
+    uint64_t bytes;
+    Where where;
+  };
+  const Case kCases[] = {
+      // Neither a head (the part is larger than the block) nor a gap under a quarter granule.
+      {"large block, 512 KiB beside it in an open part", kG + 256 * kKiB, 2 * kG, 1280 * kKiB,
+       Where::kOpenUpper},
+      {"large block in a slab's hole", 100 * kKiB, 3 * kG, 1280 * kKiB, Where::kSlab},
+      {"small block, no slab, an open part", kG + 256 * kKiB, 2 * kG, 100 * kKiB,
+       Where::kOpenUpper},
+  };
+  // A lambda, so that a failed ASSERT ends one case, not the rest.
+  auto run = [](const Case& c) {
+    Fake f = MakeFake(Opts(4 * kG, false, /*cache=*/false));
+    CheckedBlocks blocks{f};
+    ASSERT_NE(blocks.Alloc(c.first), nullptr);
+    ASSERT_NE(blocks.Alloc(c.whole), nullptr);
+    ASSERT_EQ(f.alloc->Granules().mapped, 4u);
+    void* x = blocks.Alloc(c.bytes);
+    ASSERT_NE(x, nullptr);
+    const VmmAllocator::GranuleCounts g = f.alloc->Granules();
+    EXPECT_EQ(g.mapped, 4u);
+    if (c.where == Where::kOpenUpper) {
+      // Ends where the shared granule ends: its last bytes are the open part's last bytes.
+      EXPECT_EQ((reinterpret_cast<uint64_t>(x) + c.bytes) % kG, 0u);
+      EXPECT_EQ(g.in_slabs, 0u);
+    } else {
+      EXPECT_EQ(g.in_slabs, 1u);
+      EXPECT_EQ(f.alloc->Stats().bytes_in_use, c.first + c.whole + c.bytes);
+    }
+    EXPECT_EQ(f.alloc->Stats().num_ooms, 0u);
+    EXPECT_THAT(f.alloc->CheckInvariants(), IsOk());
+    // Nothing else fits now: a clear OOM, and every block still frees.
+    EXPECT_THAT(f.alloc->AllocateRaw(kG).status(), StatusIs(absl::StatusCode::kResourceExhausted));
+    while (!blocks.live.empty()) ASSERT_NO_FATAL_FAILURE(blocks.Free(blocks.live.back().first));
+    EXPECT_EQ(f.alloc->Stats().bytes_in_use, 0u);
+    EXPECT_THAT(f.alloc->CheckInvariants(), IsOk());
+  };
+  for (const Case& c : kCases) {
+    SCOPED_TRACE(c.name);
+    run(c);
+  }
 }
 
 TEST(VmmAllocatorTest, DumpShowsTailSharingParts) {

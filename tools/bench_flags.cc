@@ -67,6 +67,14 @@ absl::Status ReadZeroOrOne(absl::string_view v, BenchTuning& t) {
   return absl::OkStatus();
 }
 
+// A divisor knob's reader (0 .. 2^20, 0 = the rule off): into its BenchTuning field.
+template <std::optional<uint64_t> BenchTuning::*kField>
+absl::Status ReadDivisor(absl::string_view v, BenchTuning& t) {
+  VGPU_ASSIGN_OR_RETURN(int64_t n, ParseInt64InRange(v, 0, int64_t{1} << 20));
+  t.*kField = static_cast<uint64_t>(n);
+  return absl::OkStatus();
+}
+
 const Knob kKnobs[] = {
     {"VGPU_BFC_SMALL_REQUEST_BYTES", "--bfc-small-request-bytes",
      "BFC: requests up to SIZE are carved from the high end of a region (0 = off)",
@@ -114,6 +122,10 @@ const Knob kKnobs[] = {
        VGPU_ASSIGN_OR_RETURN(t.bfc_segment_bytes, SizeIn(v, 0, kTiB));
        return absl::OkStatus();
      }},
+    {"VGPU_BFC_SEGMENT_WASTE_DIVISOR", "--bfc-segment-waste-divisor",
+     "BFC with growth: a request that whole pages would waste more than 1/N of comes from the "
+     "shared regions, not a segment (0 = any waste; default 4)",
+     ReadDivisor<&BenchTuning::bfc_segment_waste_divisor>, "N"},
     {"VGPU_BFC_GATHER_PAGES", "--bfc-gather-pages",
      "BFC without growth: take the limit as VMM pages and gather free ones for a request no hole "
      "fits (1 = on, the default; 0 = one region, TensorFlow's)",
@@ -164,12 +176,7 @@ const Knob kKnobs[] = {
     {"VGPU_VMM_WHOLE_GRANULE_DIVISOR", "--vmm-whole-granule-divisor",
      "VMM: far from the limit a large block that wastes at most 1/N of its size in whole granules "
      "takes them instead of a shared tail (0 = always share; default 32)",
-     [](absl::string_view v, BenchTuning& t) -> absl::Status {
-       VGPU_ASSIGN_OR_RETURN(int64_t n, ParseInt64InRange(v, 0, int64_t{1} << 20));
-       t.vmm_whole_granule_divisor = static_cast<uint64_t>(n);
-       return absl::OkStatus();
-     },
-     "N"},
+     ReadDivisor<&BenchTuning::vmm_whole_granule_divisor>, "N"},
 };
 
 absl::Status ReadKnob(const Knob& k, absl::string_view value, BenchTuning& t) {
@@ -240,6 +247,7 @@ void BenchTuning::ApplyTo(DeviceAllocatorOptions& options) const {
   options.bfc_reclaim_slivers = bfc_reclaim_slivers;
   options.bfc_gather_pages = bfc_gather_pages;
   options.bfc_segment_bytes = bfc_segment_bytes;
+  options.bfc_segment_waste_divisor = bfc_segment_waste_divisor;
   options.vmm_slab_bytes = vmm_slab_bytes;
   options.vmm_page_bytes = vmm_page_bytes;
   options.vmm_small_block_max = vmm_small_block_max;
