@@ -1727,6 +1727,9 @@ absl::StatusOr<std::unique_ptr<Allocator>> CreateBfcAllocator(
   if (options.bfc_segment_waste_divisor) {
     o.segment_waste_divisor = *options.bfc_segment_waste_divisor;
   }
+  if (options.bfc_segment_waste_divisor_before_free) {
+    o.segment_waste_divisor_before_free = *options.bfc_segment_waste_divisor_before_free;
+  }
   // Without growth the pool is one range, and small requests that no small hole fits go to its
   // top instead of pinning the holes large blocks leave (64 KiB: PyTorch's two-stream snapshot
   // 1.425x -> 1.025x its peak, below TensorFlow's rule everywhere we measured; docs/allocator.md,

@@ -63,6 +63,7 @@ struct DeviceAllocatorOptions {
   std::optional<bool> bfc_reclaim_slivers;      // ... or given to the next hole at its free
   std::optional<uint64_t> bfc_segment_bytes;    // growth: larger requests get own regions
   std::optional<uint64_t> bfc_segment_waste_divisor;  // ... if whole pages waste <= 1/N of them
+  std::optional<uint64_t> bfc_segment_waste_divisor_before_free;  // ... 1/N before any free
   std::optional<bool> bfc_gather_pages;         // growth off: pages (default on with VMM)
   std::optional<uint64_t> vmm_slab_bytes;       // slab size, whole granules
   std::optional<uint64_t> vmm_page_bytes;       // the vmm allocator's granule (VmmOptions)

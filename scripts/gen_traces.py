@@ -25,6 +25,9 @@ Families (one file each per seed, named FAMILY_sSEED.trace):
   kv_inference_small, kv_concat_small, transformer_small
                  the three recipes above for small models (d 256-1024, 4-16 layers): ~100 MiB
                  to 3 GiB live, where a 2 MiB page is a large share of a block
+  kv_inference_mid, kv_concat_mid
+                 the KV recipes at d 1280, 1600 and 2560 (24 or 36 layers), whose weights are not
+                 whole 2 MiB pages: 1-9 GiB live
 The generator is deterministic for a seed (Python's random.Random).
 """
 import argparse
@@ -245,6 +248,10 @@ def main():
             "kv_inference_small": lambda s: kv_inference(s, "kv_inference_small", (8, 12, 16), (512, 768, 1024)),
             "kv_concat_small": lambda s: kv_concat(s, "kv_concat_small", (8, 12), (512, 768)),
             "transformer_small": lambda s: transformer(s, "transformer_small", (4, 6, 8), (256, 384, 512), (2, 4, 8)),
+            # Inference at widths whose weights are not whole 2 MiB pages (d 1280, 1600, 2560:
+            # attention weights of 3.1, 4.9 and 12.5 MiB), 1-9 GiB live.
+            "kv_inference_mid": lambda s: kv_inference(s, "kv_inference_mid", (24, 36), (1280, 1600, 2560)),
+            "kv_concat_mid": lambda s: kv_concat(s, "kv_concat_mid", (24, 36), (1280, 1600, 2560)),
         }
         for fam, gen in gens.items():
             w = gen(seed)

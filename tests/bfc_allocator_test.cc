@@ -470,8 +470,8 @@ TEST(BFCAllocatorTest, NoGarbageCollectionWhenDisabled) {
 // Segments (the default with growth; here from 1 MiB, the default is 4 MiB): a request of
 // 1 MiB or more gets a region of its own, rounded up to 2 MiB and never split; freed, it is
 // cached whole for a request it fits within an eighth (at least 2 MiB). Smaller requests never
-// touch a cached segment. Here whatever the rounding wastes (the default's limit on that has a
-// test of its own, SegmentsAreForRequestsWholePagesFit).
+// touch a cached segment. Here whatever the rounding wastes (the defaults' limits on that have a
+// test of their own, SegmentsAreForRequestsWholePagesFit).
 Fixture MakeWithSegments(uint64_t limit, bool gc = true) {
   auto fake = std::make_unique<FakeSubAllocator>();
   Fixture f;
@@ -480,6 +480,7 @@ Fixture MakeWithSegments(uint64_t limit, bool gc = true) {
   o.garbage_collection = gc;
   o.segment_bytes = 1 * kMiB;
   o.segment_waste_divisor = 0;
+  o.segment_waste_divisor_before_free = 0;
   EXPECT_EQ(o.segment_granularity, 2 * kMiB);  // the default these tests are written for
   f.bfc = std::make_unique<BFCAllocator>(std::move(fake), o);
   return f;
@@ -529,33 +530,49 @@ TEST(BFCAllocatorTest, SegmentsGiveLargeRequestsRegionsOfTheirOwn) {
 // A request whose rounding up to whole pages would waste more than a quarter of it is carved
 // from the shared regions instead of a segment (BFCOptions::segment_waste_divisor): 4.5 MiB
 // would hold 6 MiB, 6.2 MiB 8 MiB. 5 and 6.5 MiB waste less and get segments; divisor 0 gives
-// every request from segment_bytes up a segment, as before.
+// every request from segment_bytes up a segment, as before. Until the first free the bar is a
+// 32nd (segment_waste_divisor_before_free): 5 MiB, 32 MiB + 1 B and 44.5 MiB (1.5 MiB of a
+// 46 MiB segment, 3.4 %) then come from the shared regions too, 60.5 MiB (2.5 %) does not.
 TEST(BFCAllocatorTest, SegmentsAreForRequestsWholePagesFit) {
   struct Case {
     uint64_t bytes;
     uint64_t divisor;
-    uint64_t held;  // AllocatedSize: a segment's whole pages, or the request itself
+    bool after_free;  // a block was freed before the request
+    uint64_t held;    // AllocatedSize: a segment's whole pages, or the request itself
   };
-  const Case kCases[] = {{4608 * kKiB, 4, 4608 * kKiB}, {5 * kMiB, 4, 6 * kMiB},
-                         {6348 * kKiB, 4, 6348 * kKiB}, {6656 * kKiB, 4, 8 * kMiB},
-                         {4608 * kKiB, 0, 6 * kMiB},    {4608 * kKiB, 8, 4608 * kKiB},
-                         {32 * kMiB + 1, 4, 34 * kMiB}};
+  const Case kCases[] = {{4608 * kKiB, 4, true, 4608 * kKiB},
+                         {5 * kMiB, 4, true, 6 * kMiB},
+                         {6348 * kKiB, 4, true, 6348 * kKiB},
+                         {6656 * kKiB, 4, true, 8 * kMiB},
+                         {4608 * kKiB, 0, true, 6 * kMiB},
+                         {4608 * kKiB, 8, true, 4608 * kKiB},
+                         {32 * kMiB + 1, 4, true, 34 * kMiB},
+                         {5 * kMiB, 4, false, 5 * kMiB},
+                         {32 * kMiB + 1, 4, false, BFCAllocator::RoundedBytes(32 * kMiB + 1)},
+                         {44 * kMiB + kMiB / 2, 4, false, 44 * kMiB + kMiB / 2},
+                         {60 * kMiB + kMiB / 2, 4, false, 62 * kMiB},
+                         {8 * kMiB, 4, false, 8 * kMiB}};
   for (const Case& c : kCases) {
-    SCOPED_TRACE(absl::StrCat(c.bytes, " bytes, divisor ", c.divisor));
+    SCOPED_TRACE(absl::StrCat(c.bytes, " bytes, divisor ", c.divisor,
+                              c.after_free ? ", after a free" : ", nothing freed yet"));
     BFCOptions o{.name = "GPU:0", .memory_limit = 256 * kMiB, .allow_growth = true};
     EXPECT_EQ(o.segment_bytes, 4 * kMiB);
-    EXPECT_EQ(o.segment_waste_divisor, 4u);  // the default
+    EXPECT_EQ(o.segment_waste_divisor, 4u);  // the defaults
+    EXPECT_EQ(o.segment_waste_divisor_before_free, 32u);
     o.segment_waste_divisor = c.divisor;
     BFCAllocator a(std::make_unique<FakeSubAllocator>(), o);
+    if (c.after_free) Free(a, Alloc(a, 256));
     void* p = Alloc(a, c.bytes);
     EXPECT_THAT(a.AllocatedSize(p), IsOkAndHolds(c.held));
-    const bool segment = c.held != c.bytes;
+    // 8 MiB is a segment (whole pages, nothing wasted) though it has the request's size.
+    const bool segment = c.held != BFCAllocator::RoundedBytes(c.bytes) || c.bytes == 8 * kMiB;
     EXPECT_EQ(a.DumpMemoryLog().find("Segments (regions of one block each): 1 in use") !=
                   std::string::npos,
               segment);
-    // A shared region's rest serves the next request; a segment's never does.
+    // A shared region's rest serves the next request (after a free, the first region's hole is
+    // its best fit instead); a segment's is never carved (the dump above).
     void* q = Alloc(a, 256 * kKiB);
-    EXPECT_EQ(U(q) == U(p) + c.bytes, !segment) << U(q) - U(p);
+    if (!c.after_free && !segment) EXPECT_EQ(U(q), U(p) + BFCAllocator::RoundedBytes(c.bytes));
     Free(a, q);
     Free(a, p);
     EXPECT_THAT(a.CheckInvariants(), IsOk());

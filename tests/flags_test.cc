@@ -331,17 +331,19 @@ absl::StatusOr<bench::BenchTuning> Tuning(std::map<std::string, std::string> env
 }
 
 TEST(BenchFlagsTest, TuningKnobsAreStrict) {
-  absl::StatusOr<bench::BenchTuning> t = Tuning({{"VGPU_BFC_MIN_SPLIT_BYTES", "1MiB"},
-                                                 {"VGPU_BFC_SMALL_REQUEST_BYTES", "65536"},
-                                                 {"VGPU_BFC_MIN_SPLIT_FRACTION", "0.5"},
-                                                 {"VGPU_BFC_PARK_SLIVERS", "1"},
-                                                 {"VGPU_BFC_SEGMENT_BYTES", "0"},
-                                                 {"VGPU_BFC_SEGMENT_WASTE_DIVISOR", "8"},
-                                                 {"VGPU_BFC_SMALL_FROM_TOP_BYTES", "1MiB"},
-                                                 {"VGPU_BFC_SMALL_FROM_TOP_HOLE_BYTES", "4MiB"},
-                                                 {"VGPU_VMM_SLAB_BYTES", "4MiB"},
-                                                 {"VGPU_VMM_PAGE_BYTES", "8MiB"},
-                                                 {"VGPU_VMM_SMALL_BLOCK_MAX", "1MiB"}});
+  absl::StatusOr<bench::BenchTuning> t =
+      Tuning({{"VGPU_BFC_MIN_SPLIT_BYTES", "1MiB"},
+              {"VGPU_BFC_SMALL_REQUEST_BYTES", "65536"},
+              {"VGPU_BFC_MIN_SPLIT_FRACTION", "0.5"},
+              {"VGPU_BFC_PARK_SLIVERS", "1"},
+              {"VGPU_BFC_SEGMENT_BYTES", "0"},
+              {"VGPU_BFC_SEGMENT_WASTE_DIVISOR", "8"},
+              {"VGPU_BFC_SEGMENT_WASTE_DIVISOR_BEFORE_FREE", "0"},
+              {"VGPU_BFC_SMALL_FROM_TOP_BYTES", "1MiB"},
+              {"VGPU_BFC_SMALL_FROM_TOP_HOLE_BYTES", "4MiB"},
+              {"VGPU_VMM_SLAB_BYTES", "4MiB"},
+              {"VGPU_VMM_PAGE_BYTES", "8MiB"},
+              {"VGPU_VMM_SMALL_BLOCK_MAX", "1MiB"}});
   ASSERT_THAT(t, IsOk());
   EXPECT_EQ(t->bfc_min_split_bytes, uint64_t{1} << 20);  // 1MiB is 1 MiB, not 1
   EXPECT_EQ(t->bfc_small_request_bytes, 65536u);
@@ -349,6 +351,7 @@ TEST(BenchFlagsTest, TuningKnobsAreStrict) {
   EXPECT_EQ(t->bfc_park_slivers, true);
   EXPECT_EQ(t->bfc_segment_bytes, 0u);  // 0 is a value (off), not "unset"
   EXPECT_EQ(t->bfc_segment_waste_divisor, 8u);
+  EXPECT_EQ(t->bfc_segment_waste_divisor_before_free, 0u);  // 0 is a value (off)
   EXPECT_EQ(t->bfc_small_from_top_bytes, uint64_t{1} << 20);
   EXPECT_EQ(t->bfc_small_from_top_hole_bytes, uint64_t{4} << 20);
   EXPECT_EQ(t->vmm_slab_bytes, uint64_t{4} << 20);
@@ -376,6 +379,7 @@ TEST(BenchFlagsTest, TuningKnobsAreStrict) {
       {"VGPU_BFC_SEGMENT_WASTE_DIVISOR", "-1"},
       {"VGPU_BFC_SEGMENT_WASTE_DIVISOR", "4.5"},
       {"VGPU_BFC_SEGMENT_WASTE_DIVISOR", "2000000"},
+      {"VGPU_BFC_SEGMENT_WASTE_DIVISOR_BEFORE_FREE", "many"},
       {"VGPU_BFC_SMALL_FROM_TOP_BYTES", "top"},
       {"VGPU_BFC_SMALL_FROM_TOP_BYTES", "2TiB"},
       {"VGPU_BFC_SMALL_FROM_TOP_HOLE_BYTES", "-1MiB"},

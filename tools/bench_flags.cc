@@ -126,6 +126,10 @@ const Knob kKnobs[] = {
      "BFC with growth: a request that whole pages would waste more than 1/N of comes from the "
      "shared regions, not a segment (0 = any waste; default 4)",
      ReadDivisor<&BenchTuning::bfc_segment_waste_divisor>, "N"},
+    {"VGPU_BFC_SEGMENT_WASTE_DIVISOR_BEFORE_FREE", "--bfc-segment-waste-divisor-before-free",
+     "BFC with growth: until the first free, a request that whole pages would waste more than "
+     "1/N of comes from the shared regions (0 = no such rule; default 32)",
+     ReadDivisor<&BenchTuning::bfc_segment_waste_divisor_before_free>, "N"},
     {"VGPU_BFC_GATHER_PAGES", "--bfc-gather-pages",
      "BFC without growth: take the limit as VMM pages and gather free ones for a request no hole "
      "fits (1 = on, the default; 0 = one region, TensorFlow's)",
@@ -248,6 +252,7 @@ void BenchTuning::ApplyTo(DeviceAllocatorOptions& options) const {
   options.bfc_gather_pages = bfc_gather_pages;
   options.bfc_segment_bytes = bfc_segment_bytes;
   options.bfc_segment_waste_divisor = bfc_segment_waste_divisor;
+  options.bfc_segment_waste_divisor_before_free = bfc_segment_waste_divisor_before_free;
   options.vmm_slab_bytes = vmm_slab_bytes;
   options.vmm_page_bytes = vmm_page_bytes;
   options.vmm_small_block_max = vmm_small_block_max;

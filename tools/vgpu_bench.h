@@ -38,6 +38,8 @@ struct BenchTuning {
   std::optional<bool> bfc_gather_pages;                   // VGPU_BFC_GATHER_PAGES, 0 or 1
   std::optional<uint64_t> bfc_segment_bytes;              // VGPU_BFC_SEGMENT_BYTES, 0 = off
   std::optional<uint64_t> bfc_segment_waste_divisor;      // VGPU_BFC_SEGMENT_WASTE_DIVISOR, 0..2^20
+  // VGPU_BFC_SEGMENT_WASTE_DIVISOR_BEFORE_FREE, 0..2^20
+  std::optional<uint64_t> bfc_segment_waste_divisor_before_free;
   std::optional<uint64_t> vmm_slab_bytes;             // VGPU_VMM_SLAB_BYTES, k x 2 MiB, <= 1 TiB
   std::optional<uint64_t> vmm_page_bytes;             // VGPU_VMM_PAGE_BYTES, 2^k x 2 MiB, <= 1 GiB
   std::optional<uint64_t> vmm_small_block_max;        // VGPU_VMM_SMALL_BLOCK_MAX, 1 B..slab
