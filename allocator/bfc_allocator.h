@@ -136,20 +136,18 @@ struct BFCOptions {
   // grow (TensorFlow's growth). Growth off always has one region.
   uint64_t segment_bytes = 4 << 20;
   uint64_t segment_granularity = 2 << 20;
-  // ... unless rounding it up to whole pages would waste more than 1/segment_waste_divisor of
-  // it: such a request comes from the shared regions, where the rest of its last page serves
-  // others. A weight of 4.5 MiB alone in 6 MiB wasted a quarter of what it held for good (KV
-  // inference at a few hundred MiB: 1.18-1.215x peak live, above TensorFlow's 1.15-1.16x;
-  // 1.055-1.095x with 4). Only 4-4.8 and 6-6.4 MiB are affected at 4 (docs/allocator.md,
-  // "Segments"). 0 = any waste.
-  uint64_t segment_waste_divisor = 4;
-  // ... and until the first block is freed, more than 1/segment_waste_divisor_before_free (0 =
-  // no such rule). With nothing freed nothing can be reused, so whole pages buy nothing, and
-  // what is allocated first tends to live longest (a model's weights): attention weights of
-  // 4.9 and 12.5 MiB in 6 and 14 MiB segments put inference at d 1600 and 2560 0.005-0.03 above
-  // TensorFlow's rule, 0.01-0.02 below it with 32 (docs/allocator.md, "Segments that whole
-  // pages waste a quarter of").
+  // ... unless, until the first block is freed, rounding it up to whole pages would waste more
+  // than 1/segment_waste_divisor_before_free of it (0 = no such rule): such a request comes
+  // from the shared regions, where the rest of its last page serves others. With nothing freed
+  // nothing can be reused, so whole pages buy nothing, and what is allocated first tends to
+  // live longest (a model's weights): weights of 4.5-12.5 MiB alone in 6-14 MiB put KV inference
+  // 0.005-0.055 above TensorFlow's rule (small models, d 1600 and 2560), at or below it with 32
+  // (docs/allocator.md, "Segments for what is allocated before the first free").
   uint64_t segment_waste_divisor_before_free = 32;
+  // ... and at any time, more than 1/segment_waste_divisor (0, the default: no such rule). 4
+  // helps small models' KV caches as much but put four of PyTorch's and RMM's recorded workloads
+  // (tests/data) above TensorFlow's rule, and the random families 0.01-0.09 higher.
+  uint64_t segment_waste_divisor = 0;
   // Page gathering (growth off; needs a sub-allocator whose regions are made of pages it can
   // move, SubAllocator::page_bytes() > 0, else it stays off). A request no free chunk fits,
   // while the free chunks hold enough whole pages, gets those pages mapped back to back into a
@@ -340,8 +338,8 @@ class BFCAllocator final : public Allocator {
   // Marks free chunk c (out of every tree) allocated to `request`.
   void* HandOutLocked(uint32_t c, const AllocationRequest& request, uint64_t* wait_for)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Whether whole pages waste at most 1/segment_waste_divisor of a `rounded`-byte request (and,
-  // before the first free, 1/segment_waste_divisor_before_free).
+  // Whether whole pages waste at most 1/segment_waste_divisor of a `rounded`-byte request and,
+  // before the first free, 1/segment_waste_divisor_before_free.
   bool SegmentWasteOk(uint64_t rounded) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     const uint64_t waste = (page_ - rounded % page_) % page_;
     const uint64_t d = options_.segment_waste_divisor;

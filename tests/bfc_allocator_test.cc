@@ -527,12 +527,12 @@ TEST(BFCAllocatorTest, SegmentsGiveLargeRequestsRegionsOfTheirOwn) {
   EXPECT_EQ(f.fake->regions_outstanding(), 0u);
 }
 
-// A request whose rounding up to whole pages would waste more than a quarter of it is carved
-// from the shared regions instead of a segment (BFCOptions::segment_waste_divisor): 4.5 MiB
-// would hold 6 MiB, 6.2 MiB 8 MiB. 5 and 6.5 MiB waste less and get segments; divisor 0 gives
-// every request from segment_bytes up a segment, as before. Until the first free the bar is a
-// 32nd (segment_waste_divisor_before_free): 5 MiB, 32 MiB + 1 B and 44.5 MiB (1.5 MiB of a
-// 46 MiB segment, 3.4 %) then come from the shared regions too, 60.5 MiB (2.5 %) does not.
+// Until the first free, a request whose rounding up to whole pages would waste more than a 32nd
+// of it is carved from the shared regions instead of a segment
+// (BFCOptions::segment_waste_divisor_before_free): 5 MiB, 32 MiB + 1 B and 44.5 MiB (1.5 MiB of
+// a 46 MiB segment, 3.4 %), not 60.5 MiB (2.5 %) or 8 MiB (none). After a free, only with
+// segment_waste_divisor set (0 by default: any waste): at 4, 4.5 MiB (6 MiB) and 6.2 MiB
+// (8 MiB) are carved, 5 and 6.5 MiB waste less and get segments.
 TEST(BFCAllocatorTest, SegmentsAreForRequestsWholePagesFit) {
   struct Case {
     uint64_t bytes;
@@ -547,17 +547,17 @@ TEST(BFCAllocatorTest, SegmentsAreForRequestsWholePagesFit) {
                          {4608 * kKiB, 0, true, 6 * kMiB},
                          {4608 * kKiB, 8, true, 4608 * kKiB},
                          {32 * kMiB + 1, 4, true, 34 * kMiB},
-                         {5 * kMiB, 4, false, 5 * kMiB},
-                         {32 * kMiB + 1, 4, false, BFCAllocator::RoundedBytes(32 * kMiB + 1)},
-                         {44 * kMiB + kMiB / 2, 4, false, 44 * kMiB + kMiB / 2},
-                         {60 * kMiB + kMiB / 2, 4, false, 62 * kMiB},
-                         {8 * kMiB, 4, false, 8 * kMiB}};
+                         {5 * kMiB, 0, false, 5 * kMiB},
+                         {32 * kMiB + 1, 0, false, BFCAllocator::RoundedBytes(32 * kMiB + 1)},
+                         {44 * kMiB + kMiB / 2, 0, false, 44 * kMiB + kMiB / 2},
+                         {60 * kMiB + kMiB / 2, 0, false, 62 * kMiB},
+                         {8 * kMiB, 0, false, 8 * kMiB}};
   for (const Case& c : kCases) {
     SCOPED_TRACE(absl::StrCat(c.bytes, " bytes, divisor ", c.divisor,
                               c.after_free ? ", after a free" : ", nothing freed yet"));
     BFCOptions o{.name = "GPU:0", .memory_limit = 256 * kMiB, .allow_growth = true};
     EXPECT_EQ(o.segment_bytes, 4 * kMiB);
-    EXPECT_EQ(o.segment_waste_divisor, 4u);  // the defaults
+    EXPECT_EQ(o.segment_waste_divisor, 0u);  // the defaults
     EXPECT_EQ(o.segment_waste_divisor_before_free, 32u);
     o.segment_waste_divisor = c.divisor;
     BFCAllocator a(std::make_unique<FakeSubAllocator>(), o);

@@ -124,7 +124,7 @@ const Knob kKnobs[] = {
      }},
     {"VGPU_BFC_SEGMENT_WASTE_DIVISOR", "--bfc-segment-waste-divisor",
      "BFC with growth: a request that whole pages would waste more than 1/N of comes from the "
-     "shared regions, not a segment (0 = any waste; default 4)",
+     "shared regions, not a segment (0 = any waste, the default)",
      ReadDivisor<&BenchTuning::bfc_segment_waste_divisor>, "N"},
     {"VGPU_BFC_SEGMENT_WASTE_DIVISOR_BEFORE_FREE", "--bfc-segment-waste-divisor-before-free",
      "BFC with growth: until the first free, a request that whole pages would waste more than "
