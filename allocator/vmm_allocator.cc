@@ -328,13 +328,15 @@ VmmAllocator::~VmmAllocator() {
   }
 }
 
+inline bool VmmAllocator::FitsSlab(uint64_t bytes, uint64_t alignment) const {
+  return AlignUp(bytes, kDefaultAlignment) + alignment - kDefaultAlignment <= slab_bytes_;
+}
+
 absl::StatusOr<void*> VmmAllocator::DoAllocate(const AllocationRequest& request,
                                                uint64_t* wait_for) {
   const uint64_t bytes = request.bytes, alignment = request.alignment;
   if (request.slot != 0) used_slots_.fetch_or(SlotBit(request.slot), std::memory_order_relaxed);
-  // A small block must fit a slab even after BFC's alignment padding.
-  if (slabs_ != nullptr && bytes < small_block_max_ &&
-      AlignUp(bytes, kDefaultAlignment) + alignment - kDefaultAlignment <= slab_bytes_) {
+  if (slabs_ != nullptr && bytes < small_block_max_ && FitsSlab(bytes, alignment)) {
     // Near the limit (less than a third of it left) a mid-size block tries the open parts of
     // shared granules first (out of line: the small path pays one relaxed load).
     if (ABSL_PREDICT_FALSE(mid_in_open_parts_.load(std::memory_order_relaxed)) &&
@@ -396,7 +398,7 @@ absl::StatusOr<void*> VmmAllocator::AllocateSmall(const AllocationRequest& reque
       slab_refusal_.empty() ? "every granule of the limit is in a slab" : slab_refusal_, ")");
   slab_refusal_.clear();
   mu_.Unlock();
-  return OomError(bytes, AlignUp(bytes, kDefaultAlignment), why);
+  return OomError(bytes, rounded, why);
 }
 
 absl::StatusOr<void*> VmmAllocator::AllocateLarge(uint64_t bytes, uint64_t alignment, int slot,
@@ -478,7 +480,7 @@ absl::StatusOr<void*> VmmAllocator::AllocateLarge(uint64_t bytes, uint64_t align
       }
     }
     if (!r.ok() && absl::IsResourceExhausted(r.status()) && slabs_ != nullptr &&
-        AlignUp(bytes, kDefaultAlignment) + alignment - kDefaultAlignment <= slab_bytes_) {
+        FitsSlab(bytes, alignment)) {
       // A block no larger than a slab fits a slab's free chunk, or a free end and a free start
       // of two (an edge view), as small blocks do: the slabs' free space is mapped memory that
       // serves it rather than an OOM. The slab BFC's lock comes before ours.

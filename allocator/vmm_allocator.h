@@ -536,6 +536,9 @@ class VmmAllocator final : public Allocator {
   uint64_t RoomGranulesLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return limit_granules_ - std::min(limit_granules_, mapped_granules_) + cached_granules_;
   }
+  // Whether a block fits one slab even after the slab BFC's alignment padding (small blocks, and
+  // a large block's last try before an OOM).
+  bool FitsSlab(uint64_t bytes, uint64_t alignment) const;
   // Less than an eighth of the limit is room. MapSharedRangeLocked then searches harder for a
   // head and tail that leave no gap.
   bool NearLimitLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
