@@ -17,6 +17,7 @@
 #include "absl/strings/strip.h"
 #include "vgpu/runtime/bytes.h"
 #include "vgpu/runtime/file_io.h"
+#include "vgpu/runtime/gzip.h"
 #include "vgpu/runtime/numbers.h"
 #include "vgpu/runtime/pickle_reader.h"
 #include "vgpu/runtime/status.h"
@@ -545,6 +546,20 @@ absl::StatusOr<Trace> ParseTorchSnapshot(absl::string_view data, absl::string_vi
 
 absl::StatusOr<Trace> ParseAnyTrace(absl::string_view data, absl::string_view source,
                                     const ImportOptions& options) {
+  if (IsGzip(data)) {
+    // A compressed log (snapshot.pickle.gz, rmm_log.csv.gz, x.trace.gz): inflated within the
+    // cap of an uncompressed trace file, then told apart like any other.
+    VGPU_ASSIGN_OR_RETURN(const std::string inflated, Gunzip(data, MaxTraceFileBytes(), source));
+    if (IsGzip(inflated)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(source, ": compressed twice (gzip inside gzip); gunzip it once first"));
+    }
+    VGPU_ASSIGN_OR_RETURN(Trace t, ParseAnyTrace(inflated, source, options));
+    const std::string note =
+        absl::StrCat("gzip: ", data.size(), " bytes inflated to ", inflated.size());
+    t.import_note = t.import_note.empty() ? note : absl::StrCat(t.import_note, "; ", note);
+    return t;
+  }
   switch (DetectTraceFormat(data)) {
     case TraceFormat::kTorchSnapshot:
       return ParseTorchSnapshot(data, source, options);
@@ -562,6 +577,7 @@ absl::StatusOr<Trace> ReadAnyTraceFile(const std::string& path, const ImportOpti
   VGPU_ASSIGN_OR_RETURN(Trace t, ParseAnyTrace(data, base, options));
   if (t.name.empty()) {
     absl::string_view stem = base;
+    absl::ConsumeSuffix(&stem, ".gz");
     for (absl::string_view ext : {".trace", ".pickle", ".pkl", ".csv"}) {
       if (absl::ConsumeSuffix(&stem, ext)) break;
     }

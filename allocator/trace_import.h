@@ -5,7 +5,8 @@
 //   - an RMM `logging_resource_adaptor` CSV log (header "Thread,Time,Action,Pointer,Size,Stream");
 //   - vgpu's own text format.
 // The format is told apart by content, never by the file name: a pickle starts with the PROTO
-// byte 0x80, an RMM log with its header line, anything else is read as vgpu's format.
+// byte 0x80, an RMM log with its header line, anything else is read as vgpu's format. Any of
+// them may be gzip-compressed (runtime/gzip.h: the bytes 1f 8b first), as logs usually are.
 //
 // Addresses become block ids (an address freed and allocated again is a new block); streams
 // become dense indices in the order they first appear. docs/allocator.md ("Importing
@@ -47,7 +48,9 @@ absl::StatusOr<Trace> ParseRmmLog(absl::string_view text, absl::string_view sour
 absl::StatusOr<Trace> ParseTorchSnapshot(absl::string_view data,
                                          absl::string_view source = "snapshot",
                                          const ImportOptions& options = {});
-// Detects the format and parses; `source` names the input in errors.
+// Detects the format and parses; `source` names the input in errors. Gzip-compressed data is
+// inflated first, at most MaxTraceFileBytes of it (ResourceExhausted past that), and the trace's
+// import_note says it was compressed.
 absl::StatusOr<Trace> ParseAnyTrace(absl::string_view data, absl::string_view source,
                                     const ImportOptions& options = {});
 // ReadTraceFile's checks and size cap (MaxTraceFileBytes), then ParseAnyTrace; the trace is

@@ -13,6 +13,7 @@ set(VGPU_PUBLIC_HEADERS
   runtime/bytes.h
   runtime/kernels.h
   runtime/fault_injector.h
+  runtime/gzip.h
   runtime/mutex.h
   runtime/mpi/world.h
   runtime/nccl.h

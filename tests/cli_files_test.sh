@@ -64,6 +64,17 @@ printf 'Thread,Time,Action,Pointer,Size,Stream\n1,t,free,0x10,16,0x0\n' > free.c
 run rmm_free_unknown 1 "free.csv:2: free of 0x10, which is not live" "$BENCH" replay free.csv
 printf 'Thread,Time,Action,Pointer,Size,Stream\n1,t,allocate,0x10,99999999999999999999,0x0\n' > big.csv
 run rmm_bad_size 1 "big.csv:2: bad size" "$BENCH" plan --card 1GiB big.csv
+# Compressed logs are told apart by content; a broken one is an error naming it.
+gzip -c good.trace > good.trace.gz
+run trace_gzip 0 "" "$BENCH" replay good.trace.gz --no-baseline
+gzip -c free.csv > free.csv.gz
+run rmm_gzip_free_unknown 1 "free.csv.gz:2: free of 0x10, which is not live" "$BENCH" replay free.csv.gz
+head -c 12 good.trace.gz > cut.trace.gz
+run trace_gzip_truncated 1 "cut.trace.gz: the gzip stream ends early" "$BENCH" convert cut.trace.gz out.trace
+printf '\037\213junk' > junk.gz
+run trace_gzip_corrupt 1 "junk.gz: corrupt gzip stream at byte" "$BENCH" plan --card 1GiB junk.gz
+gzip -c good.trace.gz > twice.gz
+run trace_gzip_twice 1 "compressed twice" "$BENCH" replay twice.gz
 
 # Memory histories for the timeline.
 H() { printf '{%s"allocators":[%s],"events":[{"t_ns":%s,"allocator":%s,"in_use":1,"reserved":1}]}' "$1" "$2" "$3" "$4"; }
@@ -83,6 +94,10 @@ run tl_index_inf 1 "\"allocator\" is 1e999" "$INFO" timeline index_inf.json --sv
 run tl_index_neg 1 "\"allocator\" is -1" "$INFO" timeline index_neg.json --svg x.svg
 run tl_index_frac 1 "\"allocator\" is 1.5" "$INFO" timeline index_frac.json --svg x.svg
 run tl_bad_number 1 "malformed JSON at offset" "$INFO" timeline badnum.json --svg x.svg
+gzip -c denormal.json > denormal.json.gz
+run tl_gzip 0 "" "$INFO" timeline denormal.json.gz --svg gz.svg
+head -c 15 denormal.json.gz > cut.json.gz
+run tl_gzip_truncated 1 "cut.json.gz: the gzip stream ends early" "$INFO" timeline cut.json.gz --svg x.svg
 run tl_dir 1 "adir is a directory, not a memory history" "$INFO" timeline adir --svg x.svg
 run tl_dev_zero 1 "/dev/zero is not a regular file" "$INFO" timeline /dev/zero --svg x.svg
 run tl_fifo 1 "not a regular file" "$INFO" timeline fifo --svg x.svg

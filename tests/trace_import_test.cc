@@ -11,18 +11,21 @@
 #include <vector>
 
 #include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "vgpu/allocator/trace.h"
 #include "vgpu/runtime/pickle_reader.h"
 #include "vgpu/runtime/status_matchers.h"
+#include "vgpu/tests/gzip_testutil.h"
 
 namespace vgpu {
 namespace {
 
 using ::testing::AllOf;
 using ::testing::HasSubstr;
+using ::vgpu::testing::Gzip;
 using ::vgpu::testing::IsOk;
 using ::vgpu::testing::StatusIs;
 
@@ -239,6 +242,64 @@ TEST_F(TraceImportTest, TorchSnapshotBadInput) {
     EXPECT_THAT(ReadAnyTraceFile(Src(std::string("tests/data/snapshots/") + c.file)).status(),
                 StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr(c.message)));
   }
+}
+
+// Users compress their logs: each format, gzip-compressed, imports as the same workload (told
+// apart by content, the .gz name only trimmed from the trace's name), and says so.
+TEST_F(TraceImportTest, GzipCompressedLogsImportLikeTheirSource) {
+  struct Case {
+    const char* file;
+    const char* format;
+    const char* source;  // the vgpu trace the sample was made from
+  };
+  const Case cases[] = {
+      {"tests/data/mlp_two_streams.snapshot.pickle", "pytorch-snapshot",
+       "tests/data/mlp_two_streams.trace"},
+      {"tests/data/mlp_two_streams.rmm.csv", "rmm-log", "tests/data/mlp_two_streams.trace"},
+      {"tests/data/mlp_two_streams.trace", "vgpu", "tests/data/mlp_two_streams.trace"},
+  };
+  const std::string dir = ::testing::TempDir();
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.file);
+    auto source = ReadTraceFile(Src(c.source));
+    ASSERT_THAT(source, IsOk());
+    const std::string plain = Slurp(Src(c.file));
+    const std::string gz = Gzip(plain);
+    ASSERT_LT(gz.size(), plain.size());
+    auto t = ParseAnyTrace(gz, "log.gz");
+    ASSERT_THAT(t, IsOk());
+    EXPECT_EQ(t->format, c.format);
+    ExpectSameWorkload(*t, *source);
+    EXPECT_THAT(t->import_note,
+                HasSubstr(absl::StrCat("gzip: ", gz.size(), " bytes inflated to ", plain.size())));
+    // From a file: named, unless it names itself, after the file without .gz and the
+    // format's extension.
+    const std::string path = dir + "/gz_import_sample.trace.gz";
+    {
+      std::ofstream out(path, std::ios::binary);
+      out << gz;
+    }
+    auto f = ReadAnyTraceFile(path);
+    ASSERT_THAT(f, IsOk());
+    // (vgpu's own format names itself in its first comment line.)
+    EXPECT_EQ(f->name, f->format == "vgpu" ? source->name : "gz_import_sample");
+    ExpectSameWorkload(*f, *source);
+  }
+}
+
+TEST_F(TraceImportTest, GzipBadInput) {
+  const std::string trace = "a 1 100\nf 1\n";
+  const std::string gz = Gzip(trace);
+  EXPECT_THAT(ParseAnyTrace(gz.substr(0, gz.size() - 3), "x.trace.gz").status(),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("x.trace.gz: the gzip stream ends early")));
+  EXPECT_THAT(ParseAnyTrace(Gzip(gz), "x.trace.gz.gz").status(),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("x.trace.gz.gz: compressed twice (gzip inside gzip)")));
+  // The inflated text is checked like any trace, errors naming the input.
+  EXPECT_THAT(ParseAnyTrace(Gzip("a 1 100\nf 2\n"), "x.trace.gz").status(),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("x.trace.gz:2: free of block 2, which is not live")));
 }
 
 TEST_F(TraceImportTest, RmmLogReplaysLikeItsSource) {

@@ -6,11 +6,13 @@
 #include <cstdint>
 #include <cstdio>
 #include <string>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "vgpu/runtime/file_io.h"
+#include "vgpu/runtime/gzip.h"
 #include "vgpu/tools/flags.h"
 #include "vgpu/tools/history_reader.h"
 #include "vgpu/tools/info_flags.h"
@@ -39,6 +41,8 @@ int TimelineMain(int argc, char** argv) {
   const uint64_t limit_flag = flags->limit;
   absl::StatusOr<std::string> text =
       vgpu::ReadInputFile(in, kMaxHistoryFileBytes, "memory history");
+  // A gzip-compressed history (history.json.gz) is inflated within the same cap.
+  if (text.ok()) text = vgpu::GunzipIfCompressed(*std::move(text), kMaxHistoryFileBytes, in);
   if (!text.ok()) return Fail(std::string(text.status().message()), 1);
   absl::StatusOr<MemoryHistoryData> history = ParseMemoryHistory(*text, limit_flag);
   if (!history.ok()) return Fail(absl::StrCat(in, ": ", history.status().message()), 1);

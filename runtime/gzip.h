@@ -1,0 +1,37 @@
+// Gzip-compressed input, told apart by content: users compress their allocator logs (a PyTorch
+// snapshot or an RMM log of a long run is hundreds of megabytes, mostly repeated text), so the
+// readers of traces and memory histories take a .gz file as it is, with no flag and no
+// temporary file. Inflating is bounded: the output stops at a cap the caller picks for that
+// kind of input (a small file that inflates to gigabytes is refused, not read).
+//
+// Thread safety: pure functions without shared state; safe from any thread.
+#ifndef VGPU_RUNTIME_GZIP_H_
+#define VGPU_RUNTIME_GZIP_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace vgpu {
+
+// Whether `data` starts with the gzip magic bytes 0x1f 0x8b (RFC 1952). No text format we read
+// starts with them: 0x8b is not valid UTF-8 as a second byte after 0x1f.
+bool IsGzip(absl::string_view data);
+
+// Inflates a gzip stream: every member, as `gzip -d` does with concatenated files, and trailing
+// zero bytes (tape padding) are allowed. Errors name `source`: InvalidArgument for data that is
+// not gzip, a corrupt or truncated stream (with the byte offset), or other data after the last
+// member; ResourceExhausted when the output would pass `max_bytes` (naming the cap).
+absl::StatusOr<std::string> Gunzip(absl::string_view data, uint64_t max_bytes,
+                                   absl::string_view source);
+
+// `data` itself when it is not gzip, else Gunzip(data, max_bytes, source). `*was_gzip` (when
+// given) says which.
+absl::StatusOr<std::string> GunzipIfCompressed(std::string data, uint64_t max_bytes,
+                                               absl::string_view source, bool* was_gzip = nullptr);
+
+}  // namespace vgpu
+
+#endif  // VGPU_RUNTIME_GZIP_H_
