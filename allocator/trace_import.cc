@@ -287,14 +287,34 @@ struct Entry {
 
 absl::StatusOr<Trace> ParseTorchSnapshot(absl::string_view data, absl::string_view source,
                                          const ImportOptions& options) {
-  // The values of a large snapshot take ~100 bytes each: at most an eighth of the machine's
-  // memory, as for the trace file itself (MaxTraceFileBytes).
+  // The values of a large snapshot take ~170 bytes each in memory (the value, its share of
+  // its container's vector, a string's heap copy; measured on a 172 MB snapshot, docs/
+  // allocator.md): at most a quarter of the machine's memory (the file itself, read first, is
+  // held to an eighth: MaxTraceFileBytes), and 2^25 values.
+  constexpr uint64_t kBytesPerValue = 176;
   PickleLimits limits;
-  if (const uint64_t phys = PhysicalMemoryBytes(); phys > 0) {
+  if (options.max_snapshot_values > 0) {
+    limits.max_values = options.max_snapshot_values;
+  } else if (const uint64_t phys = PhysicalMemoryBytes(); phys > 0) {
     limits.max_values = std::max<uint64_t>(
-        1 << 16, std::min<uint64_t>(limits.max_values, phys / 8 / sizeof(PickleValue)));
+        1 << 16, std::min<uint64_t>(limits.max_values, phys / 4 / kBytesPerValue));
   }
-  VGPU_ASSIGN_OR_RETURN(std::unique_ptr<PickleDocument> doc, ParsePickle(data, source, limits));
+  absl::StatusOr<std::unique_ptr<PickleDocument>> parsed = ParsePickle(data, source, limits);
+  if (!parsed.ok()) {
+    // The one refusal a genuine snapshot meets: a history too long for this machine. Say what
+    // to do about it.
+    const std::string cap = absl::StrCat("more than ", limits.max_values, " values");
+    if (absl::EndsWith(parsed.status().message(), cap)) {
+      return absl::Status(
+          parsed.status().code(),
+          absl::StrCat(parsed.status().message(),
+                       " (the most one snapshot may hold here, a quarter of this machine's memory: "
+                       "record fewer entries, _record_memory_history(max_entries=N) keeps the "
+                       "last N, or import it on a machine with more memory)"));
+    }
+    return parsed.status();
+  }
+  std::unique_ptr<PickleDocument> doc = *std::move(parsed);
   SnapshotReader r(source);
   const PickleValue& root = doc->root();
   if (!root.is_dict()) {

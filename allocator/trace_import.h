@@ -39,6 +39,9 @@ struct ImportOptions {
   // PyTorch snapshots hold one trace per device: this one, or (unset) the device with the most
   // allocations and frees (the note says which).
   std::optional<int> device;
+  // The most pickle values a snapshot may hold (0: as many as fit in a quarter of this
+  // machine's memory, 2^16 to 2^25); past it the import is refused, saying how to record less.
+  uint64_t max_snapshot_values = 0;
 };
 
 // The header line RMM's logging_resource_adaptor writes.

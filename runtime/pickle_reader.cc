@@ -259,8 +259,7 @@ class PickleParser {
     if (doc_->values_.size() >= limits_.max_values) {
       return OpErr(absl::StrCat("more than ", limits_.max_values, " values"));
     }
-    doc_->values_.push_back(std::make_unique<PickleValue>());
-    PickleValue* v = doc_->values_.back().get();
+    PickleValue* v = &doc_->values_.emplace_back();
     v->kind = kind;
     return v;
   }

@@ -16,6 +16,7 @@
 #define VGPU_RUNTIME_PICKLE_READER_H_
 
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <string>
 #include <utility>
@@ -61,7 +62,9 @@ class PickleDocument {
 
  private:
   friend class PickleParser;
-  std::vector<std::unique_ptr<PickleValue>> values_;
+  // In blocks (a deque never moves what it holds): no allocation of its own per value, ~40
+  // bytes less each than one heap object apiece.
+  std::deque<PickleValue> values_;
   const PickleValue* root_ = nullptr;
 };
 

@@ -133,6 +133,17 @@ TEST_F(TraceImportTest, TorchSnapshotBlocksLiveAtTheStart) {
   for (int i = 0; i < 3; ++i) EXPECT_TRUE(t->events[i].alloc) << i;
 }
 
+// A history too long for the machine is refused saying how to record a shorter one.
+TEST_F(TraceImportTest, TorchSnapshotTooLongSaysHowToRecordLess) {
+  const std::string snap = Slurp(Src("tests/data/torch/two_streams.pickle"));
+  ASSERT_THAT(ParseTorchSnapshot(snap, "snap.pickle"), IsOk());
+  EXPECT_THAT(ParseTorchSnapshot(snap, "snap.pickle", {.max_snapshot_values = 100}).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr("snap.pickle: pickle at offset "),
+                             HasSubstr("more than 100 values (the most one snapshot may hold here"),
+                             HasSubstr("_record_memory_history(max_entries=N)"))));
+}
+
 TEST_F(TraceImportTest, TorchSnapshotReusedAddressIsANewBlock) {
   auto t = ReadAnyTraceFile(Src("tests/data/snapshots/reuse.pickle"));
   ASSERT_THAT(t, IsOk());
