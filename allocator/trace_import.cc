@@ -593,7 +593,7 @@ absl::StatusOr<Trace> ParseAnyTrace(absl::string_view data, absl::string_view so
 
 absl::StatusOr<Trace> ReadAnyTraceFile(const std::string& path, const ImportOptions& options) {
   VGPU_ASSIGN_OR_RETURN(std::string data, ReadInputFile(path, MaxTraceFileBytes(), "trace file"));
-  absl::string_view base = BaseName(path);
+  absl::string_view base = path == "-" ? absl::string_view("stdin") : BaseName(path);
   VGPU_ASSIGN_OR_RETURN(Trace t, ParseAnyTrace(data, base, options));
   if (t.name.empty()) {
     absl::string_view stem = base;

@@ -57,7 +57,8 @@ absl::StatusOr<Trace> ParseTorchSnapshot(absl::string_view data,
 absl::StatusOr<Trace> ParseAnyTrace(absl::string_view data, absl::string_view source,
                                     const ImportOptions& options = {});
 // ReadTraceFile's checks and size cap (MaxTraceFileBytes), then ParseAnyTrace; the trace is
-// named after the file when the source names none.
+// named after the file when the source names none. The path "-" is standard input (named
+// "stdin"; runtime/file_io.h).
 absl::StatusOr<Trace> ReadAnyTraceFile(const std::string& path, const ImportOptions& options = {});
 
 }  // namespace vgpu

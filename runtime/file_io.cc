@@ -1,6 +1,7 @@
 #include "vgpu/runtime/file_io.h"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -85,6 +86,25 @@ absl::StatusOr<InputFile> InputFile::Open(const std::string& path, uint64_t max_
   return f;
 }
 
+absl::StatusOr<InputFile> InputFile::Stdin(uint64_t max_bytes, absl::string_view what) {
+  if (::isatty(STDIN_FILENO) == 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot read ", what, " from standard input (-): it is a terminal; pipe the ",
+                     what, " in or name the file"));
+  }
+  const int fd = ::fcntl(STDIN_FILENO, F_DUPFD_CLOEXEC, 0);
+  if (fd < 0) return OpenError("(standard input)", errno, what);
+  InputFile f(fd, 0, max_bytes, "(standard input)", std::string(what));
+  struct stat st;
+  if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) {  // redirected from a file: its size
+    f.size_ = static_cast<uint64_t>(st.st_size);
+    if (f.size_ > max_bytes) {
+      return TooLarge("(standard input)", f.size_, max_bytes, what, /*grew=*/false);
+    }
+  }
+  return f;
+}
+
 InputFile::InputFile(InputFile&& other) noexcept
     : fd_(std::exchange(other.fd_, -1)),
       size_(other.size_),
@@ -124,6 +144,11 @@ absl::StatusOr<std::string> InputFile::ReadAll() {
     if (n < 0) {
       out.resize(old);
       if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) {  // a non-blocking pipe (stdin): wait
+        struct pollfd p = {fd_, POLLIN, 0};
+        ::poll(&p, 1, -1);
+        continue;
+      }
       return absl::DataLossError(
           absl::StrCat("cannot read ", what_, " ", path_, ": ", std::strerror(errno)));
     }
@@ -138,7 +163,8 @@ absl::StatusOr<std::string> InputFile::ReadAll() {
 
 absl::StatusOr<std::string> ReadInputFile(const std::string& path, uint64_t max_bytes,
                                           absl::string_view what) {
-  absl::StatusOr<InputFile> f = InputFile::Open(path, max_bytes, what);
+  absl::StatusOr<InputFile> f =
+      path == "-" ? InputFile::Stdin(max_bytes, what) : InputFile::Open(path, max_bytes, what);
   if (!f.ok()) return f.status();
   return f->ReadAll();
 }

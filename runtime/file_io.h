@@ -1,7 +1,8 @@
 // One way to read a file a user names (a trace, a memory history, an IDX data set), and one
 // to write one (WriteOutputFile, below). Reading: only
 // regular files are read, never a directory, FIFO, socket or device (so /dev/zero is not read
-// forever and a FIFO without a writer never blocks), and never more than a cap the caller
+// forever and a FIFO without a writer never blocks), except standard input when the user names
+// it ("-"), and never more than a cap the caller
 // picks for that kind of file, checked before reading and again while reading (files grow).
 // Errors name the file: NotFound (missing), PermissionDenied (unreadable), InvalidArgument
 // (not a regular file), ResourceExhausted (over the cap).
@@ -27,6 +28,10 @@ class InputFile {
  public:
   static absl::StatusOr<InputFile> Open(const std::string& path, uint64_t max_bytes,
                                         absl::string_view what);
+  // Standard input (a pipe or a redirected file: `... | vgpu-bench replay -`), read to its end
+  // within the same cap; a terminal is refused (InvalidArgument: nothing was piped in) rather
+  // than waited on. Its own descriptor (a dup): closing it leaves stdin open.
+  static absl::StatusOr<InputFile> Stdin(uint64_t max_bytes, absl::string_view what);
   InputFile(InputFile&& other) noexcept;
   InputFile& operator=(InputFile&& other) noexcept;
   InputFile(const InputFile&) = delete;
@@ -54,7 +59,7 @@ class InputFile {
   std::string what_;
 };
 
-// InputFile::Open + ReadAll.
+// InputFile::Open + ReadAll; the path "-" is standard input (InputFile::Stdin).
 absl::StatusOr<std::string> ReadInputFile(const std::string& path, uint64_t max_bytes,
                                           absl::string_view what);
 

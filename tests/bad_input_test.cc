@@ -13,18 +13,20 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
+#include "bad_input_catalogue.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
 #include "vgpu/allocator/bfc_allocator.h"
 #include "vgpu/allocator/factory.h"
 #include "vgpu/allocator/sub_allocators.h"
 #include "vgpu/allocator/trace.h"
 #include "vgpu/allocator/trace_import.h"
-#include "bad_input_catalogue.h"
-#include "gmock/gmock.h"
-#include "gtest/gtest.h"
 #include "vgpu/runtime/bytes.h"
+#include "vgpu/runtime/gzip.h"
 #include "vgpu/runtime/host/host_platform.h"
 #include "vgpu/runtime/kernels.h"
 #include "vgpu/runtime/status_matchers.h"
+#include "vgpu/tests/gzip_testutil.h"
 
 namespace vgpu::testing {
 namespace {
@@ -249,6 +251,19 @@ std::vector<CatalogueCase> RuntimeCases() {
                [] { return ParseAnyTrace("Thread,Time,Action,Pointer,Size,Stream\n1,12:00:00.000001,reallocate,0x10,16,0x0\n", "rmm.csv").status(); }});
   c.push_back({"T13", "RMM log: bytes at the null pointer", "`allocate,(nil),16,0`", Code::kInvalidArgument, "rmm.csv:2: allocate of 16 bytes at the null pointer (only 0 bytes may be)",
                [] { return ParseAnyTrace("Thread,Time,Action,Pointer,Size,Stream\n1,12:00:00.000001,allocate,(nil),16,0\n", "rmm.csv").status(); }});
+  c.push_back(
+      {"T14", "gzip: truncated", "the first 20 bytes of `x.trace.gz`", Code::kInvalidArgument,
+       "x.trace.gz: the gzip stream ends early (truncated after 20 bytes",
+       [] { return ParseAnyTrace(Gzip("a 1 100\nf 1\n").substr(0, 20), "x.trace.gz").status(); }});
+  c.push_back(
+      {"T15", "gzip: inflates past the cap", "8 MiB of zeros in 8 KiB, a 1 MiB cap",
+       Code::kResourceExhausted,
+       "bomb.gz: inflates to more than 1 MiB (1048576 bytes), the most this input may hold",
+       [] { return Gunzip(Gzip(std::string(8 << 20, '\0')), 1 << 20, "bomb.gz").status(); }});
+  c.push_back({"T16", "gzip: compressed twice", "`gzip -c x.trace.gz > x.gz`",
+               Code::kInvalidArgument,
+               "x.gz: compressed twice (gzip inside gzip); gunzip it once first",
+               [] { return ParseAnyTrace(Gzip(Gzip("a 1 8\nf 1\n")), "x.gz").status(); }});
   return c;
 }
 

@@ -2,6 +2,8 @@
 // promptly with a message naming the file (issue 12: /dev/zero read forever, a FIFO blocked).
 #include "vgpu/runtime/file_io.h"
 
+#include <fcntl.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -13,6 +15,7 @@
 #include <cstring>
 #include <fstream>
 #include <string>
+#include <thread>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -120,6 +123,63 @@ TEST(FileIoTest, SocketIsRefused) {
   EXPECT_THAT(ReadInputFile(path, 1024, "trace file").status(),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("a socket")));
   ::close(fd);
+}
+
+// "-" is standard input, read to its end within the cap: a pipe (written while it is read),
+// and a redirected file.
+TEST(FileIoTest, StandardInputIsReadWhenNamed) {
+  const int saved = ::dup(STDIN_FILENO);
+  ASSERT_GE(saved, 0);
+  // The writer's write after the reader stopped at the cap fails with EPIPE, not a signal.
+  struct sigaction ignore = {}, old_pipe = {};
+  ignore.sa_handler = SIG_IGN;
+  ASSERT_EQ(::sigaction(SIGPIPE, &ignore, &old_pipe), 0);
+  auto read_piped = [&](const std::string& data, uint64_t cap) {
+    int fds[2];
+    EXPECT_EQ(::pipe(fds), 0);
+    EXPECT_EQ(::dup2(fds[0], STDIN_FILENO), STDIN_FILENO);
+    ::close(fds[0]);
+    std::thread writer([&, w = fds[1]] {  // more than a pipe holds: written as it is read
+      size_t done = 0;
+      while (done < data.size()) {
+        const ssize_t n = ::write(w, data.data() + done, data.size() - done);
+        if (n <= 0) break;
+        done += static_cast<size_t>(n);
+      }
+      ::close(w);
+    });
+    absl::StatusOr<std::string> got = ReadInputFile("-", cap, "trace file");
+    ::close(STDIN_FILENO);  // the writer sees EPIPE if the read stopped early
+    writer.join();
+    ::dup2(saved, STDIN_FILENO);
+    return got;
+  };
+  std::string big;
+  for (int i = 0; i < 40000; ++i)
+    big += "a " + std::to_string(i) + " 8\nf " + std::to_string(i) + "\n";
+  ASSERT_GT(big.size(), 256u << 10);
+  absl::StatusOr<std::string> got = read_piped(big, 16 << 20);
+  ASSERT_THAT(got, IsOk());
+  EXPECT_TRUE(*got == big);
+  EXPECT_THAT(read_piped(big, 1000).status(),
+              StatusIs(absl::StatusCode::kResourceExhausted,
+                       AllOf(HasSubstr("trace file (standard input) grew past"),
+                             HasSubstr("above the cap of 1000 B"))));
+  // Redirected from a file (`< x.trace`): its size is checked before reading.
+  const ScopedTempDir tmp("vgpu_file_io_stdin");
+  Write(tmp.path() + "/x", "a 1 8\nf 1\n");
+  const int f = ::open((tmp.path() + "/x").c_str(), O_RDONLY);
+  ASSERT_GE(f, 0);
+  ASSERT_EQ(::dup2(f, STDIN_FILENO), STDIN_FILENO);
+  ::close(f);
+  EXPECT_THAT(ReadInputFile("-", 1024, "trace file"), IsOk());
+  ASSERT_EQ(::lseek(STDIN_FILENO, 0, SEEK_SET), 0);
+  EXPECT_THAT(ReadInputFile("-", 5, "trace file").status(),
+              StatusIs(absl::StatusCode::kResourceExhausted,
+                       HasSubstr("trace file (standard input) is 10 B")));
+  ::dup2(saved, STDIN_FILENO);
+  ::close(saved);
+  ::sigaction(SIGPIPE, &old_pipe, nullptr);
 }
 
 TEST(FileIoTest, OpenReportsSizeAndReleases) {

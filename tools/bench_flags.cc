@@ -291,8 +291,9 @@ absl::StatusOr<BenchArgs> ParseBenchArgs(const std::vector<std::string>& argv) {
                  "PyTorch snapshot: the device whose trace is read (default: most events)");
   };
   if (a.command == "replay") {
-    fs.Positional("TRACE", &a.trace_path, /*required=*/true,
-                  "a trace, PyTorch snapshot or RMM log (told apart by content)")
+    fs.Positional(
+          "TRACE", &a.trace_path, /*required=*/true,
+          "a trace, PyTorch snapshot or RMM log, plain or gzip (told apart by content; - is stdin)")
         .Enum("--allocator", &a.allocator, kAllocators, "the allocator replayed (default bfc)")
         .Bool("--allow-growth", &a.allow_growth, "reserve memory as needed (default off)")
         .Bytes("--limit", &a.limit, 1, UINT64_MAX, "memory limit (default: from the trace)")
@@ -317,8 +318,9 @@ absl::StatusOr<BenchArgs> ParseBenchArgs(const std::vector<std::string>& argv) {
     device_flag(fs);
     AddKnobFlags(fs, a.tuning, knob_text);
   } else if (a.command == "convert") {
-    fs.Positional("IN", &a.trace_path, /*required=*/true,
-                  "a trace, PyTorch snapshot or RMM log (told apart by content)")
+    fs.Positional(
+          "IN", &a.trace_path, /*required=*/true,
+          "a trace, PyTorch snapshot or RMM log, plain or gzip (told apart by content; - is stdin)")
         .Positional("OUT", &a.output_path, /*required=*/true, "the vgpu trace written");
     device_flag(fs);
   } else if (a.command == "plan") {
