@@ -87,16 +87,20 @@ absl::StatusOr<InputFile> InputFile::Open(const std::string& path, uint64_t max_
 }
 
 absl::StatusOr<InputFile> InputFile::Stdin(uint64_t max_bytes, absl::string_view what) {
-  if (::isatty(STDIN_FILENO) == 1) {
+  // A pipe, a socket or a redirected file. A terminal would wait for typing, and a device such
+  // as /dev/zero never ends: both are refused, as devices are by name.
+  struct stat st;
+  if (::fstat(STDIN_FILENO, &st) != 0) return OpenError("(standard input)", errno, what);
+  if (S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode)) {
     return absl::InvalidArgumentError(
-        absl::StrCat("cannot read ", what, " from standard input (-): it is a terminal; pipe the ",
-                     what, " in or name the file"));
+        absl::StrCat("cannot read ", what, " from standard input (-): it is ",
+                     ::isatty(STDIN_FILENO) == 1 ? "a terminal" : TypeName(st.st_mode),
+                     "; pipe the ", what, " in or name the file"));
   }
   const int fd = ::fcntl(STDIN_FILENO, F_DUPFD_CLOEXEC, 0);
   if (fd < 0) return OpenError("(standard input)", errno, what);
   InputFile f(fd, 0, max_bytes, "(standard input)", std::string(what));
-  struct stat st;
-  if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) {  // redirected from a file: its size
+  if (S_ISREG(st.st_mode)) {  // redirected from a file: its size is known
     f.size_ = static_cast<uint64_t>(st.st_size);
     if (f.size_ > max_bytes) {
       return TooLarge("(standard input)", f.size_, max_bytes, what, /*grew=*/false);

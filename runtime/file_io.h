@@ -29,8 +29,9 @@ class InputFile {
   static absl::StatusOr<InputFile> Open(const std::string& path, uint64_t max_bytes,
                                         absl::string_view what);
   // Standard input (a pipe or a redirected file: `... | vgpu-bench replay -`), read to its end
-  // within the same cap; a terminal is refused (InvalidArgument: nothing was piped in) rather
-  // than waited on. Its own descriptor (a dup): closing it leaves stdin open.
+  // within the same cap; a terminal or a device (/dev/zero, /dev/null) is refused
+  // (InvalidArgument) rather than waited on or read forever. Its own descriptor (a dup):
+  // closing it leaves stdin open.
   static absl::StatusOr<InputFile> Stdin(uint64_t max_bytes, absl::string_view what);
   InputFile(InputFile&& other) noexcept;
   InputFile& operator=(InputFile&& other) noexcept;

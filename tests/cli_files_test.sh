@@ -64,10 +64,13 @@ printf 'Thread,Time,Action,Pointer,Size,Stream\n1,t,free,0x10,16,0x0\n' > free.c
 run rmm_free_unknown 1 "free.csv:2: free of 0x10, which is not live" "$BENCH" replay free.csv
 printf 'Thread,Time,Action,Pointer,Size,Stream\n1,t,allocate,0x10,99999999999999999999,0x0\n' > big.csv
 run rmm_bad_size 1 "big.csv:2: bad size" "$BENCH" plan --card 1GiB big.csv
-# Standard input ("-"): a pipe or a redirected file; nothing piped in is an empty trace.
+# Standard input ("-"): a pipe or a redirected file; a device (here /dev/null, run's stdin, and
+# /dev/zero) is refused rather than read; nothing piped in is an empty trace.
 run trace_stdin 0 "" sh -c "'$BENCH' replay - --no-baseline < good.trace"
 run trace_stdin_gzip_convert 0 "" sh -c "gzip -c good.trace | '$BENCH' convert - stdin.trace"
-run trace_stdin_empty 1 "stdin: the trace has no events" "$BENCH" replay -
+run trace_stdin_device 1 "standard input \\(-\\): it is a character device" "$BENCH" replay -
+run trace_stdin_zero 1 "it is a character device" sh -c "'$BENCH' replay - < /dev/zero"
+run trace_stdin_empty_pipe 1 "stdin: the trace has no events" sh -c "printf '' | '$BENCH' replay -"
 # Compressed logs are told apart by content; a broken one is an error naming it.
 gzip -c good.trace > good.trace.gz
 run trace_gzip 0 "" "$BENCH" replay good.trace.gz --no-baseline
