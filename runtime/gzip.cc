@@ -130,4 +130,41 @@ absl::StatusOr<std::string> GunzipIfCompressed(std::string data, uint64_t max_by
   return Gunzip(data, max_bytes, source);
 }
 
+absl::StatusOr<std::string> GzipCompress(absl::string_view data, int level) {
+  if (level < Z_DEFAULT_COMPRESSION || level > Z_BEST_COMPRESSION) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("gzip compression level ", level, " is not in -1..9"));
+  }
+  z_stream zs{};
+  if (deflateInit2(&zs, level, Z_DEFLATED, 16 + MAX_WBITS, 8, Z_DEFAULT_STRATEGY) != Z_OK) {
+    return absl::ResourceExhaustedError("zlib could not start compressing (out of memory)");
+  }
+  std::string out(deflateBound(&zs, data.size()), '\0');
+  auto* const in = reinterpret_cast<const Bytef*>(data.data());
+  size_t fed = 0;
+  uint64_t produced = 0;
+  int ret = Z_OK;
+  while (ret != Z_STREAM_END) {  // zlib counts in 32 bits: fed and drained in chunks
+    if (zs.avail_in == 0 && fed < data.size()) {
+      const size_t n = std::min<size_t>(data.size() - fed, UINT_MAX);
+      zs.next_in = const_cast<Bytef*>(in + fed);
+      zs.avail_in = static_cast<uInt>(n);
+      fed += n;
+    }
+    if (produced == out.size()) out.resize(out.size() * 2 + 64);
+    zs.next_out = reinterpret_cast<Bytef*>(out.data() + produced);
+    zs.avail_out = static_cast<uInt>(std::min<uint64_t>(out.size() - produced, UINT_MAX));
+    const uInt room = zs.avail_out;
+    ret = deflate(&zs, fed == data.size() && zs.avail_in == 0 ? Z_FINISH : Z_NO_FLUSH);
+    produced += room - zs.avail_out;
+    if (ret == Z_STREAM_ERROR) {
+      deflateEnd(&zs);
+      return absl::InternalError("zlib failed while compressing");
+    }
+  }
+  deflateEnd(&zs);
+  out.resize(static_cast<size_t>(produced));
+  return out;
+}
+
 }  // namespace vgpu

@@ -2,7 +2,8 @@
 // snapshot or an RMM log of a long run is hundreds of megabytes, mostly repeated text), so the
 // readers of traces and memory histories take a .gz file as it is, with no flag and no
 // temporary file. Inflating is bounded: the output stops at a cap the caller picks for that
-// kind of input (a small file that inflates to gigabytes is refused, not read).
+// kind of input (a small file that inflates to gigabytes is refused, not read). And output:
+// `vgpu-bench convert` writes a .gz trace with GzipCompress.
 //
 // Thread safety: pure functions without shared state; safe from any thread.
 #ifndef VGPU_RUNTIME_GZIP_H_
@@ -31,6 +32,10 @@ absl::StatusOr<std::string> Gunzip(absl::string_view data, uint64_t max_bytes,
 // given) says which.
 absl::StatusOr<std::string> GunzipIfCompressed(std::string data, uint64_t max_bytes,
                                                absl::string_view source, bool* was_gzip = nullptr);
+
+// `data` compressed as one gzip member (what `gzip` writes; zlib level 6 by default), for
+// output files whose name ends in .gz. ResourceExhausted if zlib runs out of memory.
+absl::StatusOr<std::string> GzipCompress(absl::string_view data, int level = 6);
 
 }  // namespace vgpu
 

@@ -71,6 +71,10 @@ run trace_stdin_gzip_convert 0 "" sh -c "gzip -c good.trace | '$BENCH' convert -
 run trace_stdin_device 1 "standard input \\(-\\): it is a character device" "$BENCH" replay -
 run trace_stdin_zero 1 "it is a character device" sh -c "'$BENCH' replay - < /dev/zero"
 run trace_stdin_empty_pipe 1 "stdin: the trace has no events" sh -c "printf '' | '$BENCH' replay -"
+# convert writes gzip when OUT ends in .gz (gzip itself reads it), and to stdout for "-".
+run convert_gzip_out 0 "" "$BENCH" convert good.trace out.trace.gz
+run convert_gzip_out_valid 0 "" sh -c "gzip -t out.trace.gz && '$BENCH' replay out.trace.gz --no-baseline"
+run convert_stdout 0 "" sh -c "'$BENCH' convert good.trace - | grep -q '^a 1 8'"
 # Compressed logs are told apart by content; a broken one is an error naming it.
 gzip -c good.trace > good.trace.gz
 run trace_gzip 0 "" "$BENCH" replay good.trace.gz --no-baseline

@@ -3,6 +3,8 @@
 // clear errors naming the input.
 #include "vgpu/runtime/gzip.h"
 
+#include <zlib.h>
+
 #include <atomic>
 #include <string>
 #include <thread>
@@ -125,6 +127,34 @@ TEST(GzipTest, NotGzipIsAnErrorAndPassesThroughTheOptionalForm) {
   ASSERT_THAT(inflated, IsOk());
   EXPECT_EQ(*inflated, "a 1 2\n");
   EXPECT_TRUE(was_gzip);
+}
+
+// What GzipCompress writes is gzip: zlib's inflate and ours read it back, whatever its size.
+TEST(GzipTest, CompressWritesWhatGunzipReads) {
+  for (const std::string& data :
+       {std::string(), std::string("a 1 8\nf 1\n"), TraceLikeText(100000)}) {
+    SCOPED_TRACE(data.size());
+    absl::StatusOr<std::string> gz = GzipCompress(data);
+    ASSERT_THAT(gz, IsOk());
+    EXPECT_TRUE(IsGzip(*gz));
+    if (data.size() > 1000) EXPECT_LT(gz->size(), data.size() / 2);
+    absl::StatusOr<std::string> back = Gunzip(*gz, 64 << 20, "x.gz");
+    ASSERT_THAT(back, IsOk());
+    EXPECT_TRUE(*back == data);
+    // zlib's own reader, independent of Gunzip.
+    std::string z(data.size() + 1, '\0');
+    z_stream zs{};
+    ASSERT_EQ(inflateInit2(&zs, 16 + MAX_WBITS), Z_OK);
+    zs.next_in = reinterpret_cast<Bytef*>(gz->data());
+    zs.avail_in = static_cast<uInt>(gz->size());
+    zs.next_out = reinterpret_cast<Bytef*>(z.data());
+    zs.avail_out = static_cast<uInt>(z.size());
+    EXPECT_EQ(inflate(&zs, Z_FINISH), Z_STREAM_END);
+    EXPECT_EQ(zs.total_out, data.size());
+    inflateEnd(&zs);
+  }
+  EXPECT_THAT(GzipCompress("x", 10).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("level 10 is not in -1..9")));
 }
 
 // Gunzip is reentrant: no shared state between calls on several threads.

@@ -321,7 +321,8 @@ absl::StatusOr<BenchArgs> ParseBenchArgs(const std::vector<std::string>& argv) {
     fs.Positional(
           "IN", &a.trace_path, /*required=*/true,
           "a trace, PyTorch snapshot or RMM log, plain or gzip (told apart by content; - is stdin)")
-        .Positional("OUT", &a.output_path, /*required=*/true, "the vgpu trace written");
+        .Positional("OUT", &a.output_path, /*required=*/true,
+                    "the vgpu trace written (gzip-compressed if it ends in .gz; - is stdout)");
     device_flag(fs);
   } else if (a.command == "plan") {
     fs.Bytes("--card", &a.card, 2 << 20, uint64_t{64} << 40, "the card's memory (required)")

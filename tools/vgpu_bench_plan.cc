@@ -10,12 +10,14 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "vgpu/allocator/trace.h"
 #include "vgpu/runtime/bytes.h"
 #include "vgpu/runtime/file_io.h"
+#include "vgpu/runtime/gzip.h"
 #include "vgpu/runtime/json.h"
 #include "vgpu/tools/vgpu_bench.h"
 
@@ -65,8 +67,26 @@ struct PlannedTrace {
 int RunConvert(const BenchArgs& args) {
   std::optional<Trace> trace = ReadBenchTrace("convert", args.trace_path, args.device);
   if (!trace) return 1;
-  const std::string text = FormatTrace(*trace);
-  if (absl::Status w = WriteOutputFile(args.output_path, text, "trace file"); !w.ok()) {
+  std::string text = FormatTrace(*trace);
+  // OUT named *.gz is written gzip-compressed (what replay reads back); "-" is standard output,
+  // and the summary line then goes to stderr with the rest.
+  const bool gz = absl::EndsWith(args.output_path, ".gz");
+  if (gz) {
+    absl::StatusOr<std::string> z = GzipCompress(text);
+    if (!z.ok()) {
+      std::fprintf(stderr, "vgpu-bench convert: %s\n", std::string(z.status().message()).c_str());
+      return 1;
+    }
+    text = *std::move(z);
+  }
+  const bool to_stdout = args.output_path == "-";
+  if (to_stdout) {
+    if (std::fwrite(text.data(), 1, text.size(), stdout) != text.size() ||
+        std::fflush(stdout) != 0) {
+      std::fprintf(stderr, "vgpu-bench convert: cannot write the trace to standard output\n");
+      return 1;
+    }
+  } else if (absl::Status w = WriteOutputFile(args.output_path, text, "trace file"); !w.ok()) {
     std::fprintf(stderr, "vgpu-bench convert: %s\n", std::string(w.message()).c_str());
     return 1;
   }
@@ -83,9 +103,11 @@ int RunConvert(const BenchArgs& args) {
   w.Field("allocations", trace->allocations);
   w.Field("streams", static_cast<uint64_t>(trace->num_streams));
   w.Field("peak_live_bytes", trace->peak_live_bytes);
+  w.Field("gzip", gz);
+  w.Field("output_bytes", static_cast<uint64_t>(text.size()));
   w.EndObject();
-  std::printf("%s\n", w.str().c_str());
-  std::fflush(stdout);
+  std::fprintf(to_stdout ? stderr : stdout, "%s\n", w.str().c_str());
+  std::fflush(to_stdout ? stderr : stdout);
   return 0;
 }
 
