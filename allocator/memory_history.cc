@@ -2,10 +2,13 @@
 
 #include <algorithm>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "vgpu/runtime/file_io.h"
+#include "vgpu/runtime/gzip.h"
 #include "vgpu/runtime/json.h"
+#include "vgpu/runtime/status.h"
 
 namespace vgpu {
 
@@ -130,7 +133,11 @@ std::string MemoryHistory::ToJson() const {
 }
 
 absl::Status MemoryHistory::WriteJson(const std::string& path) const {
-  return WriteOutputFile(path, ToJson() + "\n", "memory history");
+  std::string text = ToJson() + "\n";
+  if (absl::EndsWith(path, ".gz")) {
+    VGPU_ASSIGN_OR_RETURN(text, GzipCompress(text));
+  }
+  return WriteOutputFile(path, text, "memory history");
 }
 
 }  // namespace vgpu

@@ -51,6 +51,8 @@ class MemoryHistory final : public AllocatorObserver {
   // The limit of an allocator, exported as "limits":{"name":bytes} so the timeline can draw it.
   void SetLimit(const std::string& allocator_name, uint64_t bytes);
   std::string ToJson() const;
+  // ToJson() to `path`; gzip-compressed when the name ends in .gz (`vgpu-info timeline` reads
+  // either).
   absl::Status WriteJson(const std::string& path) const;
 
  private:

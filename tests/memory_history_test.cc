@@ -3,10 +3,12 @@
 
 #include <memory>
 
-#include "vgpu/allocator/bfc_allocator.h"
-#include "vgpu/allocator/sub_allocators.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "vgpu/allocator/bfc_allocator.h"
+#include "vgpu/allocator/sub_allocators.h"
+#include "vgpu/runtime/file_io.h"
+#include "vgpu/runtime/gzip.h"
 #include "vgpu/runtime/status_matchers.h"
 
 namespace vgpu {
@@ -57,6 +59,17 @@ TEST(MemoryHistoryTest, RingKeepsTheNewest) {
   EXPECT_EQ(h.allocator_names().size(), 2u);
   std::string path = ::testing::TempDir() + "/history.json";
   ASSERT_THAT(h.WriteJson(path), IsOk());
+  // A name ending in .gz: the same JSON, gzip-compressed.
+  ASSERT_THAT(h.WriteJson(path + ".gz"), IsOk());
+  absl::StatusOr<std::string> plain = ReadInputFile(path, 1 << 20, "memory history");
+  absl::StatusOr<std::string> gz = ReadInputFile(path + ".gz", 1 << 20, "memory history");
+  ASSERT_THAT(plain, IsOk());
+  ASSERT_THAT(gz, IsOk());
+  EXPECT_TRUE(IsGzip(*gz));
+  absl::StatusOr<std::string> inflated = Gunzip(*gz, 1 << 20, "history.json.gz");
+  ASSERT_THAT(inflated, IsOk());
+  EXPECT_EQ(*inflated, *plain);
+  EXPECT_EQ(*plain, h.ToJson() + "\n");
   h.Clear();
   EXPECT_TRUE(h.Events().empty());
 }
