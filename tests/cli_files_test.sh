@@ -64,6 +64,10 @@ printf 'Thread,Time,Action,Pointer,Size,Stream\n1,t,free,0x10,16,0x0\n' > free.c
 run rmm_free_unknown 1 "free.csv:2: free of 0x10, which is not live" "$BENCH" replay free.csv
 printf 'Thread,Time,Action,Pointer,Size,Stream\n1,t,allocate,0x10,99999999999999999999,0x0\n' > big.csv
 run rmm_bad_size 1 "big.csv:2: bad size" "$BENCH" plan --card 1GiB big.csv
+# --limit as a percentage of the trace's peak live (1 MiB here).
+printf '# x\n# peak_live_bytes 1048576\na 1 1048576\nf 1\n' > mib.trace
+run replay_limit_percent 0 "bfc at limit 1.5 MiB" "$BENCH" replay mib.trace --limit 150% --no-baseline
+run replay_limit_percent_bad 2 "--limit=0%: expected a size such as 12GiB or a percentage" "$BENCH" replay mib.trace --limit 0%
 # Standard input ("-"): a pipe or a redirected file; a device (here /dev/null, run's stdin, and
 # /dev/zero) is refused rather than read; nothing piped in is an empty trace.
 run trace_stdin 0 "" sh -c "'$BENCH' replay - --no-baseline < good.trace"

@@ -215,6 +215,29 @@ TEST(FlagsTest, HelpersBoundTheirOutput) {
 
 // ---- vgpu-bench ------------------------------------------------------------------------------
 
+// replay --limit: a size, or a percentage of the trace's peak live (resolved after reading it).
+TEST(BenchFlagsTest, ReplayLimitIsASizeOrAPercentOfPeakLive) {
+  absl::StatusOr<bench::BenchArgs> a = bench::ParseBenchArgs({"replay", "t", "--limit", "12GiB"});
+  ASSERT_THAT(a, IsOk());
+  EXPECT_EQ(a->limit, uint64_t{12} << 30);
+  EXPECT_FALSE(a->limit_percent.has_value());
+  a = bench::ParseBenchArgs({"replay", "t", "--limit=120%"});
+  ASSERT_THAT(a, IsOk());
+  EXPECT_FALSE(a->limit.has_value());
+  EXPECT_EQ(a->limit_percent, 120.0);
+  a = bench::ParseBenchArgs({"replay", "t", "--limit", "2.5%"});
+  ASSERT_THAT(a, IsOk());
+  EXPECT_EQ(a->limit_percent, 2.5);
+  for (const char* bad : {"0%", "-5%", "%", "abc%", "100001%", "1e999%", "nan%"}) {
+    SCOPED_TRACE(bad);
+    EXPECT_THAT(bench::ParseBenchArgs({"replay", "t", "--limit", bad}).status(),
+                StatusIs(absl::StatusCode::kInvalidArgument,
+                         HasSubstr("a percentage of the trace's peak live bytes such as 120%")));
+  }
+  EXPECT_THAT(bench::ParseBenchArgs({"replay", "t", "--limit", "0"}).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--limit=0: must be in")));
+}
+
 TEST(BenchFlagsTest, BooleansTakeTheirValue) {
   absl::StatusOr<bench::BenchArgs> a =
       bench::ParseBenchArgs({"replay", "t.trace", "--allow-growth=false", "--min-limit=no"});

@@ -8,6 +8,7 @@
 #include "absl/algorithm/container.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "vgpu/runtime/bytes.h"
 #include "vgpu/runtime/numbers.h"
 #include "vgpu/runtime/status.h"
@@ -21,7 +22,7 @@ constexpr uint64_t kTiB = uint64_t{1} << 40;
 
 constexpr char kSynopsis[] =
     "usage: vgpu-bench replay TRACE [--allocator bfc|vmm|async] [--allow-growth[=BOOL]]\n"
-    "                         [--limit SIZE] [--min-limit[=BOOL]] [--platform host|cuda]\n"
+    "                         [--limit SIZE|N%] [--min-limit[=BOOL]] [--platform host|cuda]\n"
     "                         [--memory-history FILE] [--no-baseline[=BOOL]] [--calibrate[=BOOL]]\n"
     "                         [--device N]\n"
     "                         [--allocators bfc,vmm[,async]] [tuning knobs]\n"
@@ -52,6 +53,26 @@ absl::StatusOr<uint64_t> SizeIn(absl::string_view v, uint64_t min, uint64_t max)
                                                    FormatBytes(max), "], not ", FormatBytes(b)));
   }
   return b;
+}
+
+// replay --limit: a size of at least 1 byte ("12GiB"), or a percentage of the trace's peak
+// live bytes ("120%", more than 0 and at most 100000%), known only once the trace is read.
+// Either output may be null (a check only); *percent is 0 for a size.
+absl::Status ParseReplayLimit(absl::string_view v, uint64_t* bytes, double* percent) {
+  if (absl::ConsumeSuffix(&v, "%")) {
+    absl::StatusOr<double> p = ParseDecimal(v);
+    if (!p.ok() || !(*p > 0) || *p > 100000) {
+      return absl::InvalidArgumentError(
+          "expected a size such as 12GiB or a percentage of the trace's peak live bytes such "
+          "as 120% (more than 0, at most 100000%)");
+    }
+    if (percent != nullptr) *percent = *p;
+    return absl::OkStatus();
+  }
+  VGPU_ASSIGN_OR_RETURN(uint64_t b, SizeIn(v, 1, UINT64_MAX));
+  if (bytes != nullptr) *bytes = b;
+  if (percent != nullptr) *percent = 0;
+  return absl::OkStatus();
 }
 
 // A switch: 0 (off) or 1 (on).
@@ -285,6 +306,7 @@ absl::StatusOr<BenchArgs> ParseBenchArgs(const std::vector<std::string>& argv) {
   bool no_baseline = false;
   std::vector<std::string> knob_text;
   std::string allocators;
+  std::string limit_text;  // replay --limit: a size or N%
   // PyTorch snapshots hold one trace per device (default: the one with the most events).
   auto device_flag = [&a](flags::FlagSet& f) -> flags::FlagSet& {
     return f.Int("--device", &a.device_value, 0, 1023,
@@ -296,7 +318,9 @@ absl::StatusOr<BenchArgs> ParseBenchArgs(const std::vector<std::string>& argv) {
           "a trace, PyTorch snapshot or RMM log, plain or gzip (told apart by content; - is stdin)")
         .Enum("--allocator", &a.allocator, kAllocators, "the allocator replayed (default bfc)")
         .Bool("--allow-growth", &a.allow_growth, "reserve memory as needed (default off)")
-        .Bytes("--limit", &a.limit, 1, UINT64_MAX, "memory limit (default: from the trace)")
+        .String("--limit", &limit_text, "SIZE",
+                "memory limit: a size, or N% of the trace's peak live (default 200%)",
+                [](absl::string_view v) { return ParseReplayLimit(v, nullptr, nullptr); })
         .Bool("--min-limit", &a.min_limit, "also find the smallest limit the trace fits in")
         .Bool("--no-baseline", &no_baseline, "skip timing malloc/free of the same sizes")
         .Bool("--calibrate", &a.calibrate,
@@ -360,6 +384,16 @@ absl::StatusOr<BenchArgs> ParseBenchArgs(const std::vector<std::string>& argv) {
     return a;
   }
   a.baseline = !no_baseline;
+  if (!limit_text.empty()) {
+    uint64_t bytes = 0;
+    double percent = 0;
+    VGPU_RETURN_IF_ERROR(ParseReplayLimit(limit_text, &bytes, &percent));
+    if (percent > 0) {
+      a.limit_percent = percent;
+    } else {
+      a.limit = bytes;
+    }
+  }
   if (r.seen.contains("--device")) a.device = a.device_value;
   if (!allocators.empty()) {
     for (absl::string_view x : absl::StrSplit(allocators, ',')) a.allocators.emplace_back(x);

@@ -1,5 +1,5 @@
 // vgpu-bench: allocator benchmarks.
-//   vgpu-bench replay TRACE [--allocator bfc|vmm|async] [--allow-growth[=BOOL]] [--limit SIZE]
+//   vgpu-bench replay TRACE [--allocator bfc|vmm|async] [--allow-growth[=BOOL]] [--limit SIZE|N%]
 //                           [--min-limit[=BOOL]] [--platform host|cuda] [--memory-history FILE]
 //                           [--no-baseline[=BOOL]] [tuning knobs]
 //   vgpu-bench convert IN OUT [--device N]

@@ -56,6 +56,8 @@ struct BenchArgs {
   std::string allocator = "bfc";
   bool allow_growth = false;
   std::optional<uint64_t> limit;
+  // replay: --limit N% (of the trace's peak live bytes) instead of a size.
+  std::optional<double> limit_percent;
   bool min_limit = false;
   bool baseline = true;  // replay: time malloc/free of the same sizes (in a child process)
   // replay: time the calibration trace on the best-fit reference allocator after each timed

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <memory>
 #include <optional>
@@ -56,6 +57,18 @@ uint64_t LimitFor(uint64_t peak, int k) {
 uint64_t DefaultLimit(const BenchAllocatorSpec& spec, uint64_t peak) {
   absl::StatusOr<uint64_t> floor = AllocatorFloorBytes(spec);
   return std::max(LimitFor(peak, kScanSteps), floor.ok() ? *floor : 0);
+}
+
+// --limit as given (a size, or N% of peak live rounded up to 256 bytes), else DefaultLimit.
+uint64_t ReplayLimit(const BenchArgs& args, const BenchAllocatorSpec& spec, uint64_t peak) {
+  if (args.limit) return *args.limit;
+  if (args.limit_percent) {
+    const long double l = std::ceil(static_cast<long double>(peak) *
+                                    static_cast<long double>(*args.limit_percent) / 100.0L);
+    const uint64_t bytes = l >= 0x1p64L ? UINT64_MAX - 255 : static_cast<uint64_t>(l);
+    return std::max<uint64_t>(256, (bytes + 255) & ~uint64_t{255});
+  }
+  return DefaultLimit(spec, peak);
 }
 
 // Replays `trace` on `a`. A trace with several streams runs each on a stream of its own, made
@@ -253,7 +266,7 @@ int RunCompare(const BenchArgs& args, const Trace& trace, const BenchAllocatorSp
       }
       scan = *s;
     }
-    spec.limit = args.limit ? *args.limit : DefaultLimit(spec, peak);
+    spec.limit = ReplayLimit(args, spec, peak);
     absl::StatusOr<TimedReplay> t =
         RunTimed(trace, spec, nullptr, args.calibrate ? &calibration : nullptr);
     if (!t.ok()) {
@@ -433,7 +446,7 @@ int RunReplay(const BenchArgs& args) {
   }
 
   // Timed replays at --limit (default 2x peak live), best of several fresh runs.
-  spec.limit = args.limit ? *args.limit : DefaultLimit(spec, peak);
+  spec.limit = ReplayLimit(args, spec, peak);
   MemoryHistory history(1 << 20);
   history.SetLimit(spec.name, spec.limit);  // the timeline draws it
   const Trace calibration = args.calibrate ? CalibrationTrace() : Trace();
