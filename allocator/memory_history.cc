@@ -2,7 +2,6 @@
 
 #include <algorithm>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "vgpu/runtime/file_io.h"
@@ -133,10 +132,7 @@ std::string MemoryHistory::ToJson() const {
 }
 
 absl::Status MemoryHistory::WriteJson(const std::string& path) const {
-  std::string text = ToJson() + "\n";
-  if (absl::EndsWith(path, ".gz")) {
-    VGPU_ASSIGN_OR_RETURN(text, GzipCompress(text));
-  }
+  VGPU_ASSIGN_OR_RETURN(const std::string text, GzipIfNamed(path, ToJson() + "\n"));
   return WriteOutputFile(path, text, "memory history");
 }
 

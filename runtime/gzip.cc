@@ -9,28 +9,62 @@
 #include <utility>
 
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "vgpu/runtime/bytes.h"
 
 namespace vgpu {
 namespace {
 
-// Owns an inflate stream for one Gunzip call.
-class Inflater {
+// One zlib stream, inflating or deflating, ended when it goes out of scope; and the two chores
+// both directions share: handing zlib the input in parts (it counts bytes in 32 bits) and
+// pointing it at the free end of the output.
+class ZStream {
  public:
-  Inflater() = default;
-  Inflater(const Inflater&) = delete;
-  Inflater& operator=(const Inflater&) = delete;
-  ~Inflater() {
-    if (ready_) inflateEnd(&zs_);
+  explicit ZStream(absl::string_view data) : data_(data) {}
+  ZStream(const ZStream&) = delete;
+  ZStream& operator=(const ZStream&) = delete;
+  ~ZStream() {
+    if (mode_ == Mode::kInflate) inflateEnd(&zs_);
+    if (mode_ == Mode::kDeflate) deflateEnd(&zs_);
   }
   // 16 + MAX_WBITS: a gzip header and trailer (CRC-32 and length checked), not zlib or raw.
-  bool Init() { return ready_ = inflateInit2(&zs_, 16 + MAX_WBITS) == Z_OK; }
+  bool InitInflate() {
+    if (inflateInit2(&zs_, 16 + MAX_WBITS) != Z_OK) return false;
+    mode_ = Mode::kInflate;
+    return true;
+  }
+  bool InitDeflate(int level) {
+    if (deflateInit2(&zs_, level, Z_DEFLATED, 16 + MAX_WBITS, 8, Z_DEFAULT_STRATEGY) != Z_OK) {
+      return false;
+    }
+    mode_ = Mode::kDeflate;
+    return true;
+  }
   z_stream& z() { return zs_; }
+  // The next part of the input, once zlib has read what it had.
+  void Feed() {
+    if (zs_.avail_in != 0 || fed_ == data_.size()) return;
+    const size_t n = std::min<size_t>(data_.size() - fed_, UINT_MAX);
+    zs_.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(data_.data() + fed_));
+    zs_.avail_in = static_cast<uInt>(n);
+    fed_ += n;
+  }
+  bool all_fed() const { return fed_ == data_.size() && zs_.avail_in == 0; }
+  size_t consumed() const { return fed_ - zs_.avail_in; }  // bytes of the input zlib has read
+  // zlib writes from out[produced] on (at most 4 GiB at once); returns the room it was given.
+  uInt PointOutput(std::string& out, uint64_t produced) {
+    zs_.next_out = reinterpret_cast<Bytef*>(out.data() + produced);
+    zs_.avail_out = static_cast<uInt>(std::min<uint64_t>(out.size() - produced, UINT_MAX));
+    return zs_.avail_out;
+  }
 
  private:
+  enum class Mode { kNone, kInflate, kDeflate };
+  absl::string_view data_;
   z_stream zs_{};
-  bool ready_ = false;
+  Mode mode_ = Mode::kNone;
+  size_t fed_ = 0;  // bytes handed to zlib so far (zs_.avail_in of them not yet read)
 };
 
 bool AllZero(absl::string_view s) {
@@ -50,49 +84,40 @@ absl::StatusOr<std::string> Gunzip(absl::string_view data, uint64_t max_bytes,
     return absl::InvalidArgumentError(
         absl::StrCat(source, ": not a gzip stream (gzip starts with the bytes 1f 8b)"));
   }
-  Inflater inflater;
-  if (!inflater.Init()) {
+  ZStream stream(data);
+  if (!stream.InitInflate()) {
     return absl::ResourceExhaustedError(
         absl::StrCat(source, ": zlib could not start inflating (out of memory)"));
   }
-  z_stream& zs = inflater.z();
+  z_stream& zs = stream.z();
   // One byte past the cap tells "exactly the cap" from "more than the cap".
   const uint64_t limit = std::min<uint64_t>(max_bytes, SIZE_MAX / 2) + 1;
   std::string out;
   uint64_t produced = 0;
-  size_t fed = 0;  // bytes of `data` handed to zlib so far (zs.avail_in of them not yet read)
-  auto consumed = [&] { return fed - zs.avail_in; };
-  auto* const in = reinterpret_cast<const Bytef*>(data.data());
   auto over_cap = [&] {
     return absl::ResourceExhaustedError(absl::StrCat(
         source, ": inflates to more than ", FormatBytes(max_bytes), " (", max_bytes,
         " bytes), the most this input may hold; compressed it is ", data.size(), " bytes"));
   };
   for (;;) {
-    if (zs.avail_in == 0 && fed < data.size()) {  // zlib counts input in 32 bits
-      const size_t n = std::min<size_t>(data.size() - fed, UINT_MAX);
-      zs.next_in = const_cast<Bytef*>(in + fed);
-      zs.avail_in = static_cast<uInt>(n);
-      fed += n;
-    }
+    stream.Feed();
     if (produced == out.size()) {
       if (out.size() >= limit) return over_cap();
       // Doubling from ~4x the compressed size (text logs compress 5-20x).
       const uint64_t want = std::max<uint64_t>({out.size() * 2, data.size() * 4, 64 * 1024});
       out.resize(static_cast<size_t>(std::min(want, limit)));
     }
-    zs.next_out = reinterpret_cast<Bytef*>(out.data() + produced);
-    zs.avail_out = static_cast<uInt>(std::min<uint64_t>(out.size() - produced, UINT_MAX));
-    const uInt room = zs.avail_out;
+    const uInt room = stream.PointOutput(out, produced);
     const int ret = inflate(&zs, Z_NO_FLUSH);
     produced += room - zs.avail_out;
     if (ret == Z_STREAM_END) {
       // A member ends here: another may follow (concatenated .gz files), or padding.
-      const absl::string_view rest = data.substr(consumed());
+      const absl::string_view rest = data.substr(stream.consumed());
       if (rest.empty() || AllZero(rest)) break;
       if (!IsGzip(rest)) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            source, ": data after the gzip stream, at byte ", consumed(), " of ", data.size()));
+        return absl::InvalidArgumentError(absl::StrCat(source,
+                                                       ": data after the gzip stream, at byte ",
+                                                       stream.consumed(), " of ", data.size()));
       }
       if (inflateReset(&zs) != Z_OK) {
         return absl::InternalError(absl::StrCat(source, ": zlib could not start the next member"));
@@ -100,9 +125,9 @@ absl::StatusOr<std::string> Gunzip(absl::string_view data, uint64_t max_bytes,
       continue;
     }
     if (ret == Z_DATA_ERROR || ret == Z_NEED_DICT || ret == Z_STREAM_ERROR) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(source, ": corrupt gzip stream at byte ", consumed(), " of ", data.size(),
-                       zs.msg != nullptr ? absl::StrCat(" (", zs.msg, ")") : std::string()));
+      return absl::InvalidArgumentError(absl::StrCat(
+          source, ": corrupt gzip stream at byte ", stream.consumed(), " of ", data.size(),
+          zs.msg != nullptr ? absl::StrCat(" (", zs.msg, ")") : std::string()));
     }
     if (ret == Z_MEM_ERROR) {
       return absl::ResourceExhaustedError(
@@ -110,7 +135,7 @@ absl::StatusOr<std::string> Gunzip(absl::string_view data, uint64_t max_bytes,
     }
     // Z_OK or Z_BUF_ERROR: more output room (above), or more input; none left means the
     // stream was cut short.
-    if (zs.avail_in == 0 && fed == data.size() && zs.avail_out > 0) {
+    if (stream.all_fed() && zs.avail_out > 0) {
       return absl::InvalidArgumentError(
           absl::StrCat(source, ": the gzip stream ends early (truncated after ", data.size(),
                        " bytes, ", produced, " bytes inflated)"));
@@ -135,36 +160,29 @@ absl::StatusOr<std::string> GzipCompress(absl::string_view data, int level) {
     return absl::InvalidArgumentError(
         absl::StrCat("gzip compression level ", level, " is not in -1..9"));
   }
-  z_stream zs{};
-  if (deflateInit2(&zs, level, Z_DEFLATED, 16 + MAX_WBITS, 8, Z_DEFAULT_STRATEGY) != Z_OK) {
+  ZStream stream(data);
+  if (!stream.InitDeflate(level)) {
     return absl::ResourceExhaustedError("zlib could not start compressing (out of memory)");
   }
+  z_stream& zs = stream.z();
   std::string out(deflateBound(&zs, data.size()), '\0');
-  auto* const in = reinterpret_cast<const Bytef*>(data.data());
-  size_t fed = 0;
   uint64_t produced = 0;
   int ret = Z_OK;
-  while (ret != Z_STREAM_END) {  // zlib counts in 32 bits: fed and drained in chunks
-    if (zs.avail_in == 0 && fed < data.size()) {
-      const size_t n = std::min<size_t>(data.size() - fed, UINT_MAX);
-      zs.next_in = const_cast<Bytef*>(in + fed);
-      zs.avail_in = static_cast<uInt>(n);
-      fed += n;
-    }
+  while (ret != Z_STREAM_END) {
+    stream.Feed();
     if (produced == out.size()) out.resize(out.size() * 2 + 64);
-    zs.next_out = reinterpret_cast<Bytef*>(out.data() + produced);
-    zs.avail_out = static_cast<uInt>(std::min<uint64_t>(out.size() - produced, UINT_MAX));
-    const uInt room = zs.avail_out;
-    ret = deflate(&zs, fed == data.size() && zs.avail_in == 0 ? Z_FINISH : Z_NO_FLUSH);
+    const uInt room = stream.PointOutput(out, produced);
+    ret = deflate(&zs, stream.all_fed() ? Z_FINISH : Z_NO_FLUSH);
     produced += room - zs.avail_out;
-    if (ret == Z_STREAM_ERROR) {
-      deflateEnd(&zs);
-      return absl::InternalError("zlib failed while compressing");
-    }
+    if (ret == Z_STREAM_ERROR) return absl::InternalError("zlib failed while compressing");
   }
-  deflateEnd(&zs);
   out.resize(static_cast<size_t>(produced));
   return out;
+}
+
+absl::StatusOr<std::string> GzipIfNamed(absl::string_view path, std::string contents) {
+  if (!absl::EndsWith(path, ".gz")) return contents;
+  return GzipCompress(contents);
 }
 
 }  // namespace vgpu

@@ -37,6 +37,10 @@ absl::StatusOr<std::string> GunzipIfCompressed(std::string data, uint64_t max_by
 // output files whose name ends in .gz. ResourceExhausted if zlib runs out of memory.
 absl::StatusOr<std::string> GzipCompress(absl::string_view data, int level = 6);
 
+// What an output file named `path` holds: `contents` gzip-compressed (GzipCompress) when the
+// name ends in .gz (`vgpu-bench convert`, every --memory-history), else `contents` itself.
+absl::StatusOr<std::string> GzipIfNamed(absl::string_view path, std::string contents);
+
 }  // namespace vgpu
 
 #endif  // VGPU_RUNTIME_GZIP_H_

@@ -10,7 +10,6 @@
 #include <string>
 #include <vector>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -67,18 +66,15 @@ struct PlannedTrace {
 int RunConvert(const BenchArgs& args) {
   std::optional<Trace> trace = ReadBenchTrace("convert", args.trace_path, args.device);
   if (!trace) return 1;
-  std::string text = FormatTrace(*trace);
   // OUT named *.gz is written gzip-compressed (what replay reads back); "-" is standard output,
   // and the summary line then goes to stderr with the rest.
-  const bool gz = absl::EndsWith(args.output_path, ".gz");
-  if (gz) {
-    absl::StatusOr<std::string> z = GzipCompress(text);
-    if (!z.ok()) {
-      std::fprintf(stderr, "vgpu-bench convert: %s\n", std::string(z.status().message()).c_str());
-      return 1;
-    }
-    text = *std::move(z);
+  absl::StatusOr<std::string> out = GzipIfNamed(args.output_path, FormatTrace(*trace));
+  if (!out.ok()) {
+    std::fprintf(stderr, "vgpu-bench convert: %s\n", std::string(out.status().message()).c_str());
+    return 1;
   }
+  const std::string& text = *out;
+  const bool gz = IsGzip(text);  // FormatTrace's text starts with "# "
   const bool to_stdout = args.output_path == "-";
   if (to_stdout) {
     if (std::fwrite(text.data(), 1, text.size(), stdout) != text.size() ||
