@@ -299,22 +299,12 @@ absl::StatusOr<Trace> ParseTorchSnapshot(absl::string_view data, absl::string_vi
     limits.max_values = std::max<uint64_t>(
         1 << 16, std::min<uint64_t>(limits.max_values, phys / 4 / kBytesPerValue));
   }
-  absl::StatusOr<std::unique_ptr<PickleDocument>> parsed = ParsePickle(data, source, limits);
-  if (!parsed.ok()) {
-    // The one refusal a genuine snapshot meets: a history too long for this machine. Say what
-    // to do about it.
-    const std::string cap = absl::StrCat("more than ", limits.max_values, " values");
-    if (absl::EndsWith(parsed.status().message(), cap)) {
-      return absl::Status(
-          parsed.status().code(),
-          absl::StrCat(parsed.status().message(),
-                       " (the most one snapshot may hold here, a quarter of this machine's memory: "
-                       "record fewer entries, _record_memory_history(max_entries=N) keeps the "
-                       "last N, or import it on a machine with more memory)"));
-    }
-    return parsed.status();
-  }
-  std::unique_ptr<PickleDocument> doc = *std::move(parsed);
+  // The one refusal a genuine snapshot meets: a history too long for this machine.
+  limits.values_note =
+      " (the most one snapshot may hold here, a quarter of this machine's memory: record fewer "
+      "entries, _record_memory_history(max_entries=N) keeps the last N, or import it on a "
+      "machine with more memory)";
+  VGPU_ASSIGN_OR_RETURN(std::unique_ptr<PickleDocument> doc, ParsePickle(data, source, limits));
   SnapshotReader r(source);
   const PickleValue& root = doc->root();
   if (!root.is_dict()) {

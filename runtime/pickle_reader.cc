@@ -257,7 +257,7 @@ class PickleParser {
 
   absl::StatusOr<PickleValue*> New(PickleValue::Kind kind) {
     if (doc_->values_.size() >= limits_.max_values) {
-      return OpErr(absl::StrCat("more than ", limits_.max_values, " values"));
+      return OpErr(absl::StrCat("more than ", limits_.max_values, " values", limits_.values_note));
     }
     PickleValue* v = &doc_->values_.emplace_back();
     v->kind = kind;

@@ -53,6 +53,9 @@ struct PickleLimits {
   uint64_t max_values = uint64_t{1} << 25;  // values created (each opcode makes at most one)
   uint64_t max_marks = 4096;                // MARKs open at once
   uint64_t max_memo = uint64_t{1} << 25;    // memo entries
+  // Appended to the error when max_values is reached: what the caller's user can do about it
+  // (e.g. record a shorter history).
+  std::string values_note;
 };
 
 class PickleDocument {
