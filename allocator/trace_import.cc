@@ -9,6 +9,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -22,6 +23,7 @@
 #include "vgpu/runtime/pickle_reader.h"
 #include "vgpu/runtime/status.h"
 #include "vgpu/runtime/user_text.h"
+#include "vgpu/runtime/zip.h"
 
 namespace vgpu {
 namespace {
@@ -304,6 +306,16 @@ absl::StatusOr<Trace> ParseTorchSnapshot(absl::string_view data, absl::string_vi
       " (the most one snapshot may hold here, a quarter of this machine's memory: record fewer "
       "entries, _record_memory_history(max_entries=N) keeps the last N, or import it on a "
       "machine with more memory)";
+  // torch.save's format before PyTorch 1.6 (still written with _use_new_zipfile_serialization=
+  // False): a run of pickles, the first of them this magic number (a LONG1 of 10 bytes).
+  if (absl::StartsWith(data, absl::string_view(
+                                 "\x80\x02\x8a\x0a\x6c\xfc\x9c\x46\xf9\x20\x6a\xa8\x50\x19", 14))) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        source,
+        ": a torch.save file in the legacy format (_use_new_zipfile_serialization=False), "
+        "which is not read: save the snapshot with torch.save's default (a zip archive), "
+        "pickle.dump or torch.cuda.memory._dump_snapshot()"));
+  }
   VGPU_ASSIGN_OR_RETURN(std::unique_ptr<PickleDocument> doc, ParsePickle(data, source, limits));
   SnapshotReader r(source);
   const PickleValue& root = doc->root();
@@ -554,9 +566,62 @@ absl::StatusOr<Trace> ParseTorchSnapshot(absl::string_view data, absl::string_vi
 
 // ---- Any of them -------------------------------------------------------------------------
 
-absl::StatusOr<Trace> ParseAnyTrace(absl::string_view data, absl::string_view source,
-                                    const ImportOptions& options) {
-  if (IsGzip(data)) {
+namespace {
+
+// The member of a zip archive that holds the log: torch.save's "<name>/data.pkl" (its object's
+// pickle; the other members are its version and byte order), else the archive's only file.
+absl::StatusOr<const ZipMember*> LogMember(const std::vector<ZipMember>& members,
+                                           absl::string_view source) {
+  std::vector<const ZipMember*> files, pickles;
+  for (const ZipMember& m : members) {
+    if (m.is_directory()) continue;
+    files.push_back(&m);
+    const absl::string_view name = m.name;
+    const size_t slash = name.rfind('/');
+    const absl::string_view base = slash == absl::string_view::npos ? name : name.substr(slash + 1);
+    if (base == "data.pkl" && (slash == absl::string_view::npos || name.find('/') == slash)) {
+      pickles.push_back(&m);
+    }
+  }
+  auto names = [](const std::vector<const ZipMember*>& list) {
+    std::vector<std::string> out;
+    for (size_t i = 0; i < list.size() && i < 8; ++i) {
+      out.push_back(absl::StrCat("\"", absl::CHexEscape(list[i]->name), "\""));
+    }
+    if (list.size() > 8) out.push_back(absl::StrCat("and ", list.size() - 8, " more"));
+    return absl::StrJoin(out, ", ");
+  };
+  if (pickles.size() == 1) return pickles[0];
+  if (pickles.size() > 1) {
+    return absl::InvalidArgumentError(absl::StrCat(source, ": a zip archive of ", pickles.size(),
+                                                   " torch.save objects (", names(pickles),
+                                                   "); save one snapshot a file"));
+  }
+  if (files.size() == 1) return files[0];
+  if (files.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(source, ": an empty zip archive (no file in it to read)"));
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      source, ": a zip archive of ", files.size(), " files without a torch.save data.pkl (",
+      names(files), "): which log to read is not clear; unzip it and give the one log"));
+}
+
+void AppendNote(Trace& t, absl::string_view note) {
+  t.import_note =
+      t.import_note.empty() ? std::string(note) : absl::StrCat(t.import_note, "; ", note);
+}
+
+// `containers`: how many gzip or zip wrappers `data` was found in. A log is compressed once; a
+// torch.save file or a zipped log may be gzipped too, but nothing deeper is unwrapped.
+absl::StatusOr<Trace> ParseUnwrapped(absl::string_view data, absl::string_view source,
+                                     const ImportOptions& options, int containers) {
+  const bool gzip = IsGzip(data), zip = IsZip(data);
+  if ((gzip || zip) && containers >= 2) {
+    return absl::InvalidArgumentError(absl::StrCat(source, ": ", gzip ? "gzip" : "zip",
+                                                   " inside two other wrappers; unwrap it first"));
+  }
+  if (gzip) {
     // A compressed log (snapshot.pickle.gz, rmm_log.csv.gz, x.trace.gz): inflated within the
     // cap of an uncompressed trace file, then told apart like any other.
     VGPU_ASSIGN_OR_RETURN(const std::string inflated, Gunzip(data, MaxTraceFileBytes(), source));
@@ -564,10 +629,27 @@ absl::StatusOr<Trace> ParseAnyTrace(absl::string_view data, absl::string_view so
       return absl::InvalidArgumentError(
           absl::StrCat(source, ": compressed twice (gzip inside gzip); gunzip it once first"));
     }
-    VGPU_ASSIGN_OR_RETURN(Trace t, ParseAnyTrace(inflated, source, options));
-    const std::string note =
-        absl::StrCat("gzip: ", data.size(), " bytes inflated to ", inflated.size());
-    t.import_note = t.import_note.empty() ? note : absl::StrCat(t.import_note, "; ", note);
+    VGPU_ASSIGN_OR_RETURN(Trace t, ParseUnwrapped(inflated, source, options, containers + 1));
+    AppendNote(t, absl::StrCat("gzip: ", data.size(), " bytes inflated to ", inflated.size()));
+    return t;
+  }
+  if (zip) {
+    // torch.save(snapshot, f) writes a zip archive around the pickle; users zip logs to send.
+    VGPU_ASSIGN_OR_RETURN(const std::vector<ZipMember> members, ListZip(data, source));
+    VGPU_ASSIGN_OR_RETURN(const ZipMember* m, LogMember(members, source));
+    VGPU_ASSIGN_OR_RETURN(const std::string contents,
+                          ReadZipMember(data, *m, MaxTraceFileBytes(), source));
+    if (IsZip(contents)) {
+      return absl::InvalidArgumentError(absl::StrCat(source, ": zipped twice (member \"",
+                                                     absl::CHexEscape(m->name),
+                                                     "\" is a zip archive); unzip it once first"));
+    }
+    VGPU_ASSIGN_OR_RETURN(Trace t, ParseUnwrapped(contents, source, options, containers + 1));
+    const bool torch_save = absl::EndsWith(m->name, "data.pkl") && members.size() > 1;
+    AppendNote(t, absl::StrCat("zip: \"", absl::CHexEscape(m->name), "\"",
+                               torch_save ? " (torch.save)" : "", ", ", m->bytes, " bytes ",
+                               m->method == 0 ? "stored"
+                                              : absl::StrCat("deflated to ", m->compressed_bytes)));
     return t;
   }
   switch (DetectTraceFormat(data)) {
@@ -581,6 +663,13 @@ absl::StatusOr<Trace> ParseAnyTrace(absl::string_view data, absl::string_view so
   return ParseTrace(data, source);
 }
 
+}  // namespace
+
+absl::StatusOr<Trace> ParseAnyTrace(absl::string_view data, absl::string_view source,
+                                    const ImportOptions& options) {
+  return ParseUnwrapped(data, source, options, 0);
+}
+
 absl::StatusOr<Trace> ReadAnyTraceFile(const std::string& path, const ImportOptions& options) {
   VGPU_ASSIGN_OR_RETURN(std::string data, ReadInputFile(path, MaxTraceFileBytes(), "trace file"));
   absl::string_view base = path == "-" ? absl::string_view("stdin") : BaseName(path);
@@ -588,7 +677,7 @@ absl::StatusOr<Trace> ReadAnyTraceFile(const std::string& path, const ImportOpti
   if (t.name.empty()) {
     absl::string_view stem = base;
     absl::ConsumeSuffix(&stem, ".gz");
-    for (absl::string_view ext : {".trace", ".pickle", ".pkl", ".csv"}) {
+    for (absl::string_view ext : {".trace", ".pickle", ".pkl", ".csv", ".pt", ".pth", ".zip"}) {
       if (absl::ConsumeSuffix(&stem, ext)) break;
     }
     t.name = std::string(stem);

@@ -6,7 +6,9 @@
 //   - vgpu's own text format.
 // The format is told apart by content, never by the file name: a pickle starts with the PROTO
 // byte 0x80, an RMM log with its header line, anything else is read as vgpu's format. Any of
-// them may be gzip-compressed (runtime/gzip.h: the bytes 1f 8b first), as logs usually are.
+// them may be gzip-compressed (runtime/gzip.h: the bytes 1f 8b first), as logs usually are, or
+// in a zip archive (runtime/zip.h: "PK" first): the file `torch.save(snapshot, f)` writes (its
+// "<name>/data.pkl" member is read), or a zip of one log.
 //
 // Addresses become block ids (an address freed and allocated again is a new block); streams
 // become dense indices in the order they first appear. docs/allocator.md ("Importing
@@ -52,8 +54,9 @@ absl::StatusOr<Trace> ParseTorchSnapshot(absl::string_view data,
                                          absl::string_view source = "snapshot",
                                          const ImportOptions& options = {});
 // Detects the format and parses; `source` names the input in errors. Gzip-compressed data is
-// inflated first, at most MaxTraceFileBytes of it (ResourceExhausted past that), and the trace's
-// import_note says it was compressed.
+// inflated first and a zip archive's member read (torch.save's data.pkl, else its only file),
+// at most MaxTraceFileBytes of either (ResourceExhausted past that); the trace's import_note
+// says so. One wrapper may hold another once (a gzipped torch.save file), no deeper.
 absl::StatusOr<Trace> ParseAnyTrace(absl::string_view data, absl::string_view source,
                                     const ImportOptions& options = {});
 // ReadTraceFile's checks and size cap (MaxTraceFileBytes), then ParseAnyTrace; the trace is

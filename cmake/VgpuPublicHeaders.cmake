@@ -22,6 +22,7 @@ set(VGPU_PUBLIC_HEADERS
   runtime/platform.h
   runtime/platform_registry.h
   runtime/status.h
+  runtime/zip.h
 
   allocator/allocator.h
   allocator/async_allocator.h

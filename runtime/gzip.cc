@@ -12,6 +12,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "vgpu/runtime/bytes.h"
+#include "vgpu/runtime/status.h"
 
 namespace vgpu {
 namespace {
@@ -28,9 +29,10 @@ class ZStream {
     if (mode_ == Mode::kInflate) inflateEnd(&zs_);
     if (mode_ == Mode::kDeflate) deflateEnd(&zs_);
   }
-  // 16 + MAX_WBITS: a gzip header and trailer (CRC-32 and length checked), not zlib or raw.
-  bool InitInflate() {
-    if (inflateInit2(&zs_, 16 + MAX_WBITS) != Z_OK) return false;
+  // 16 + MAX_WBITS: a gzip header and trailer (CRC-32 and length checked); -MAX_WBITS: raw
+  // deflate data (a zip member, whose CRC-32 the caller checks).
+  bool InitInflate(int window_bits = 16 + MAX_WBITS) {
+    if (inflateInit2(&zs_, window_bits) != Z_OK) return false;
     mode_ = Mode::kInflate;
     return true;
   }
@@ -49,6 +51,20 @@ class ZStream {
     zs_.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(data_.data() + fed_));
     zs_.avail_in = static_cast<uInt>(n);
     fed_ += n;
+  }
+  // What an inflate() return code means for `what` ("gzip stream"): OK for the codes that ask
+  // for more output room or input, or end the stream.
+  absl::Status InflateError(int ret, absl::string_view source, absl::string_view what) const {
+    if (ret == Z_DATA_ERROR || ret == Z_NEED_DICT || ret == Z_STREAM_ERROR) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(source, ": corrupt ", what, " at byte ", consumed(), " of ", data_.size(),
+                       zs_.msg != nullptr ? absl::StrCat(" (", zs_.msg, ")") : std::string()));
+    }
+    if (ret == Z_MEM_ERROR) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat(source, ": zlib ran out of memory inflating the ", what));
+    }
+    return absl::OkStatus();
   }
   bool all_fed() const { return fed_ == data_.size() && zs_.avail_in == 0; }
   size_t consumed() const { return fed_ - zs_.avail_in; }  // bytes of the input zlib has read
@@ -124,15 +140,7 @@ absl::StatusOr<std::string> Gunzip(absl::string_view data, uint64_t max_bytes,
       }
       continue;
     }
-    if (ret == Z_DATA_ERROR || ret == Z_NEED_DICT || ret == Z_STREAM_ERROR) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          source, ": corrupt gzip stream at byte ", stream.consumed(), " of ", data.size(),
-          zs.msg != nullptr ? absl::StrCat(" (", zs.msg, ")") : std::string()));
-    }
-    if (ret == Z_MEM_ERROR) {
-      return absl::ResourceExhaustedError(
-          absl::StrCat(source, ": zlib ran out of memory inflating the gzip stream"));
-    }
+    VGPU_RETURN_IF_ERROR(stream.InflateError(ret, source, "gzip stream"));
     // Z_OK or Z_BUF_ERROR: more output room (above), or more input; none left means the
     // stream was cut short.
     if (stream.all_fed() && zs.avail_out > 0) {
@@ -143,6 +151,51 @@ absl::StatusOr<std::string> Gunzip(absl::string_view data, uint64_t max_bytes,
   }
   // The byte past the cap may have come with the stream's end.
   if (produced > max_bytes) return over_cap();
+  out.resize(static_cast<size_t>(produced));
+  return out;
+}
+
+absl::StatusOr<std::string> InflateRaw(absl::string_view data, uint64_t bytes,
+                                       absl::string_view source) {
+  if (bytes > SIZE_MAX / 2) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat(source, ": says it inflates to ", bytes, " bytes, more than memory holds"));
+  }
+  ZStream stream(data);
+  if (!stream.InitInflate(-MAX_WBITS)) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat(source, ": zlib could not start inflating (out of memory)"));
+  }
+  z_stream& zs = stream.z();
+  // One byte of room past the stated size, so data that inflates to more is caught here.
+  std::string out(static_cast<size_t>(bytes) + 1, '\0');
+  uint64_t produced = 0;
+  for (;;) {
+    stream.Feed();
+    const uInt room = stream.PointOutput(out, produced);
+    const int ret = inflate(&zs, Z_NO_FLUSH);
+    produced += room - zs.avail_out;
+    if (produced > bytes) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(source, ": inflates to more than the ", bytes, " bytes it says it holds"));
+    }
+    if (ret == Z_STREAM_END) break;
+    VGPU_RETURN_IF_ERROR(stream.InflateError(ret, source, "deflate data"));
+    if (stream.all_fed() && (ret == Z_BUF_ERROR || zs.avail_out > 0)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(source, ": the deflate data ends early (truncated after ", data.size(),
+                       " bytes, ", produced, " of ", bytes, " bytes inflated)"));
+    }
+  }
+  if (stream.consumed() != data.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(source,
+                                                   ": data after the deflate stream, at byte ",
+                                                   stream.consumed(), " of ", data.size()));
+  }
+  if (produced != bytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(source, ": inflates to ", produced, " bytes where it says ", bytes));
+  }
   out.resize(static_cast<size_t>(produced));
   return out;
 }

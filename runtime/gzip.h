@@ -28,6 +28,13 @@ bool IsGzip(absl::string_view data);
 absl::StatusOr<std::string> Gunzip(absl::string_view data, uint64_t max_bytes,
                                    absl::string_view source);
 
+// Raw deflate data (RFC 1951, no gzip or zlib wrapper: a zip archive's member) that says it
+// inflates to exactly `bytes`: InvalidArgument naming `source` when it is corrupt, ends early,
+// has data after its end or inflates to more or fewer bytes. The caller checks `bytes` against
+// its cap first (the output is allocated at once) and the member's CRC-32 after.
+absl::StatusOr<std::string> InflateRaw(absl::string_view data, uint64_t bytes,
+                                       absl::string_view source);
+
 // `data` itself when it is not gzip, else Gunzip(data, max_bytes, source). `*was_gzip` (when
 // given) says which.
 absl::StatusOr<std::string> GunzipIfCompressed(std::string data, uint64_t max_bytes,

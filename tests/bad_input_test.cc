@@ -27,11 +27,14 @@
 #include "vgpu/runtime/kernels.h"
 #include "vgpu/runtime/status_matchers.h"
 #include "vgpu/tests/gzip_testutil.h"
+#include "vgpu/tests/zip_testutil.h"
 
 namespace vgpu::testing {
 namespace {
 
 using ::testing::HasSubstr;
+using ::vgpu::testing::TorchSave;
+using ::vgpu::testing::Zip;
 using Code = absl::StatusCode;
 
 // Shared objects for the cases: one 256 MiB simulated GPU and two allocators on it.
@@ -264,6 +267,38 @@ std::vector<CatalogueCase> RuntimeCases() {
                Code::kInvalidArgument,
                "x.gz: compressed twice (gzip inside gzip); gunzip it once first",
                [] { return ParseAnyTrace(Gzip(Gzip("a 1 8\nf 1\n")), "x.gz").status(); }});
+  c.push_back({"T17", "zip: truncated", "the first 60 bytes of `snap.pt` (torch.save)",
+               Code::kInvalidArgument,
+               "snap.pt: zip archive: no end of central directory record (truncated, or not a zip "
+               "archive)",
+               [] {
+                 return ParseAnyTrace(TorchSave(std::string("\x80\x02}.", 4)).substr(0, 60),
+                                      "snap.pt")
+                     .status();
+               }});
+  c.push_back({"T18", "zip: several logs", "`zip logs.zip a.trace b.csv`", Code::kInvalidArgument,
+               "logs.zip: a zip archive of 2 files without a torch.save data.pkl (\"a.trace\", "
+               "\"b.csv\"): which log to read is not clear; unzip it and give the one log",
+               [] {
+                 return ParseAnyTrace(Zip({{"a.trace", "a 1 8\nf 1\n"}, {"b.csv", "x"}}),
+                                      "logs.zip")
+                     .status();
+               }});
+  c.push_back({"T19", "zip: corrupt member", "a byte of the stored `a.trace` changed",
+               Code::kInvalidArgument, "c.zip: zip member \"a.trace\": CRC-32 ", [] {
+                 std::string z = Zip({{"a.trace", "a 1 8\nf 1\n"}});
+                 z[30 + 7] = 'b';
+                 return ParseAnyTrace(z, "c.zip").status();
+               }});
+  c.push_back(
+      {"T20", "zip: compression not read", "`zip -Z bzip2` (method 12)", Code::kInvalidArgument,
+       "b.zip: zip member \"a.trace\" is compressed with method 12 (bzip2); only stored (0) "
+       "and deflated (8) members are read: re-zip it with the default",
+       [] {
+         std::string z = Zip({{"a.trace", "a 1 8\nf 1\n"}});
+         z[8] = z[z.find(std::string("PK\x01\x02", 4)) + 10] = 12;
+         return ParseAnyTrace(z, "b.zip").status();
+       }});
   return c;
 }
 

@@ -91,6 +91,34 @@ run trace_gzip_corrupt 1 "junk.gz: corrupt gzip stream at byte" "$BENCH" plan --
 gzip -c good.trace.gz > twice.gz
 run trace_gzip_twice 1 "compressed twice" "$BENCH" replay twice.gz
 
+# Zip archives, written by Python's zipfile (another writer than the unit tests' own):
+# torch.save's layout ("<name>/data.pkl" beside its version), a zipped log, and the broken.
+# pyzip OUT METHOD MEMBER=FILE...: METHOD stored or deflated.
+pyzip() {
+  python3 - "$@" <<'PY'
+import sys, zipfile
+out, method = sys.argv[1], sys.argv[2]
+with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED if method == "deflated" else zipfile.ZIP_STORED) as z:
+    for spec in sys.argv[3:]:
+        name, path = spec.split("=", 1)
+        z.write(path, name)
+PY
+}
+printf '3\n' > version
+printf '\200\002}q\000(X\015\000\000\000device_tracesq\001]q\002]q\003}q\004(X\006\000\000\000actionq\005X\005\000\000\000allocq\006X\004\000\000\000addrq\007K\020X\004\000\000\000sizeq\010M\000\004X\006\000\000\000streamq\011K\000uaaX\010\000\000\000segmentsq\012]q\013u.' > snap.pickle
+pyzip snap.pt stored snap/data.pkl=snap.pickle snap/version=version
+run zip_torch_save 0 "zip: \"snap/data.pkl\" \(torch.save\)" "$BENCH" replay snap.pt --no-baseline
+run zip_torch_save_gz 0 "" sh -c "gzip -c snap.pt | '$BENCH' convert - snap.trace && grep -q '^a 0 1024' snap.trace"
+pyzip log.zip deflated logs/free.csv=free.csv
+run zip_log_checked 1 "log.zip:2: free of 0x10, which is not live" "$BENCH" replay log.zip
+pyzip two.zip deflated a.trace=good.trace b.csv=free.csv
+run zip_two_logs 1 "two.zip: a zip archive of 2 files without a torch.save data.pkl" "$BENCH" plan --card 1GiB two.zip
+head -c 60 snap.pt > cut.pt
+run zip_truncated 1 "cut.pt: zip archive: no end of central directory record" "$BENCH" replay cut.pt
+pyzip inner.zip stored a.trace=good.trace
+pyzip outer.zip stored inner.zip=inner.zip
+run zip_twice 1 "zipped twice" "$BENCH" replay outer.zip
+
 # Memory histories for the timeline.
 H() { printf '{%s"allocators":[%s],"events":[{"t_ns":%s,"allocator":%s,"in_use":1,"reserved":1}]}' "$1" "$2" "$3" "$4"; }
 H '' '"a"' 1e999 0 > inf.json

@@ -12,11 +12,11 @@
 
 namespace vgpu::testing {
 
-inline std::string Gzip(const std::string& data) {
+// zlib's deflate with `window_bits` as deflateInit2 takes them: 16 + MAX_WBITS for a gzip
+// member, -MAX_WBITS for raw deflate data (a zip member).
+inline std::string Deflate(const std::string& data, int window_bits, int level) {
   z_stream zs{};
-  EXPECT_EQ(
-      deflateInit2(&zs, Z_BEST_COMPRESSION, Z_DEFLATED, 16 + MAX_WBITS, 8, Z_DEFAULT_STRATEGY),
-      Z_OK);
+  EXPECT_EQ(deflateInit2(&zs, level, Z_DEFLATED, window_bits, 8, Z_DEFAULT_STRATEGY), Z_OK);
   std::string out(deflateBound(&zs, data.size()) + 32, '\0');
   zs.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(data.data()));
   zs.avail_in = static_cast<uInt>(data.size());
@@ -26,6 +26,10 @@ inline std::string Gzip(const std::string& data) {
   out.resize(zs.total_out);
   deflateEnd(&zs);
   return out;
+}
+
+inline std::string Gzip(const std::string& data) {
+  return Deflate(data, 16 + MAX_WBITS, Z_BEST_COMPRESSION);
 }
 
 }  // namespace vgpu::testing

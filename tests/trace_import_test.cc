@@ -19,6 +19,7 @@
 #include "vgpu/runtime/pickle_reader.h"
 #include "vgpu/runtime/status_matchers.h"
 #include "vgpu/tests/gzip_testutil.h"
+#include "vgpu/tests/zip_testutil.h"
 
 namespace vgpu {
 namespace {
@@ -28,6 +29,8 @@ using ::testing::HasSubstr;
 using ::vgpu::testing::Gzip;
 using ::vgpu::testing::IsOk;
 using ::vgpu::testing::StatusIs;
+using ::vgpu::testing::TorchSave;
+using ::vgpu::testing::Zip;
 
 std::string Src(const std::string& rel) {
   const char* src = std::getenv("VGPU_TEST_SRCDIR");
@@ -311,6 +314,102 @@ TEST_F(TraceImportTest, GzipBadInput) {
   EXPECT_THAT(ParseAnyTrace(Gzip("a 1 100\nf 2\n"), "x.trace.gz").status(),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        HasSubstr("x.trace.gz:2: free of block 2, which is not live")));
+}
+
+// torch.save(torch.cuda.memory._snapshot(), f) writes a zip archive around the pickle: PyTorch's
+// own snapshots, saved so (plain and gzipped), import as the pickle itself does.
+TEST_F(TraceImportTest, TorchSaveArchiveImportsLikeItsPickle) {
+  const std::string dir = ::testing::TempDir();
+  for (const char* file :
+       {"tests/data/torch/two_streams.pickle", "tests/data/torch/train_frames.pickle",
+        "tests/data/mlp_two_streams.snapshot.pickle"}) {
+    SCOPED_TRACE(file);
+    const std::string pickle = Slurp(Src(file));
+    auto want = ParseAnyTrace(pickle, "snap.pickle");
+    ASSERT_THAT(want, IsOk());
+    const std::string pt = TorchSave(pickle, "snap");
+    auto t = ParseAnyTrace(pt, "snap.pt");
+    ASSERT_THAT(t, IsOk());
+    EXPECT_EQ(t->format, "pytorch-snapshot");
+    ExpectSameWorkload(*t, *want);
+    EXPECT_EQ(t->original_peak_reserved_bytes, want->original_peak_reserved_bytes);
+    EXPECT_THAT(t->import_note,
+                AllOf(HasSubstr(want->import_note),
+                      HasSubstr(absl::StrCat("zip: \"snap/data.pkl\" (torch.save), ", pickle.size(),
+                                             " bytes stored"))));
+    auto gz = ParseAnyTrace(Gzip(pt), "snap.pt.gz");
+    ASSERT_THAT(gz, IsOk());
+    ExpectSameWorkload(*gz, *want);
+    EXPECT_THAT(gz->import_note, AllOf(HasSubstr("(torch.save)"), HasSubstr("; gzip: ")));
+    // From a file: named after it without .pt.
+    const std::string path = dir + "/torch_save_sample.pt";
+    {
+      std::ofstream out(path, std::ios::binary);
+      out << pt;
+    }
+    auto f = ReadAnyTraceFile(path);
+    ASSERT_THAT(f, IsOk());
+    EXPECT_EQ(f->name, "torch_save_sample");
+    ExpectSameWorkload(*f, *want);
+  }
+}
+
+// A log zipped to be sent (deflated, beside a folder entry) imports as the log itself.
+TEST_F(TraceImportTest, ZippedLogImportsLikeItsSource) {
+  auto source = ReadTraceFile(Src("tests/data/mlp_two_streams.trace"));
+  ASSERT_THAT(source, IsOk());
+  for (const char* file :
+       {"tests/data/mlp_two_streams.rmm.csv", "tests/data/mlp_two_streams.snapshot.pickle",
+        "tests/data/mlp_two_streams.trace"}) {
+    SCOPED_TRACE(file);
+    const std::string plain = Slurp(Src(file));
+    const std::string zip = Zip({{"logs/", "", false}, {"logs/run1.log", plain, true}});
+    auto t = ParseAnyTrace(zip, "logs.zip");
+    ASSERT_THAT(t, IsOk());
+    ExpectSameWorkload(*t, *source);
+    EXPECT_THAT(t->import_note, HasSubstr(absl::StrCat("zip: \"logs/run1.log\", ", plain.size(),
+                                                       " bytes deflated to ")));
+  }
+}
+
+TEST_F(TraceImportTest, ZipBadInput) {
+  const std::string trace = "a 1 100\nf 1\n";
+  EXPECT_THAT(
+      ParseAnyTrace(Zip({{"a.trace", trace}, {"b.csv", trace}, {"c/", ""}}), "two.zip").status(),
+      StatusIs(absl::StatusCode::kInvalidArgument,
+               HasSubstr("two.zip: a zip archive of 2 files without a torch.save data.pkl "
+                         "(\"a.trace\", \"b.csv\"): which log to read is not clear")));
+  EXPECT_THAT(ParseAnyTrace(Zip({{"x/data.pkl", trace}, {"y/data.pkl", trace}}), "p.zip").status(),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("p.zip: a zip archive of 2 torch.save objects")));
+  EXPECT_THAT(ParseAnyTrace(Zip({}), "e.zip").status(),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("e.zip: an empty zip archive (no file in it to read)")));
+  EXPECT_THAT(ParseAnyTrace(Zip({{"inner.zip", Zip({{"a.trace", trace}})}}), "z.zip").status(),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("z.zip: zipped twice (member \"inner.zip\" is a zip archive)")));
+  EXPECT_THAT(ParseAnyTrace(Gzip(Zip({{"a.gz", Gzip(trace)}})), "w.zip.gz").status(),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("w.zip.gz: gzip inside two other wrappers")));
+  // A gzipped log in a zip is one wrapper in another: read.
+  EXPECT_THAT(ParseAnyTrace(Zip({{"a.trace.gz", Gzip(trace)}}), "g.zip"), IsOk());
+  // The member is checked like any trace, errors naming the input.
+  EXPECT_THAT(ParseAnyTrace(Zip({{"a.trace", "a 1 100\nf 2\n"}}), "bad.zip").status(),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("bad.zip:2: free of block 2, which is not live")));
+  // torch.save(..., _use_new_zipfile_serialization=False): its magic number's pickle first.
+  EXPECT_THAT(ParseAnyTrace(std::string("\x80\x02\x8a\x0al\xfc\x9c"
+                                        "F\xf9 j\xa8P\x19.\x80\x02M\xe9\x03.",
+                                        21),
+                            "old.pt")
+                  .status(),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("old.pt: a torch.save file in the legacy format")));
+  std::string broken = TorchSave(Slurp(Src("tests/data/mlp_two_streams.snapshot.pickle")));
+  broken.resize(broken.size() - 30);
+  EXPECT_THAT(ParseAnyTrace(broken, "cut.pt").status(),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("cut.pt: zip archive: no end of central directory record")));
 }
 
 TEST_F(TraceImportTest, RmmLogReplaysLikeItsSource) {
