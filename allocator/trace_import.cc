@@ -89,6 +89,8 @@ const char* TraceFormatName(TraceFormat format) {
       return "pytorch-snapshot";
     case TraceFormat::kRmmLog:
       return "rmm-log";
+    case TraceFormat::kTfMemoryLog:
+      return "tensorflow-log";
   }
   return "vgpu";
 }
@@ -103,6 +105,8 @@ TraceFormat DetectTraceFormat(absl::string_view data) {
   absl::ConsumePrefix(&data, "\xEF\xBB\xBF");
   data = absl::StripLeadingAsciiWhitespace(data);
   if (absl::StartsWith(data, "Thread,Time,Action")) return TraceFormat::kRmmLog;
+  // TensorFlow's records follow its startup lines, wherever logging put them.
+  if (absl::StrContains(data, "__LOG_MEMORY__ MemoryLog")) return TraceFormat::kTfMemoryLog;
   return TraceFormat::kVgpu;
 }
 
@@ -657,6 +661,8 @@ absl::StatusOr<Trace> ParseUnwrapped(absl::string_view data, absl::string_view s
       return ParseTorchSnapshot(data, source, options);
     case TraceFormat::kRmmLog:
       return ParseRmmLog(data, source);
+    case TraceFormat::kTfMemoryLog:
+      return ParseTfMemoryLog(data, source, options);
     case TraceFormat::kVgpu:
       break;
   }
@@ -677,7 +683,8 @@ absl::StatusOr<Trace> ReadAnyTraceFile(const std::string& path, const ImportOpti
   if (t.name.empty()) {
     absl::string_view stem = base;
     absl::ConsumeSuffix(&stem, ".gz");
-    for (absl::string_view ext : {".trace", ".pickle", ".pkl", ".csv", ".pt", ".pth", ".zip"}) {
+    for (absl::string_view ext :
+         {".trace", ".pickle", ".pkl", ".csv", ".pt", ".pth", ".zip", ".log", ".txt"}) {
       if (absl::ConsumeSuffix(&stem, ext)) break;
     }
     t.name = std::string(stem);

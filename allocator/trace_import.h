@@ -3,9 +3,11 @@
 //   - a PyTorch memory snapshot: the pickle `torch.cuda.memory._dump_snapshot()` writes after
 //     `torch.cuda.memory._record_memory_history()` (read with runtime/pickle_reader.h);
 //   - an RMM `logging_resource_adaptor` CSV log (header "Thread,Time,Action,Pointer,Size,Stream");
+//   - TensorFlow's memory log (its `__LOG_MEMORY__` lines, TF_CPP_VMODULE=log_memory=2);
 //   - vgpu's own text format.
 // The format is told apart by content, never by the file name: a pickle starts with the PROTO
-// byte 0x80, an RMM log with its header line, anything else is read as vgpu's format. Any of
+// byte 0x80, an RMM log with its header line, a TensorFlow log has __LOG_MEMORY__ records,
+// anything else is read as vgpu's format. Any of
 // them may be gzip-compressed (runtime/gzip.h: the bytes 1f 8b first), as logs usually are, or
 // in a zip archive (runtime/zip.h: "PK" first): the file `torch.save(snapshot, f)` writes (its
 // "<name>/data.pkl" member is read), or a zip of one log.
@@ -29,12 +31,12 @@
 
 namespace vgpu {
 
-enum class TraceFormat { kVgpu, kTorchSnapshot, kRmmLog };
-// "vgpu", "pytorch-snapshot", "rmm-log" (Trace::format).
+enum class TraceFormat { kVgpu, kTorchSnapshot, kRmmLog, kTfMemoryLog };
+// "vgpu", "pytorch-snapshot", "rmm-log", "tensorflow-log" (Trace::format).
 const char* TraceFormatName(TraceFormat format);
 // By content: a pickle (0x80 first, or protocol 0/1: "(", "}", "]" or ")" first) ->
 // kTorchSnapshot; a first line (after a UTF-8 BOM) starting with "Thread,Time,Action" ->
-// kRmmLog; otherwise kVgpu.
+// kRmmLog; a "__LOG_MEMORY__ MemoryLog" record anywhere -> kTfMemoryLog; otherwise kVgpu.
 TraceFormat DetectTraceFormat(absl::string_view data);
 
 struct ImportOptions {
@@ -50,6 +52,18 @@ struct ImportOptions {
 inline constexpr char kRmmLogHeader[] = "Thread,Time,Action,Pointer,Size,Stream";
 
 absl::StatusOr<Trace> ParseRmmLog(absl::string_view text, absl::string_view source = "log");
+// TensorFlow's memory log: what TensorFlow writes to stderr with TF_CPP_VMODULE=log_memory=2
+// (and TF_CPP_MIN_LOG_LEVEL=0): "__LOG_MEMORY__ MemoryLog... { ... }" lines, each a protobuf
+// message of tensorflow/core/framework/log_memory.proto in its single-line text format, among
+// any other log lines. Allocations are MemoryLogTensorAllocation (its
+// tensor.allocation_description's requested_bytes) and MemoryLogRawAllocation (num_bytes);
+// frees are MemoryLogTensorDeallocation and MemoryLogRawDeallocation with deferred false (a
+// GPU's raw frees are logged deferred first, then when their stream is done), matched by the
+// allocator's allocation_id. One allocator is read: options.device n picks "GPU_<n>_...",
+// else the GPU allocator with the most records. Frees of tensors whose allocation the log does
+// not show (made outside an op's allocate calls) are skipped and counted in the note.
+absl::StatusOr<Trace> ParseTfMemoryLog(absl::string_view text, absl::string_view source = "log",
+                                       const ImportOptions& options = {});
 absl::StatusOr<Trace> ParseTorchSnapshot(absl::string_view data,
                                          absl::string_view source = "snapshot",
                                          const ImportOptions& options = {});

@@ -299,6 +299,25 @@ std::vector<CatalogueCase> RuntimeCases() {
          z[8] = z[z.find(std::string("PK\x01\x02", 4)) + 10] = 12;
          return ParseAnyTrace(z, "b.zip").status();
        }});
+  c.push_back({"T21", "TensorFlow log: malformed record",
+               "`__LOG_MEMORY__ MemoryLogRawAllocation { num_bytes 8 }`", Code::kInvalidArgument,
+               "tf.log:1: \"MemoryLogRawAllocation\": expected ':' or '{' after \"num_bytes\" at "
+               "column 51",
+               [] {
+                 return ParseAnyTrace("__LOG_MEMORY__ MemoryLogRawAllocation { num_bytes 8 }\n",
+                                      "tf.log")
+                     .status();
+               }});
+  c.push_back({"T22", "TensorFlow log: allocation id reused while live",
+               "two `MemoryLogRawAllocation` of `allocation_id: 1`, no free between",
+               Code::kInvalidArgument,
+               "tf.log:2: allocation id 1 of GPU_0_bfc allocated again while live (since line 1)",
+               [] {
+                 const std::string a =
+                     "__LOG_MEMORY__ MemoryLogRawAllocation { num_bytes: 8 allocation_id: 1 "
+                     "allocator_name: \"GPU_0_bfc\" }\n";
+                 return ParseAnyTrace(a + a, "tf.log").status();
+               }});
   return c;
 }
 

@@ -119,6 +119,18 @@ pyzip inner.zip stored a.trace=good.trace
 pyzip outer.zip stored inner.zip=inner.zip
 run zip_twice 1 "zipped twice" "$BENCH" replay outer.zip
 
+# TensorFlow's memory log (TF_CPP_VMODULE=log_memory=2), among other log lines.
+M='I1130 12:00:01.000001 42 log_memory.cc:39] __LOG_MEMORY__'
+{ echo 'I1130 12:00:00.000000 42 gpu_device.cc:2019] Created device GPU:0'
+  echo "$M MemoryLogRawAllocation { step_id: 1 operation: \"Sum\" num_bytes: 4096 ptr: 1 allocation_id: 1 allocator_name: \"GPU_0_bfc\" }"
+  echo "$M MemoryLogRawDeallocation { step_id: 1 operation: \"Sum\" allocation_id: 1 allocator_name: \"GPU_0_bfc\" deferred: false }"; } > tf.log
+run tf_log 0 "TensorFlow memory log: allocator GPU_0_bfc" "$BENCH" replay tf.log --no-baseline
+run tf_log_device 1 "no allocator of GPU 3 \\(GPU_3_...\\) in the log" "$BENCH" replay tf.log --device 3
+echo "$M MemoryLogRawAllocation { num_bytes: -1 allocation_id: 1 allocator_name: \"GPU_0_bfc\" }" > neg.log
+run tf_log_negative 1 "neg.log:1: MemoryLogRawAllocation: num_bytes is negative" "$BENCH" convert neg.log out.trace
+printf '%s MemoryLogStep {%s\n' "$M" "$(printf ' a {%.0s' $(seq 1 5000))" > deep.log
+run tf_log_deep 1 "deep.log:1: .*nested more than 32 deep" "$BENCH" plan --card 1GiB deep.log
+
 # Memory histories for the timeline.
 H() { printf '{%s"allocators":[%s],"events":[{"t_ns":%s,"allocator":%s,"in_use":1,"reserved":1}]}' "$1" "$2" "$3" "$4"; }
 H '' '"a"' 1e999 0 > inf.json

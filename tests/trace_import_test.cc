@@ -73,6 +73,9 @@ TEST_F(TraceImportTest, DetectsFormatByContent) {
   EXPECT_EQ(DetectTraceFormat("\xEF\xBB\xBFThread,Time,Action,Pointer,Size,Stream\r\n"),
             TraceFormat::kRmmLog);
   EXPECT_EQ(DetectTraceFormat("# x\na 1 2\n"), TraceFormat::kVgpu);
+  EXPECT_EQ(
+      DetectTraceFormat("I1130 start\nI1130 x] __LOG_MEMORY__ MemoryLogStep { step_id: 1 }\n"),
+      TraceFormat::kTfMemoryLog);
   // The extension does not matter: a snapshot named .trace is still a snapshot.
   auto t = ParseAnyTrace(Slurp(Src("tests/data/mlp_mirrored.snapshot.pickle")), "x.trace");
   ASSERT_THAT(t, IsOk());
@@ -410,6 +413,112 @@ TEST_F(TraceImportTest, ZipBadInput) {
   EXPECT_THAT(ParseAnyTrace(broken, "cut.pt").status(),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        HasSubstr("cut.pt: zip archive: no end of central directory record")));
+}
+
+// TensorFlow's memory log (scripts/make-import-samples writes it as log_memory.cc does, among
+// other log lines): GPU 0's records replay as the trace it was made from, GPU 1's (--device 1)
+// as its even blocks; CPU records, tensor outputs, deferred raw frees and frees of tensors
+// whose allocation is not logged take no part.
+TEST_F(TraceImportTest, TfMemoryLogReplaysLikeItsSource) {
+  auto source = ReadTraceFile(Src("tools/traces/mlp_mirrored.trace"));
+  ASSERT_THAT(source, IsOk());
+  const std::string log = Slurp(Src("tests/data/mlp_mirrored.tf.log"));
+  auto t = ParseAnyTrace(log, "tf.log");
+  ASSERT_THAT(t, IsOk());
+  EXPECT_EQ(t->format, "tensorflow-log");
+  ExpectSameWorkload(*t, *source);
+  EXPECT_THAT(t->import_note,
+              AllOf(HasSubstr("TensorFlow memory log: allocator GPU_0_bfc (the most records) of "
+                              "cpu, GPU_0_bfc, GPU_1_bfc"),
+                    HasSubstr("frees of tensors whose allocation is not logged skipped"),
+                    HasSubstr("deferred raw frees taken at completion")));
+  ImportOptions gpu1;
+  gpu1.device = 1;
+  auto even = ReadTraceFile(Src("tests/data/mlp_mirrored_even.trace"));
+  ASSERT_THAT(even, IsOk());
+  auto t1 = ParseAnyTrace(log, "tf.log", gpu1);
+  ASSERT_THAT(t1, IsOk());
+  ExpectSameWorkload(*t1, *even);
+  EXPECT_THAT(t1->import_note, HasSubstr("allocator GPU_1_bfc (--device)"));
+  ImportOptions gpu2;
+  gpu2.device = 2;
+  EXPECT_THAT(ParseAnyTrace(log, "tf.log", gpu2).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("tf.log: no allocator of GPU 2 (GPU_2_...) in the log; its "
+                                 "allocators: cpu, GPU_0_bfc, GPU_1_bfc")));
+  // Compressed, it is the same log.
+  auto gz = ParseAnyTrace(Gzip(log), "tf.log.gz");
+  ASSERT_THAT(gz, IsOk());
+  ExpectSameWorkload(*gz, *source);
+}
+
+TEST_F(TraceImportTest, TfMemoryLogBadInput) {
+  const std::string pre = "I1130 12:00:01.000001 42 log_memory.cc:39] __LOG_MEMORY__ ";
+  auto alloc = [&](int id, const std::string& bytes) {
+    return pre + "MemoryLogRawAllocation { step_id: 1 operation: \"op\" num_bytes: " + bytes +
+           " ptr: 1 allocation_id: " + std::to_string(id) + " allocator_name: \"GPU_0_bfc\" }\n";
+  };
+  struct Case {
+    std::string log;
+    const char* message;
+  };
+  const Case cases[] = {
+      {"start\n" + alloc(1, "-8"), "log:2: MemoryLogRawAllocation: num_bytes is negative (-8)"},
+      {alloc(1, "lots"), "log:1: MemoryLogRawAllocation: bad num_bytes \"lots\""},
+      {alloc(1, "8") + alloc(1, "8"),
+       "log:2: allocation id 1 of GPU_0_bfc allocated again while live (since line 1)"},
+      {pre + "MemoryLogRawAllocation { num_bytes: 8 allocation_id: 1 }\n",
+       "log:1: MemoryLogRawAllocation: no allocator_name"},
+      {pre + "MemoryLogRawAllocation { num_bytes: 8 allocator_name: \"GPU_0_bfc }\n",
+       "log:1: \"MemoryLogRawAllocation\": unterminated string at column"},
+      {pre + "MemoryLogRawAllocation { num_bytes 8 }\n",
+       "log:1: \"MemoryLogRawAllocation\": expected ':' or '{' after \"num_bytes\""},
+      {pre + "MemoryLogRawAllocation { num_bytes: 8\n", "the record ends before its closing '}'"},
+      {pre + "MemoryLogRawAllocation\n", "log:1: __LOG_MEMORY__ record without a '{'"},
+      {pre + "MemoryLogTensorAllocation { tensor { allocation_description { allocator_name: "
+             "\"GPU_0_bfc\" allocation_id: 3 } } }\n",
+       "log:1: MemoryLogTensorAllocation: no tensor.allocation_description.requested_bytes"},
+      {alloc(1, "8") + pre +
+           "MemoryLogRawDeallocation { allocation_id: 1 allocator_name: \"GPU_0_bfc\" deferred: "
+           "maybe }\n",
+       "log:2: MemoryLogRawDeallocation: bad deferred \"maybe\" (true or false)"},
+      {[&] {
+         std::string deep = pre + "MemoryLogStep {";
+         for (int i = 0; i < 40; ++i) deep += " a {";
+         return deep + "\n";
+       }(),
+       "messages nested more than 32 deep"},
+      {pre + "MemoryLogRawAllocation { num_bytes: 8 ptr: 1 allocation_id: 0 allocator_name: "
+             "\"GPU_0_bfc\" }\n",
+       "log: allocator GPU_0_bfc has no numbered allocations in the log (1 records without an "
+       "allocation_id: an allocator that does not number its allocations, such as "
+       "TF_GPU_ALLOCATOR=cuda_malloc_async"},
+      {pre + "MemoryLogStep { step_id: 1 }\n",
+       "log: no __LOG_MEMORY__ allocation or free records (TensorFlow writes them with "
+       "TF_CPP_VMODULE=log_memory=2"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.log);
+    EXPECT_THAT(ParseTfMemoryLog(c.log, "log").status(),
+                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr(c.message)));
+  }
+  // Kinds this reader does not know (a later TensorFlow's) are skipped and counted; frees of
+  // allocations the log does not show are skipped; text-format variants (`name: {`, angle
+  // brackets, single quotes, escapes) read.
+  auto t = ParseTfMemoryLog(
+      alloc(7, "100") + pre + "MemoryLogSomethingNew { x: 1 }\n" + pre +
+          "MemoryLogTensorAllocation { tensor: < allocation_description: { requested_bytes: 50 "
+          "allocator_name: 'GPU_0\\137bfc' allocation_id: 8 } > }\n" +
+          pre +
+          "MemoryLogTensorDeallocation { allocation_id: 99 allocator_name: \"GPU_0_bfc\" }\n" +
+          pre + "MemoryLogTensorDeallocation { allocation_id: 8 allocator_name: \"GPU_0_bfc\" }\n",
+      "log");
+  ASSERT_THAT(t, IsOk());
+  EXPECT_EQ(t->allocations, 2u);
+  EXPECT_EQ(t->peak_live_bytes, 150u);
+  EXPECT_THAT(t->import_note,
+              AllOf(HasSubstr("1 records of unknown kinds skipped (\"MemoryLogSomethingNew\")"),
+                    HasSubstr("1 frees of tensors whose allocation is not logged skipped")));
 }
 
 TEST_F(TraceImportTest, RmmLogReplaysLikeItsSource) {

@@ -1,0 +1,26 @@
+// Fuzzes TensorFlow memory log import (allocator/trace_import.h, ParseTfMemoryLog): never
+// crashes, leaks or hangs (the text-format reader bounds its nesting); errors name the input and
+// its line; a log it reads is a trace whose frees match its allocations.
+#include <cstdint>
+#include <cstdlib>
+#include <string>
+
+#include "vgpu/allocator/trace_import.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  const std::string text(reinterpret_cast<const char*>(data), size);
+  for (int device : {-1, 0, 1}) {
+    vgpu::ImportOptions options;
+    if (device >= 0) options.device = device;
+    auto t = vgpu::ParseTfMemoryLog(text, "fuzz", options);
+    if (!t.ok()) {
+      if (t.status().message().rfind("fuzz", 0) != 0) std::abort();
+      continue;
+    }
+    if (t->events.empty() || t->allocations == 0) std::abort();
+    uint64_t allocs = 0, frees = 0;
+    for (const auto& e : t->events) (e.alloc ? allocs : frees)++;
+    if (allocs != t->allocations || frees > allocs) std::abort();
+  }
+  return 0;
+}
