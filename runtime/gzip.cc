@@ -66,6 +66,15 @@ class ZStream {
     }
     return absl::OkStatus();
   }
+  // Makes room past out[produced] when the output is full: doubling from ~4x the input (text
+  // logs compress 5-20x), at most `limit` bytes in all; false when `out` already holds them.
+  bool Room(std::string& out, uint64_t produced, uint64_t limit) const {
+    if (produced < out.size()) return true;
+    if (out.size() >= limit) return false;
+    const uint64_t want = std::max<uint64_t>({out.size() * 2, data_.size() * 4, 64 * 1024});
+    out.resize(static_cast<size_t>(std::min(want, limit)));
+    return true;
+  }
   bool all_fed() const { return fed_ == data_.size() && zs_.avail_in == 0; }
   size_t consumed() const { return fed_ - zs_.avail_in; }  // bytes of the input zlib has read
   // zlib writes from out[produced] on (at most 4 GiB at once); returns the room it was given.
@@ -117,12 +126,7 @@ absl::StatusOr<std::string> Gunzip(absl::string_view data, uint64_t max_bytes,
   };
   for (;;) {
     stream.Feed();
-    if (produced == out.size()) {
-      if (out.size() >= limit) return over_cap();
-      // Doubling from ~4x the compressed size (text logs compress 5-20x).
-      const uint64_t want = std::max<uint64_t>({out.size() * 2, data.size() * 4, 64 * 1024});
-      out.resize(static_cast<size_t>(std::min(want, limit)));
-    }
+    if (!stream.Room(out, produced, limit)) return over_cap();
     const uInt room = stream.PointOutput(out, produced);
     const int ret = inflate(&zs, Z_NO_FLUSH);
     produced += room - zs.avail_out;
@@ -167,11 +171,14 @@ absl::StatusOr<std::string> InflateRaw(absl::string_view data, uint64_t bytes,
         absl::StrCat(source, ": zlib could not start inflating (out of memory)"));
   }
   z_stream& zs = stream.z();
-  // One byte of room past the stated size, so data that inflates to more is caught here.
-  std::string out(static_cast<size_t>(bytes) + 1, '\0');
+  // Up to one byte past the stated size, so data that inflates to more is caught here; grown
+  // as it fills, so a small member that claims a large size takes no memory on its word.
+  const uint64_t limit = bytes + 1;
+  std::string out;
   uint64_t produced = 0;
   for (;;) {
     stream.Feed();
+    if (!stream.Room(out, produced, limit)) break;  // not reached: produced > bytes returns
     const uInt room = stream.PointOutput(out, produced);
     const int ret = inflate(&zs, Z_NO_FLUSH);
     produced += room - zs.avail_out;

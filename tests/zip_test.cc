@@ -165,6 +165,13 @@ TEST(ZipTest, DeflatedDataMustInflateToItsStatedSize) {
   longer.bytes = text.size() + 1;
   EXPECT_THAT(ReadZipMember(zip, longer, 1 << 20, "s.zip").status(),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("s.zip: zip member \"a\"")));
+  // A member that claims far more than it holds (a 26-byte archive could say 700 MiB) takes
+  // memory as it inflates, not on its word.
+  ZipMember liar = (*members)[0];
+  liar.bytes = uint64_t{700} << 20;
+  EXPECT_THAT(ReadZipMember(zip, liar, uint64_t{1} << 30, "s.zip").status(),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr(" bytes where it says 734003200")));
   ZipMember cut = (*members)[0];
   cut.compressed_bytes -= 5;
   EXPECT_THAT(ReadZipMember(zip, cut, 1 << 20, "s.zip").status(),
