@@ -91,6 +91,8 @@ const char* TraceFormatName(TraceFormat format) {
       return "rmm-log";
     case TraceFormat::kTfMemoryLog:
       return "tensorflow-log";
+    case TraceFormat::kTorchProfilerTrace:
+      return "pytorch-profiler-trace";
   }
   return "vgpu";
 }
@@ -105,6 +107,10 @@ TraceFormat DetectTraceFormat(absl::string_view data) {
   absl::ConsumePrefix(&data, "\xEF\xBB\xBF");
   data = absl::StripLeadingAsciiWhitespace(data);
   if (absl::StartsWith(data, "Thread,Time,Action")) return TraceFormat::kRmmLog;
+  // JSON: a Chrome trace (no line of the other text formats starts with a bracket).
+  if (absl::StartsWith(data, "{") || absl::StartsWith(data, "[")) {
+    return TraceFormat::kTorchProfilerTrace;
+  }
   // TensorFlow's records follow its startup lines, wherever logging put them.
   if (absl::StrContains(data, "__LOG_MEMORY__ MemoryLog")) return TraceFormat::kTfMemoryLog;
   return TraceFormat::kVgpu;
@@ -663,6 +669,8 @@ absl::StatusOr<Trace> ParseUnwrapped(absl::string_view data, absl::string_view s
       return ParseRmmLog(data, source);
     case TraceFormat::kTfMemoryLog:
       return ParseTfMemoryLog(data, source, options);
+    case TraceFormat::kTorchProfilerTrace:
+      return ParseTorchProfilerTrace(data, source, options);
     case TraceFormat::kVgpu:
       break;
   }
@@ -683,8 +691,8 @@ absl::StatusOr<Trace> ReadAnyTraceFile(const std::string& path, const ImportOpti
   if (t.name.empty()) {
     absl::string_view stem = base;
     absl::ConsumeSuffix(&stem, ".gz");
-    for (absl::string_view ext :
-         {".trace", ".pickle", ".pkl", ".csv", ".pt", ".pth", ".zip", ".log", ".txt"}) {
+    for (absl::string_view ext : {".pt.trace.json", ".trace", ".pickle", ".pkl", ".csv", ".json",
+                                  ".pt", ".pth", ".zip", ".log", ".txt"}) {
       if (absl::ConsumeSuffix(&stem, ext)) break;
     }
     t.name = std::string(stem);

@@ -4,9 +4,11 @@
 //     `torch.cuda.memory._record_memory_history()` (read with runtime/pickle_reader.h);
 //   - an RMM `logging_resource_adaptor` CSV log (header "Thread,Time,Action,Pointer,Size,Stream");
 //   - TensorFlow's memory log (its `__LOG_MEMORY__` lines, TF_CPP_VMODULE=log_memory=2);
+//   - a PyTorch profiler trace (the Chrome trace JSON of profile(profile_memory=True));
 //   - vgpu's own text format.
 // The format is told apart by content, never by the file name: a pickle starts with the PROTO
-// byte 0x80, an RMM log with its header line, a TensorFlow log has __LOG_MEMORY__ records,
+// byte 0x80, an RMM log with its header line, a profiler trace is JSON, a TensorFlow log has
+// __LOG_MEMORY__ records,
 // anything else is read as vgpu's format. Any of
 // them may be gzip-compressed (runtime/gzip.h: the bytes 1f 8b first), as logs usually are, or
 // in a zip archive (runtime/zip.h: "PK" first): the file `torch.save(snapshot, f)` writes (its
@@ -31,12 +33,14 @@
 
 namespace vgpu {
 
-enum class TraceFormat { kVgpu, kTorchSnapshot, kRmmLog, kTfMemoryLog };
-// "vgpu", "pytorch-snapshot", "rmm-log", "tensorflow-log" (Trace::format).
+enum class TraceFormat { kVgpu, kTorchSnapshot, kRmmLog, kTfMemoryLog, kTorchProfilerTrace };
+// "vgpu", "pytorch-snapshot", "rmm-log", "tensorflow-log", "pytorch-profiler-trace"
+// (Trace::format).
 const char* TraceFormatName(TraceFormat format);
 // By content: a pickle (0x80 first, or protocol 0/1: "(", "}", "]" or ")" first) ->
 // kTorchSnapshot; a first line (after a UTF-8 BOM) starting with "Thread,Time,Action" ->
-// kRmmLog; a "__LOG_MEMORY__ MemoryLog" record anywhere -> kTfMemoryLog; otherwise kVgpu.
+// kRmmLog; JSON ('{' or '[' first) -> kTorchProfilerTrace; a "__LOG_MEMORY__ MemoryLog" record
+// anywhere -> kTfMemoryLog; otherwise kVgpu.
 TraceFormat DetectTraceFormat(absl::string_view data);
 
 struct ImportOptions {
@@ -64,6 +68,19 @@ absl::StatusOr<Trace> ParseRmmLog(absl::string_view text, absl::string_view sour
 // not show (made outside an op's allocate calls) are skipped and counted in the note.
 absl::StatusOr<Trace> ParseTfMemoryLog(absl::string_view text, absl::string_view source = "log",
                                        const ImportOptions& options = {});
+// A PyTorch profiler trace: the Chrome trace JSON that torch.profiler.profile(profile_memory=
+// True) exports (prof.export_chrome_trace("trace.json"), or tensorboard_trace_handler's
+// *.pt.trace.json), {"traceEvents": [...]} or the array alone. Its "[memory]" instant events
+// (args "Device Type", "Device Id", "Addr", "Bytes", "Total Reserved") are the allocations
+// (Bytes > 0) and frees (Bytes < 0) of PyTorch's allocators, in time order ("ts"; the threads
+// write theirs apart). One device is read: cuda:n for options.device n, else the CUDA device
+// with the most events. Frees of blocks allocated before profiling started are skipped and
+// counted; the largest "Total Reserved" is the original allocator's reserved peak. The
+// document is walked without being built (hundreds of megabytes cost little memory beyond the
+// memory events); each memory event is parsed strictly (runtime/json_reader.h).
+absl::StatusOr<Trace> ParseTorchProfilerTrace(absl::string_view text,
+                                              absl::string_view source = "trace.json",
+                                              const ImportOptions& options = {});
 absl::StatusOr<Trace> ParseTorchSnapshot(absl::string_view data,
                                          absl::string_view source = "snapshot",
                                          const ImportOptions& options = {});

@@ -318,6 +318,21 @@ std::vector<CatalogueCase> RuntimeCases() {
                      "allocator_name: \"GPU_0_bfc\" }\n";
                  return ParseAnyTrace(a + a, "tf.log").status();
                }});
+  c.push_back(
+      {"T23", "PyTorch profiler trace: no memory events",
+       "`export_chrome_trace` of a profile without `profile_memory=True`", Code::kInvalidArgument,
+       "trace.json: no [memory] events: profile with "
+       "torch.profiler.profile(profile_memory=True)",
+       [] {
+         return ParseAnyTrace(R"({"traceEvents": [{"name": "aten::mm", "ph": "X"}]})", "trace.json")
+             .status();
+       }});
+  c.push_back(
+      {"T24", "PyTorch profiler trace: truncated",
+       "`{\"traceEvents\": [{\"name\": \"[memory]` (the file cut short)", Code::kInvalidArgument,
+       "trace.json: invalid JSON at byte 26: unterminated string", [] {
+         return ParseAnyTrace(R"({"traceEvents": [{"name": "[memory])", "trace.json").status();
+       }});
   return c;
 }
 

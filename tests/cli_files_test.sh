@@ -131,6 +131,18 @@ run tf_log_negative 1 "neg.log:1: MemoryLogRawAllocation: num_bytes is negative"
 printf '%s MemoryLogStep {%s\n' "$M" "$(printf ' a {%.0s' $(seq 1 5000))" > deep.log
 run tf_log_deep 1 "deep.log:1: .*nested more than 32 deep" "$BENCH" plan --card 1GiB deep.log
 
+# PyTorch profiler traces (Chrome trace JSON with "[memory]" events).
+P='{"name": "[memory]", "ph": "i", "ts": %s, "args": {"Device Type": 1, "Device Id": 0, "Addr": 4096, "Bytes": %s, "Total Reserved": 2097152}}'
+{ printf '{"traceEvents": ['; printf "$P, " 2 -512; printf "$P" 1 512; printf ']}\n'; } > prof.json
+run profiler_trace 0 "PyTorch profiler trace: cuda:0" "$BENCH" replay prof.json --no-baseline
+run profiler_trace_gz 0 "" sh -c "gzip -c prof.json | '$BENCH' replay - --no-baseline"
+printf '{"traceEvents": [{"name": "[memory]", "ts": 1, "args": {"Addr": "x}]}' > cut.json
+run profiler_trace_cut 1 "cut.json: invalid JSON at byte 64: unterminated string" "$BENCH" replay cut.json
+printf '{"traceEvents": [{"name": "aten::mm", "ph": "X"}]}' > nomem.json
+run profiler_trace_no_memory 1 "nomem.json: no \\[memory\\] events: profile with" "$BENCH" plan --card 1GiB nomem.json
+{ printf '['; head -c 100000 /dev/zero | tr '\0' '['; } > deep.json
+run profiler_trace_deep 1 "deep.json: invalid JSON at byte 257: nested more than 256 deep" "$BENCH" replay deep.json
+
 # Memory histories for the timeline.
 H() { printf '{%s"allocators":[%s],"events":[{"t_ns":%s,"allocator":%s,"in_use":1,"reserved":1}]}' "$1" "$2" "$3" "$4"; }
 H '' '"a"' 1e999 0 > inf.json

@@ -12,6 +12,7 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -519,6 +520,86 @@ TEST_F(TraceImportTest, TfMemoryLogBadInput) {
   EXPECT_THAT(t->import_note,
               AllOf(HasSubstr("1 records of unknown kinds skipped (\"MemoryLogSomethingNew\")"),
                     HasSubstr("1 frees of tensors whose allocation is not logged skipped")));
+}
+
+// A PyTorch profiler trace (scripts/make-import-samples writes it as kineto does: operator and
+// kernel events around "[memory]" events, two threads' events written apart, CPU allocations,
+// a free of a block allocated before profiling) replays as the trace it was made from.
+TEST_F(TraceImportTest, TorchProfilerTraceReplaysLikeItsSource) {
+  auto source = ReadTraceFile(Src("tests/data/mlp_two_steps.trace"));
+  ASSERT_THAT(source, IsOk());
+  auto t = ReadAnyTraceFile(Src("tests/data/mlp_two_steps.pt.trace.json"));
+  ASSERT_THAT(t, IsOk());
+  EXPECT_EQ(t->format, "pytorch-profiler-trace");
+  EXPECT_EQ(t->name, "mlp_two_steps");
+  ExpectSameWorkload(*t, *source);
+  EXPECT_EQ(t->original_peak_reserved_bytes, 29360128u);  // the largest "Total Reserved"
+  EXPECT_THAT(t->import_note,
+              AllOf(HasSubstr("PyTorch profiler trace: cuda:0 (the most [memory] events) of cpu, "
+                              "cuda:0, 28 allocations"),
+                    HasSubstr("1 frees of blocks allocated before profiling skipped")));
+  ImportOptions cuda1;
+  cuda1.device = 1;
+  EXPECT_THAT(ReadAnyTraceFile(Src("tests/data/mlp_two_steps.pt.trace.json"), cuda1).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("no [memory] events of cuda:1; the trace has cpu, cuda:0")));
+  // The events array alone is a Chrome trace too.
+  const std::string mem = R"({"name": "[memory]", "ph": "i", "ts": %d, "args": {"Device Type": 1,
+      "Device Id": 0, "Addr": 4096, "Bytes": %d, "Total Reserved": 2097152}})";
+  auto ev = [&](int ts, int bytes) {
+    return absl::StrReplaceAll(mem, {{"%d, \"args", absl::StrCat(ts, ", \"args")},
+                                     {"\"Bytes\": %d", absl::StrCat("\"Bytes\": ", bytes)}});
+  };
+  auto bare = ParseAnyTrace("[" + ev(2, -512) + ", " + ev(1, 512) + "]", "a.json");
+  ASSERT_THAT(bare, IsOk());
+  EXPECT_EQ(bare->allocations, 1u);
+  EXPECT_EQ(bare->events.size(), 2u);  // in time order: the allocation, then its free
+  EXPECT_EQ(bare->original_peak_reserved_bytes, 2097152u);
+}
+
+TEST_F(TraceImportTest, TorchProfilerTraceBadInput) {
+  auto mem = [](int ts, int64_t addr, int64_t bytes) {
+    return absl::StrCat(R"({"name": "[memory]", "ph": "i", "ts": )", ts,
+                        R"(, "args": {"Device Type": 1, "Device Id": 0, "Addr": )", addr,
+                        R"(, "Bytes": )", bytes, "}}");
+  };
+  struct Case {
+    std::string json;
+    const char* message;
+  };
+  const Case cases[] = {
+      {R"({"traceEvents": [{"name": "x})", "p.json: invalid JSON at byte 26: unterminated string"},
+      {R"({"traceEvents": {}})",
+       "p.json: invalid JSON at byte 16: \"traceEvents\" is not an array"},
+      {R"({"schemaVersion": 1})", "p.json: no \"traceEvents\": not a Chrome trace"},
+      {R"({"traceEvents": []} x)", "p.json: invalid JSON at byte 20: data after the document"},
+      {R"({"traceEvents": [1, 2]])",
+       "p.json: invalid JSON at byte 22: expected ',' or '}' after a member, found \"]\""},
+      {R"([1 2])",
+       "p.json: invalid JSON at byte 3: expected ',' or ']' after an event, found \"2\""},
+      {R"({"traceEvents": [{"name": "aten::add"}]})",
+       "p.json: no [memory] events: profile with torch.profiler.profile(profile_memory=True)"},
+      {"[" + mem(1, 4096, 512) + "," + mem(2, 4096, 512) + "]",
+       "p.json: the event at byte 114: allocation at 4096, which is live (allocated by the event "
+       "at "
+       "byte 1)"},
+      {"[" + mem(1, 4096, 512) + "," + mem(2, 4096, -1024) + "]",
+       "the event at byte 114: free of 1024 bytes at 4096, allocated with 512 bytes by the event "
+       "at byte 1"},
+      {R"([{"name": "[memory]", "ts": 1, "args": {"Device Type": 1, "Device Id": 0, "Bytes": 8}}])",
+       "p.json: the event at byte 1: no \"args\": {\"Addr\"}"},
+      {R"([{"name": "[memory]", "ts": 1, "args": {"Device Type": 1, "Device Id": 0, "Addr": 1.5, "Bytes": 8}}])",
+       "p.json: the event at byte 1: \"Addr\" is a number, expected an integer"},
+      {R"([{"name": "[memory]", "ts": 1, "ts": 2}])",
+       "p.json: the event at byte 1: invalid JSON at byte 30 (line 1, column 31): duplicate object "
+       "key \"ts\" (first at byte 21) (bytes counted from the event's start)"},
+      {"[" + std::string(300, '[') + std::string(300, ']') + "]", "nested more than 256 deep"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.json);
+    EXPECT_THAT(ParseAnyTrace(c.json, "p.json").status(),
+                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr(c.message)));
+  }
 }
 
 TEST_F(TraceImportTest, RmmLogReplaysLikeItsSource) {

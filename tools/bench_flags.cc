@@ -309,14 +309,18 @@ absl::StatusOr<BenchArgs> ParseBenchArgs(const std::vector<std::string>& argv) {
   std::string limit_text;  // replay --limit: a size or N%
   // PyTorch snapshots and TensorFlow logs hold several devices (default: the most events).
   auto device_flag = [&a](flags::FlagSet& f) -> flags::FlagSet& {
-    return f.Int("--device", &a.device_value, 0, 1023,
-                 "PyTorch snapshot or TensorFlow log: the GPU whose records are read (default: "
-                 "most events)");
+    return f.Int(
+        "--device", &a.device_value, 0, 1023,
+        "PyTorch snapshot or profiler trace, TensorFlow log: the GPU whose records are read "
+        "(default: "
+        "most events)");
   };
   if (a.command == "replay") {
-    fs.Positional("TRACE", &a.trace_path, /*required=*/true,
-                  "a trace, PyTorch snapshot, RMM log or TensorFlow memory log, plain, gzip or zip "
-                  "(told apart by content; - is stdin)")
+    fs.Positional(
+          "TRACE", &a.trace_path, /*required=*/true,
+          "a trace, PyTorch snapshot or profiler trace, RMM log or TensorFlow memory log, plain, "
+          "gzip or zip "
+          "(told apart by content; - is stdin)")
         .Enum("--allocator", &a.allocator, kAllocators, "the allocator replayed (default bfc)")
         .Bool("--allow-growth", &a.allow_growth, "reserve memory as needed (default off)")
         .String("--limit", &limit_text, "SIZE",
@@ -343,9 +347,11 @@ absl::StatusOr<BenchArgs> ParseBenchArgs(const std::vector<std::string>& argv) {
     device_flag(fs);
     AddKnobFlags(fs, a.tuning, knob_text);
   } else if (a.command == "convert") {
-    fs.Positional("IN", &a.trace_path, /*required=*/true,
-                  "a trace, PyTorch snapshot, RMM log or TensorFlow memory log, plain, gzip or zip "
-                  "(told apart by content; - is stdin)")
+    fs.Positional(
+          "IN", &a.trace_path, /*required=*/true,
+          "a trace, PyTorch snapshot or profiler trace, RMM log or TensorFlow memory log, plain, "
+          "gzip or zip "
+          "(told apart by content; - is stdin)")
         .Positional("OUT", &a.output_path, /*required=*/true,
                     "the vgpu trace written (gzip-compressed if it ends in .gz; - is stdout)");
     device_flag(fs);
@@ -362,7 +368,7 @@ absl::StatusOr<BenchArgs> ParseBenchArgs(const std::vector<std::string>& argv) {
               "speed: the fastest allocator and growth policy that fits the card (default); "
               "memory: the smallest total")
         .Rest("TRACE...", &a.trace_paths,
-              "traces, PyTorch snapshots, RMM or TensorFlow logs (1 to 64)");
+              "traces, PyTorch snapshots or profiler traces, RMM or TensorFlow logs (1 to 64)");
     device_flag(fs);
   } else if (a.command == "alloc") {
     fs.Enum("--allocator", &a.allocator, kAllocators, "the allocator measured (default bfc)")
