@@ -239,6 +239,31 @@ TEST_F(TraceImportTest, TorchSnapshotsWrittenByPyTorch) {
   }
 }
 
+// Files PyTorch itself wrote (tests/data/torch/README.md): torch.save of a real snapshot reads
+// as the snapshot; the legacy torch.save format is refused with a remedy; a CPU profiler trace
+// adds up to what PyTorch's own events do.
+TEST_F(TraceImportTest, TorchFilesWrittenByPyTorch) {
+  auto pickle = ReadAnyTraceFile(Src("tests/data/torch/two_streams.pickle"));
+  ASSERT_THAT(pickle, IsOk());
+  auto saved = ReadAnyTraceFile(Src("tests/data/torch/two_streams.pt"));
+  ASSERT_THAT(saved, IsOk());
+  ExpectSameWorkload(*saved, *pickle);
+  EXPECT_EQ(saved->name, "two_streams");
+  EXPECT_EQ(saved->original_peak_reserved_bytes, pickle->original_peak_reserved_bytes);
+  EXPECT_THAT(saved->import_note, HasSubstr("zip: \"two_streams/data.pkl\" (torch.save)"));
+  EXPECT_THAT(ReadAnyTraceFile(Src("tests/data/torch/two_streams_legacy.pt")).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("two_streams_legacy.pt: a torch.save file in the legacy format")));
+  auto prof = ReadAnyTraceFile(Src("tests/data/torch/cpu_train.pt.trace.json.gz"));
+  ASSERT_THAT(prof, IsOk());
+  EXPECT_EQ(prof->format, "pytorch-profiler-trace");
+  EXPECT_EQ(prof->name, "cpu_train");
+  EXPECT_EQ(prof->allocations, 225u);
+  EXPECT_EQ(prof->events.size(), 436u);
+  EXPECT_EQ(prof->peak_live_bytes, 2787480u);
+  EXPECT_THAT(prof->import_note, HasSubstr("PyTorch profiler trace: cpu, 225 allocations"));
+}
+
 TEST_F(TraceImportTest, TorchSnapshotBadInput) {
   struct Case {
     const char* file;
