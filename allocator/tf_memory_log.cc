@@ -24,6 +24,7 @@ namespace {
 
 constexpr absl::string_view kMarker = "__LOG_MEMORY__ ";
 constexpr int kMaxDepth = 32;  // text-format messages nested deeper are refused
+constexpr absl::string_view kProtobufDebugMarker = "goo.gle/debugonly";
 
 // The fields of one record that the import uses, as written (a string keeps its quotes).
 // `tensor { allocation_description { ... } }` of a tensor allocation is kept apart from the
@@ -99,6 +100,12 @@ class TextProtoReader {
       if (s_[pos_] == '}' || s_[pos_] == '>') {
         ++pos_;
         return absl::OkStatus();
+      }
+      // Protobuf 26 and later start debug strings with this marker (and vary the spaces after
+      // it) to keep programs from parsing them; TensorFlow 2.21's log has it in every record.
+      if (absl::StartsWith(s_.substr(pos_), kProtobufDebugMarker)) {
+        pos_ += kProtobufDebugMarker.size();
+        continue;
       }
       const absl::string_view name = Word();
       if (name.empty())

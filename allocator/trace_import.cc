@@ -691,8 +691,8 @@ absl::StatusOr<Trace> ReadAnyTraceFile(const std::string& path, const ImportOpti
   if (t.name.empty()) {
     absl::string_view stem = base;
     absl::ConsumeSuffix(&stem, ".gz");
-    for (absl::string_view ext : {".pt.trace.json", ".trace", ".pickle", ".pkl", ".csv", ".json",
-                                  ".pt", ".pth", ".zip", ".log", ".txt"}) {
+    for (absl::string_view ext : {".pt.trace.json", ".tf.log", ".trace", ".pickle", ".pkl", ".csv",
+                                  ".json", ".pt", ".pth", ".zip", ".log", ".txt"}) {
       if (absl::ConsumeSuffix(&stem, ext)) break;
     }
     t.name = std::string(stem);

@@ -478,6 +478,21 @@ TEST_F(TraceImportTest, TfMemoryLogReplaysLikeItsSource) {
   ExpectSameWorkload(*gz, *source);
 }
 
+// A log TensorFlow 2.21 wrote itself (tests/data/tf/README.md; its records carry protobuf's
+// "goo.gle/debugonly" marker): what its records add up to, computed apart by the script.
+TEST_F(TraceImportTest, TfMemoryLogWrittenByTensorFlow) {
+  auto t = ReadAnyTraceFile(Src("tests/data/tf/cpu_train.tf.log.gz"));
+  ASSERT_THAT(t, IsOk());
+  EXPECT_EQ(t->format, "tensorflow-log");
+  EXPECT_EQ(t->name, "cpu_train");
+  EXPECT_EQ(t->allocations, 2465u);
+  EXPECT_EQ(t->events.size(), 2u * 2465u);  // every allocation freed
+  EXPECT_EQ(t->peak_live_bytes, 3223312u);
+  EXPECT_THAT(t->import_note,
+              AllOf(HasSubstr("TensorFlow memory log: allocator mklcpu, 2465 allocations"),
+                    HasSubstr("77 frees of tensors whose allocation is not logged skipped")));
+}
+
 TEST_F(TraceImportTest, TfMemoryLogBadInput) {
   const std::string pre = "I1130 12:00:01.000001 42 log_memory.cc:39] __LOG_MEMORY__ ";
   auto alloc = [&](int id, const std::string& bytes) {
