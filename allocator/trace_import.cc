@@ -280,11 +280,12 @@ absl::StatusOr<Action> ParseAction(absl::string_view a) {
   if (a == "free_requested") return Action::kFreeRequested;
   if (a == "segment_alloc" || a == "segment_map") return Action::kSegmentGrow;
   if (a == "segment_free" || a == "segment_unmap") return Action::kSegmentShrink;
-  if (a == "snapshot" || a == "oom") return Action::kOther;
+  // annotate (PyTorch 2.5 and later): a user's label on the history, no memory.
+  if (a == "snapshot" || a == "oom" || a == "annotate") return Action::kOther;
   return absl::InvalidArgumentError(
       absl::StrCat("unknown action ", QuoteUserText(a),
                    " (expected alloc, free_requested, free_completed, segment_alloc, "
-                   "segment_free, segment_map, segment_unmap, snapshot or oom)"));
+                   "segment_free, segment_map, segment_unmap, snapshot, oom or annotate)"));
 }
 
 struct Entry {
@@ -569,7 +570,8 @@ absl::StatusOr<Trace> ParseTorchSnapshot(absl::string_view data, absl::string_vi
                                                   "has no free_completed)")
                                     : absl::StrCat("free_completed taken as the free (",
                                                    skipped_requested, " free_requested skipped)"));
-  if (skipped_other > 0) notes.push_back(absl::StrCat(skipped_other, " snapshot/oom skipped"));
+  if (skipped_other > 0)
+    notes.push_back(absl::StrCat(skipped_other, " snapshot/oom/annotate entries skipped"));
   t.import_note = absl::StrJoin(notes, ", ");
   return std::move(b).Finish(source);
 }
