@@ -101,6 +101,16 @@ sed -n 2,3p \"$out\" && $<TARGET_FILE:vgpu-bench> replay \"$out\" --no-baseline 
               ${VGPU_IMPORT_DATA}/rmm/streams.dev0.csv)
     set_tests_properties(vgpu_bench_plan_real_logs PROPERTIES LABELS unit TIMEOUT 300
       PASS_REGULAR_EXPRESSION "plan check passed: 4 traces")
+    # And on the other files users have: torch.save of a snapshot, a profiler trace, a
+    # TensorFlow memory log (gzipped, as written by PyTorch and TensorFlow themselves).
+    add_test(NAME vgpu_bench_plan_other_formats
+      COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/plan_check.sh $<TARGET_FILE:vgpu-bench>
+              $<TARGET_FILE:vgpu-info> 1GiB ${VGPU_IMPORT_DATA}/torch/two_streams.pt
+              ${VGPU_IMPORT_DATA}/torch/cpu_train.pt.trace.json.gz
+              ${VGPU_IMPORT_DATA}/tf/cpu_train.tf.log.gz
+              ${VGPU_IMPORT_DATA}/mlp_mirrored.tf.log)
+    set_tests_properties(vgpu_bench_plan_other_formats PROPERTIES LABELS unit TIMEOUT 300
+      PASS_REGULAR_EXPRESSION "plan check passed: 4 traces")
   endif()
   # --prefer speed (the default): the fastest policy that fits, bfc without growth here;
   # --prefer memory: the smallest total, vmm on these logs (bfc needs 1.15x on the RMM log), with
