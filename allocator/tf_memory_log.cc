@@ -45,7 +45,6 @@ class TextProtoReader {
   // The fields of a message from just after its '{' to its closing '}'. On error, a message
   // naming the column in the line.
   absl::Status ReadMessage(Fields& f) { return Message(f, 0); }
-  size_t pos() const { return pos_; }
 
  private:
   absl::Status Err(absl::string_view what) const {
@@ -87,7 +86,6 @@ class TextProtoReader {
         break;
       }
     }
-    if (pos_ > s_.size()) return Err("unterminated string");
     return s_.substr(start, pos_ - start);
   }
 
