@@ -22,6 +22,7 @@ namespace vgpu {
 namespace {
 
 constexpr size_t kMaxDepth = 256;  // brackets open at once in the document
+constexpr size_t kMaxMemoryEventBytes = 64 * 1024;
 
 bool IsSpace(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
 
@@ -160,7 +161,7 @@ absl::StatusOr<Trace> ParseTorchProfilerTrace(absl::string_view text, absl::stri
   }
 
   std::vector<MemoryEvent> events;
-  uint64_t other_memory_events = 0;
+  uint64_t other_memory_events = 0, large_skipped = 0;
   pos = *events_at + 1;
   while (true) {
     pos = scan.SkipSpace(pos);
@@ -175,16 +176,22 @@ absl::StatusOr<Trace> ParseTorchProfilerTrace(absl::string_view text, absl::stri
       return scan.Err(pos,
                       absl::StrCat("expected ',' or ']' after an event, found ", scan.Found(pos)));
     }
-    // Most events are operators and kernels: only those naming "[memory]" are parsed.
+    // Most events are operators and kernels: only those naming "[memory]" are parsed. A memory
+    // event is a few hundred bytes; a larger event that mentions it is an operator or kernel
+    // quoting the name in its arguments, left unparsed so it costs no memory.
     if (element.find("\"[memory]\"") == absl::string_view::npos) continue;
+    if (element.size() > kMaxMemoryEventBytes) {
+      ++large_skipped;
+      continue;
+    }
     auto err = [&](auto&&... args) {
       return absl::InvalidArgumentError(
           absl::StrCat(source, ": the event at byte ", start, ": ", args...));
     };
     JsonReadOptions limits;
     limits.max_bytes = element.size();
-    limits.max_depth = 8;
-    limits.max_values = 4096;
+    limits.max_depth = 64;
+    limits.max_values = kMaxMemoryEventBytes;  // at least a byte each: never the limit
     absl::StatusOr<JsonValue> ev = ParseJson(element, limits);
     if (!ev.ok()) return err(ev.status().message(), " (bytes counted from the event's start)");
     const JsonValue* name = ev->Find("name");
@@ -318,6 +325,9 @@ absl::StatusOr<Trace> ParseTorchProfilerTrace(absl::string_view text, absl::stri
                    next_block, " allocations"));
   if (unmatched > 0) {
     notes.push_back(absl::StrCat(unmatched, " frees of blocks allocated before profiling skipped"));
+  }
+  if (large_skipped > 0) {
+    notes.push_back(absl::StrCat(large_skipped, " events over 64 KiB mentioning [memory] skipped"));
   }
   if (other_memory_events > 0) {
     notes.push_back(absl::StrCat(other_memory_events, " events of 0 bytes skipped"));

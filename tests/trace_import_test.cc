@@ -600,11 +600,19 @@ TEST_F(TraceImportTest, TorchProfilerTraceReplaysLikeItsSource) {
     return absl::StrReplaceAll(mem, {{"%d, \"args", absl::StrCat(ts, ", \"args")},
                                      {"\"Bytes\": %d", absl::StrCat("\"Bytes\": ", bytes)}});
   };
-  auto bare = ParseAnyTrace("[" + ev(2, -512) + ", " + ev(1, 512) + "]", "a.json");
+  // An operator whose arguments quote "[memory]" (nested deeper than a memory event, or over
+  // 64 KiB) is not a memory event.
+  const std::string op_deep =
+      R"({"name": "aten::copy_", "args": {"Input Dims": [[[[[[[[[[1]]]]]]]]]], "note": "[memory]"}})";
+  const std::string op_big = R"({"name": "aten::cat", "args": {"s": ")" + std::string(70000, 'x') +
+                             R"(", "n": "[memory]"}})";
+  auto bare = ParseAnyTrace(
+      "[" + ev(2, -512) + ", " + op_deep + ", " + op_big + ", " + ev(1, 512) + "]", "a.json");
   ASSERT_THAT(bare, IsOk());
   EXPECT_EQ(bare->allocations, 1u);
   EXPECT_EQ(bare->events.size(), 2u);  // in time order: the allocation, then its free
   EXPECT_EQ(bare->original_peak_reserved_bytes, 2097152u);
+  EXPECT_THAT(bare->import_note, HasSubstr("1 events over 64 KiB mentioning [memory] skipped"));
 }
 
 TEST_F(TraceImportTest, TorchProfilerTraceBadInput) {
