@@ -8,6 +8,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/container/flat_hash_set.h"
@@ -658,6 +659,42 @@ TEST_F(TraceImportTest, TorchProfilerTraceBadInput) {
     EXPECT_THAT(ParseAnyTrace(c.json, "p.json").status(),
                 StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr(c.message)));
   }
+}
+
+// The importers are reentrant (trace_import.h): every format, wrapped and not, read from four
+// threads at once gives each thread the same trace (run under TSan in CI).
+TEST_F(TraceImportTest, ImportsFromManyThreadsAtOnce) {
+  const std::vector<std::string> files = {"tests/data/mlp_two_streams.snapshot.pickle",
+                                          "tests/data/mlp_two_streams.rmm.csv",
+                                          "tests/data/mlp_mirrored.tf.log",
+                                          "tests/data/mlp_two_steps.pt.trace.json",
+                                          "tests/data/torch/two_streams.pt",
+                                          "tests/data/tf/cpu_train.tf.log.gz"};
+  std::vector<std::string> data;
+  std::vector<Trace> want;
+  for (const std::string& f : files) {
+    data.push_back(Slurp(Src(f)));
+    auto t = ParseAnyTrace(data.back(), f);
+    ASSERT_THAT(t, IsOk()) << f;
+    want.push_back(*std::move(t));
+  }
+  std::vector<std::thread> threads;
+  std::vector<int> same(4, 0);
+  for (int k = 0; k < 4; ++k) {
+    threads.emplace_back([&, k] {
+      for (size_t i = 0; i < files.size(); ++i) {
+        const size_t f = (i + k) % files.size();
+        auto t = ParseAnyTrace(data[f], files[f]);
+        if (t.ok() && t->events.size() == want[f].events.size() &&
+            t->peak_live_bytes == want[f].peak_live_bytes &&
+            t->import_note == want[f].import_note) {
+          ++same[k];
+        }
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (int k = 0; k < 4; ++k) EXPECT_EQ(same[k], static_cast<int>(files.size())) << k;
 }
 
 TEST_F(TraceImportTest, RmmLogReplaysLikeItsSource) {
