@@ -619,6 +619,18 @@ absl::StatusOr<const ZipMember*> LogMember(const std::vector<ZipMember>& members
       names(files), "): which log to read is not clear; unzip it and give the one log"));
 }
 
+// The compressor whose magic bytes start `data` among those logs are also kept with (zstd, xz,
+// bzip2, lz4), or nullptr.
+const char* OtherCompressor(absl::string_view data) {
+  if (absl::StartsWith(data, absl::string_view("\x28\xb5\x2f\xfd", 4))) return "zstd";
+  if (absl::StartsWith(data, absl::string_view("\xfd\x37\x7a\x58\x5a\x00", 6))) return "xz";
+  if (data.size() >= 4 && absl::StartsWith(data, "BZh") && data[3] >= '1' && data[3] <= '9') {
+    return "bzip2";
+  }
+  if (absl::StartsWith(data, absl::string_view("\x04\x22\x4d\x18", 4))) return "lz4";
+  return nullptr;
+}
+
 void AppendNote(Trace& t, absl::string_view note) {
   t.import_note =
       t.import_note.empty() ? std::string(note) : absl::StrCat(t.import_note, "; ", note);
@@ -663,6 +675,12 @@ absl::StatusOr<Trace> ParseUnwrapped(absl::string_view data, absl::string_view s
                                m->method == 0 ? "stored"
                                               : absl::StrCat("deflated to ", m->compressed_bytes)));
     return t;
+  }
+  // Other compressors' files would read as garbled text: name the one to undo.
+  if (const char* tool = OtherCompressor(data)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        source, ": compressed with ", tool, ", which is not read: decompress it first (", tool,
+        " -d), or compress with gzip, which is read as it is"));
   }
   switch (DetectTraceFormat(data)) {
     case TraceFormat::kTorchSnapshot:

@@ -333,6 +333,14 @@ std::vector<CatalogueCase> RuntimeCases() {
        "trace.json: invalid JSON at byte 26: unterminated string", [] {
          return ParseAnyTrace(R"({"traceEvents": [{"name": "[memory])", "trace.json").status();
        }});
+  c.push_back({"T25", "log compressed with another tool", "`zstd snap.pickle` (magic 28 b5 2f fd)",
+               Code::kInvalidArgument,
+               "snap.pickle.zst: compressed with zstd, which is not read: decompress it first "
+               "(zstd -d), or compress with gzip, which is read as it is",
+               [] {
+                 return ParseAnyTrace(std::string("\x28\xb5\x2f\xfd\x04\x58", 6), "snap.pickle.zst")
+                     .status();
+               }});
   return c;
 }
 

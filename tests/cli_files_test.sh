@@ -91,6 +91,12 @@ run trace_gzip_corrupt 1 "junk.gz: corrupt gzip stream at byte" "$BENCH" plan --
 gzip -c good.trace.gz > twice.gz
 run trace_gzip_twice 1 "compressed twice" "$BENCH" replay twice.gz
 
+# Other compressors are named (their magic bytes), not read as text.
+printf '\050\265\057\375junk' > snap.pickle.zst
+run other_compressor_zstd 1 "snap.pickle.zst: compressed with zstd, which is not read" "$BENCH" replay snap.pickle.zst
+printf 'BZh91AY&SYjunk' > log.csv.bz2
+run other_compressor_bzip2 1 "log.csv.bz2: compressed with bzip2" "$BENCH" convert log.csv.bz2 out.trace
+
 # Zip archives, written by Python's zipfile (another writer than the unit tests' own):
 # torch.save's layout ("<name>/data.pkl" beside its version), a zipped log, and the broken.
 # pyzip OUT METHOD MEMBER=FILE...: METHOD stored or deflated.

@@ -412,6 +412,31 @@ TEST_F(TraceImportTest, ZippedLogImportsLikeItsSource) {
   }
 }
 
+// Logs compressed with another tool than gzip are named, not read as garbled text.
+TEST_F(TraceImportTest, OtherCompressorsAreNamed) {
+  const struct {
+    std::string magic;
+    const char* tool;
+  } cases[] = {{std::string("\x28\xb5\x2f\xfd\x04\x58", 6), "zstd"},
+               {std::string("\xfd\x37\x7a\x58\x5a\x00\x00", 7), "xz"},
+               {"BZh91AY&SY", "bzip2"},
+               {std::string("\x04\x22\x4d\x18\x64\x40", 6), "lz4"}};
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.tool);
+    EXPECT_THAT(ParseAnyTrace(c.magic, "snap.pickle.x").status(),
+                StatusIs(absl::StatusCode::kInvalidArgument,
+                         HasSubstr(absl::StrCat("snap.pickle.x: compressed with ", c.tool,
+                                                ", which is not read: decompress it first (",
+                                                c.tool, " -d)"))));
+    // Inside a zip too.
+    EXPECT_THAT(ParseAnyTrace(Zip({{"log", c.magic}}), "l.zip").status(),
+                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("compressed with")));
+  }
+  // A vgpu trace that starts like one of them is still a trace: "BZh" needs a level digit.
+  EXPECT_THAT(ParseAnyTrace("BZh is not a trace line\n", "t").status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("t:1: unknown event")));
+}
+
 TEST_F(TraceImportTest, ZipBadInput) {
   const std::string trace = "a 1 100\nf 1\n";
   EXPECT_THAT(
