@@ -326,7 +326,7 @@ absl::StatusOr<Trace> ParseTfMemoryLog(absl::string_view text, absl::string_view
     uint64_t line;
   };
   absl::flat_hash_map<uint64_t, Live> live;  // allocation id -> block
-  uint64_t next_block = 0, unmatched = 0, allocs = 0;
+  uint64_t next_block = 0, unmatched = 0;    // next_block: the allocations so far
   for (const Record& r : records) {
     if (r.allocator != chosen) continue;
     auto err = [&](auto&&... args) {
@@ -340,7 +340,6 @@ absl::StatusOr<Trace> ParseTfMemoryLog(absl::string_view text, absl::string_view
       const uint64_t block = next_block++;
       if (absl::Status s = b.Alloc(block, r.bytes, 0, r.line); !s.ok()) return err(s.message());
       live.emplace(r.id, Live{block, r.line});
-      ++allocs;
     } else {
       auto it = live.find(r.id);
       if (it == live.end()) {
@@ -352,7 +351,7 @@ absl::StatusOr<Trace> ParseTfMemoryLog(absl::string_view text, absl::string_view
       live.erase(it);
     }
   }
-  if (allocs == 0) {
+  if (next_block == 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         source, ": allocator ", names[chosen], " has no numbered allocations in the log",
         no_id > 0
@@ -369,13 +368,14 @@ absl::StatusOr<Trace> ParseTfMemoryLog(absl::string_view text, absl::string_view
                    : names.size() > 1 ? " (the most records)"
                                       : "",
                    names.size() > 1 ? absl::StrCat(" of ", absl::StrJoin(names, ", ")) : "", ", ",
-                   allocs, " allocations"));
+                   next_block, " allocations"));
   if (unmatched > 0) {
     notes.push_back(
         absl::StrCat(unmatched, " frees of tensors whose allocation is not logged skipped"));
   }
-  if (deferred > 0)
+  if (deferred > 0) {
     notes.push_back(absl::StrCat(deferred, " deferred raw frees taken at completion"));
+  }
   if (no_id > 0) notes.push_back(absl::StrCat(no_id, " records without an allocation id skipped"));
   if (no_buffer > 0) notes.push_back(absl::StrCat(no_buffer, " tensors without a buffer skipped"));
   if (unknown > 0) {

@@ -242,11 +242,11 @@ absl::StatusOr<Trace> ParseTorchProfilerTrace(absl::string_view text, absl::stri
   std::vector<std::pair<int64_t, int64_t>> devices;
   for (const auto& [d, n] : counts) devices.push_back(d);
   std::sort(devices.begin(), devices.end());
+  std::vector<std::string> names;
+  for (const auto& d : devices) names.push_back(DeviceName(d.first, d.second));
   std::optional<std::pair<int64_t, int64_t>> chosen;
   if (options.device) {
     if (!counts.contains({1, *options.device})) {
-      std::vector<std::string> names;
-      for (const auto& d : devices) names.push_back(DeviceName(d.first, d.second));
       return absl::InvalidArgumentError(
           absl::StrCat(source, ": no [memory] events of cuda:", *options.device, "; the trace has ",
                        absl::StrJoin(names, ", ")));
@@ -261,13 +261,12 @@ absl::StatusOr<Trace> ParseTorchProfilerTrace(absl::string_view text, absl::stri
       if (chosen) break;
     }
   }
-  std::vector<MemoryEvent> mine;
-  for (const MemoryEvent& m : events) {
-    if (m.device_type == chosen->first && m.device_id == chosen->second) mine.push_back(m);
-  }
+  std::erase_if(events, [&](const MemoryEvent& m) {
+    return m.device_type != chosen->first || m.device_id != chosen->second;
+  });
   // Threads (the autograd engine's among them) write their events apart: in time order, the
   // file's order among equal times.
-  std::stable_sort(mine.begin(), mine.end(),
+  std::stable_sort(events.begin(), events.end(),
                    [](const MemoryEvent& a, const MemoryEvent& b) { return a.ts < b.ts; });
 
   TraceBuilder b("byte");
@@ -279,14 +278,14 @@ absl::StatusOr<Trace> ParseTorchProfilerTrace(absl::string_view text, absl::stri
   };
   absl::flat_hash_map<uint64_t, Live> live;  // address -> block
   uint64_t next_block = 0, unmatched = 0, reserved = 0;
-  for (const MemoryEvent& m : mine) {
+  for (const MemoryEvent& m : events) {
     auto err = [&](auto&&... args) {
       return absl::InvalidArgumentError(
           absl::StrCat(source, ": the event at byte ", m.offset, ": ", args...));
     };
-    if (m.reserved)
-      reserved =
-          std::max<uint64_t>(reserved, static_cast<uint64_t>(std::max<int64_t>(0, *m.reserved)));
+    if (m.reserved && *m.reserved > 0) {
+      reserved = std::max(reserved, static_cast<uint64_t>(*m.reserved));
+    }
     if (m.bytes > 0) {
       if (auto it = live.find(m.addr); it != live.end()) {
         return err("allocation at ", m.addr, ", which is live (allocated by the event at byte ",
@@ -314,8 +313,6 @@ absl::StatusOr<Trace> ParseTorchProfilerTrace(absl::string_view text, absl::stri
   }
   b.trace().original_peak_reserved_bytes = reserved;
   std::vector<std::string> notes;
-  std::vector<std::string> names;
-  for (const auto& d : devices) names.push_back(DeviceName(d.first, d.second));
   notes.push_back(
       absl::StrCat("PyTorch profiler trace: ", DeviceName(chosen->first, chosen->second),
                    options.device       ? " (--device)"

@@ -582,8 +582,12 @@ namespace {
 
 // The member of a zip archive that holds the log: torch.save's "<name>/data.pkl" (its object's
 // pickle; the other members are its version and byte order), else the archive's only file.
-absl::StatusOr<const ZipMember*> LogMember(const std::vector<ZipMember>& members,
-                                           absl::string_view source) {
+struct LogMemberChoice {
+  const ZipMember* member;
+  bool torch_save;  // chosen as torch.save's data.pkl
+};
+absl::StatusOr<LogMemberChoice> LogMember(const std::vector<ZipMember>& members,
+                                          absl::string_view source) {
   std::vector<const ZipMember*> files, pickles;
   for (const ZipMember& m : members) {
     if (m.is_directory()) continue;
@@ -603,13 +607,13 @@ absl::StatusOr<const ZipMember*> LogMember(const std::vector<ZipMember>& members
     if (list.size() > 8) out.push_back(absl::StrCat("and ", list.size() - 8, " more"));
     return absl::StrJoin(out, ", ");
   };
-  if (pickles.size() == 1) return pickles[0];
+  if (pickles.size() == 1) return LogMemberChoice{pickles[0], true};
   if (pickles.size() > 1) {
     return absl::InvalidArgumentError(absl::StrCat(source, ": a zip archive of ", pickles.size(),
                                                    " torch.save objects (", names(pickles),
                                                    "); save one snapshot a file"));
   }
-  if (files.size() == 1) return files[0];
+  if (files.size() == 1) return LogMemberChoice{files[0], false};
   if (files.empty()) {
     return absl::InvalidArgumentError(
         absl::StrCat(source, ": an empty zip archive (no file in it to read)"));
@@ -660,7 +664,8 @@ absl::StatusOr<Trace> ParseUnwrapped(absl::string_view data, absl::string_view s
   if (zip) {
     // torch.save(snapshot, f) writes a zip archive around the pickle; users zip logs to send.
     VGPU_ASSIGN_OR_RETURN(const std::vector<ZipMember> members, ListZip(data, source));
-    VGPU_ASSIGN_OR_RETURN(const ZipMember* m, LogMember(members, source));
+    VGPU_ASSIGN_OR_RETURN(const LogMemberChoice choice, LogMember(members, source));
+    const ZipMember* m = choice.member;
     VGPU_ASSIGN_OR_RETURN(const std::string contents,
                           ReadZipMember(data, *m, MaxTraceFileBytes(), source));
     if (IsZip(contents)) {
@@ -669,9 +674,8 @@ absl::StatusOr<Trace> ParseUnwrapped(absl::string_view data, absl::string_view s
                                                      "\" is a zip archive); unzip it once first"));
     }
     VGPU_ASSIGN_OR_RETURN(Trace t, ParseUnwrapped(contents, source, options, containers + 1));
-    const bool torch_save = absl::EndsWith(m->name, "data.pkl") && members.size() > 1;
     AppendNote(t, absl::StrCat("zip: \"", absl::CHexEscape(m->name), "\"",
-                               torch_save ? " (torch.save)" : "", ", ", m->bytes, " bytes ",
+                               choice.torch_save ? " (torch.save)" : "", ", ", m->bytes, " bytes ",
                                m->method == 0 ? "stored"
                                               : absl::StrCat("deflated to ", m->compressed_bytes)));
     return t;

@@ -30,8 +30,9 @@ absl::StatusOr<std::string> Gunzip(absl::string_view data, uint64_t max_bytes,
 
 // Raw deflate data (RFC 1951, no gzip or zlib wrapper: a zip archive's member) that says it
 // inflates to exactly `bytes`: InvalidArgument naming `source` when it is corrupt, ends early,
-// has data after its end or inflates to more or fewer bytes. The caller checks `bytes` against
-// its cap first (the output is allocated at once) and the member's CRC-32 after.
+// has data after its end or inflates to more or fewer bytes. The output grows as it fills (a
+// small input that claims a large size takes no memory on its word); the caller checks `bytes`
+// against its cap first and the member's CRC-32 after.
 absl::StatusOr<std::string> InflateRaw(absl::string_view data, uint64_t bytes,
                                        absl::string_view source);
 

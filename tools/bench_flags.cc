@@ -75,6 +75,11 @@ absl::Status ParseReplayLimit(absl::string_view v, uint64_t* bytes, double* perc
   return absl::OkStatus();
 }
 
+// What replay's TRACE and convert's IN may be.
+constexpr char kTraceInputHelp[] =
+    "a trace, PyTorch snapshot or profiler trace, RMM log or TensorFlow memory log, plain, gzip "
+    "or zip (told apart by content; - is stdin)";
+
 // A switch: 0 (off) or 1 (on).
 absl::StatusOr<bool> ZeroOrOne(absl::string_view v) {
   if (v == "0" || v == "1") return v == "1";
@@ -312,15 +317,10 @@ absl::StatusOr<BenchArgs> ParseBenchArgs(const std::vector<std::string>& argv) {
     return f.Int(
         "--device", &a.device_value, 0, 1023,
         "PyTorch snapshot or profiler trace, TensorFlow log: the GPU whose records are read "
-        "(default: "
-        "most events)");
+        "(default: most events)");
   };
   if (a.command == "replay") {
-    fs.Positional(
-          "TRACE", &a.trace_path, /*required=*/true,
-          "a trace, PyTorch snapshot or profiler trace, RMM log or TensorFlow memory log, plain, "
-          "gzip or zip "
-          "(told apart by content; - is stdin)")
+    fs.Positional("TRACE", &a.trace_path, /*required=*/true, kTraceInputHelp)
         .Enum("--allocator", &a.allocator, kAllocators, "the allocator replayed (default bfc)")
         .Bool("--allow-growth", &a.allow_growth, "reserve memory as needed (default off)")
         .String("--limit", &limit_text, "SIZE",
@@ -347,11 +347,7 @@ absl::StatusOr<BenchArgs> ParseBenchArgs(const std::vector<std::string>& argv) {
     device_flag(fs);
     AddKnobFlags(fs, a.tuning, knob_text);
   } else if (a.command == "convert") {
-    fs.Positional(
-          "IN", &a.trace_path, /*required=*/true,
-          "a trace, PyTorch snapshot or profiler trace, RMM log or TensorFlow memory log, plain, "
-          "gzip or zip "
-          "(told apart by content; - is stdin)")
+    fs.Positional("IN", &a.trace_path, /*required=*/true, kTraceInputHelp)
         .Positional("OUT", &a.output_path, /*required=*/true,
                     "the vgpu trace written (gzip-compressed if it ends in .gz; - is stdout)");
     device_flag(fs);
