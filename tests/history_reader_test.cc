@@ -164,6 +164,40 @@ TEST(HistoryReaderTest, ManyAllocatorsStayBounded) {
   EXPECT_LT(none.svg.size(), 4096u);
 }
 
+// Fragmentation (events with "largest_free") has an axis of its own on the right, 0 to 1, and
+// the legend a row of its own: a long device name ran into the legend beside it, and the
+// fragmentation line, drawn against the bytes axis, read as bytes.
+TEST(HistoryReaderTest, FragmentationHasItsOwnAxisAndTheLegendItsOwnRow) {
+  const std::string name(120, 'n');
+  absl::StatusOr<MemoryHistoryData> h = ParseMemoryHistory(absl::StrCat(
+      "{\"limits\":{\"", name, "\":4096},\"allocators\":[\"", name,
+      "\"],\"events\":[{\"t_ns\":1000,\"allocator\":0,\"in_use\":1024,\"reserved\":3072,"
+      "\"largest_free\":512},{\"t_ns\":2000,\"allocator\":0,\"in_use\":0,\"reserved\":3072,"
+      "\"largest_free\":3072}]}"));
+  ASSERT_THAT(h.status(), IsOk());
+  ASSERT_EQ(h->series.size(), 1u);
+  EXPECT_DOUBLE_EQ(h->series[0].points[0].fragmentation, 0.75);  // 1 - 512 / (3072 - 1024)
+  const std::string svg = RenderTimelineSvg(*h).svg;
+  EXPECT_THAT(svg, HasSubstr(">fragmentation</text>"));  // the right axis's title
+  for (const char* tick :
+       {">0</text>", ">0.25</text>", ">0.5</text>", ">0.75</text>", ">1</text>"}) {
+    EXPECT_THAT(svg, HasSubstr(tick));
+  }
+  EXPECT_THAT(svg, HasSubstr("fragmentation (right axis)"));
+  // The name's baseline is above the legend's (text y of the name vs of "in use").
+  auto y_of = [&](const std::string& text) {
+    const size_t at = svg.find(">" + text + "</text>");
+    EXPECT_NE(at, std::string::npos) << text;
+    const size_t y = svg.rfind(" y=\"", at);
+    return std::stod(svg.substr(y + 4));
+  };
+  EXPECT_LE(y_of(name), y_of("in use") - 14);
+  // Without "largest_free" there is no fragmentation line and no right axis.
+  absl::StatusOr<MemoryHistoryData> plain = ParseMemoryHistory(History("1"));
+  ASSERT_THAT(plain.status(), IsOk());
+  EXPECT_THAT(RenderTimelineSvg(*plain).svg, Not(HasSubstr("fragmentation")));
+}
+
 // Many events of one allocator, in any order: points stay bounded by the plot's width.
 TEST(HistoryReaderTest, ManyEventsStayBounded) {
   std::string events;

@@ -514,7 +514,10 @@ TimelineSvg RenderTimelineSvg(const MemoryHistoryData& history) {
     }
   }
   result.panels = drawn.size();
-  const int W = 900, panel_h = 260, top = 60, left = 90, right = 30, plot_h = 190;
+  // Each panel: its allocator's name, the legend on a row of its own below it (a long name
+  // ran into a legend beside it), then the plot; fragmentation has an axis of its own on the
+  // right, 0 to 1 (on the bytes axis its 0.9 read as bytes near the limit).
+  const int W = 900, panel_h = 278, top = 60, left = 90, right = 70, plot_h = 190;
   const int H = top + panel_h * static_cast<int>(std::max<size_t>(drawn.size(), 1)) + 20;
   const int plot_w = W - left - right;
   std::string& o = result.svg;
@@ -546,7 +549,7 @@ TimelineSvg RenderTimelineSvg(const MemoryHistoryData& history) {
   const int kMaxTicks = 32;  // per axis, whatever the steps come to
   for (size_t i = 0; i < drawn.size(); ++i) {
     const HistorySeries& s = *drawn[i];
-    const int y0 = top + panel_h * static_cast<int>(i) + 20;  // top of the plot area
+    const int y0 = top + panel_h * static_cast<int>(i) + 38;  // top of the plot area
     double ymax = static_cast<double>(s.limit);
     for (const HistoryPoint& p : s.points) ymax = std::max({ymax, p.in_use, p.reserved});
     if (ymax < 1) ymax = 1;
@@ -556,7 +559,7 @@ TimelineSvg RenderTimelineSvg(const MemoryHistoryData& history) {
     auto X = [&](double t) { return left + t / t_max_ms * plot_w; };
     auto Y = [&](double b) { return y0 + plot_h - b / ytop * plot_h; };
     absl::StrAppendFormat(&o, "<text x=\"%d\" y=\"%d\" font-weight=\"bold\">%s</text>\n", left,
-                          y0 - 6, XmlEscape(s.name, kMaxTimelineNameBytes));
+                          y0 - 24, XmlEscape(s.name, kMaxTimelineNameBytes));
     // Grid and y ticks: counted, not accumulated, so rounding cannot add or lose a tick.
     for (int k = 0; k <= kMaxTicks; ++k) {
       const double v = k * ystep;
@@ -576,6 +579,23 @@ TimelineSvg RenderTimelineSvg(const MemoryHistoryData& history) {
                             "<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\">%g</text>\n",
                             X(t), y0 + plot_h, X(t), y0 + plot_h + 4, X(t), y0 + plot_h + 16, t);
     }
+    const bool has_frag = std::any_of(s.points.begin(), s.points.end(),
+                                      [](const HistoryPoint& p) { return p.fragmentation >= 0; });
+    if (has_frag) {  // its axis on the right: 0 at the bottom, 1 at the top
+      for (int k = 0; k <= 4; ++k) {
+        const double y = y0 + plot_h - k * plot_h / 4.0;
+        absl::StrAppendFormat(&o,
+                              "<line x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\" "
+                              "stroke=\"#009e73\"/><text x=\"%d\" y=\"%.1f\" "
+                              "fill=\"#009e73\">%g</text>\n",
+                              left + plot_w, y, left + plot_w + 4, y, left + plot_w + 6, y + 4,
+                              k / 4.0);
+      }
+      absl::StrAppendFormat(&o,
+                            "<text transform=\"translate(%d,%d) rotate(90)\" "
+                            "text-anchor=\"middle\" fill=\"#009e73\">fragmentation</text>\n",
+                            left + plot_w + 44, y0 + plot_h / 2);
+    }
     absl::StrAppendFormat(&o,
                           "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"none\" "
                           "stroke=\"#444\"/>\n<text x=\"%d\" y=\"%d\" text-anchor=\"middle\">"
@@ -584,9 +604,7 @@ TimelineSvg RenderTimelineSvg(const MemoryHistoryData& history) {
     // Step lines: a value holds until the next event. Events within one pixel column are
     // drawn as that column's min..max, so spikes stay visible and the points are bounded by
     // the plot's width (points are sorted by time).
-    // Fragmentation (when the history has it) on the same plot, 0 at the bottom, 1 at the top.
-    const bool has_frag = std::any_of(s.points.begin(), s.points.end(),
-                                      [](const HistoryPoint& p) { return p.fragmentation >= 0; });
+    // Fragmentation (when the history has it) on the same plot, against the right axis.
     for (int which = 0; which < (has_frag ? 3 : 2); ++which) {
       std::string pts = absl::StrFormat("%.1f,%.1f", X(0), Y(0));
       double last = 0;
@@ -624,27 +642,28 @@ TimelineSvg RenderTimelineSvg(const MemoryHistoryData& history) {
                             "stroke-dasharray=\"6,4\" stroke-width=\"1.5\"/>\n",
                             left, yl, left + plot_w, yl);
     }
-    // Legend.
-    const int lx = left + plot_w - (has_frag ? 460 : 330), ly = y0 - 6;
+    // Legend, on its own row under the name, each item as wide as its label.
+    const int ly = y0 - 6;
     struct Item {
       const char* color;
       const char* dash;
       std::string label;
     };
     std::vector<Item> items = {{"#0072b2", "", "in use"}, {"#e69f00", "", "reserved"}};
-    if (has_frag) items.push_back({"#009e73", "", "fragmentation 0-1"});
+    if (has_frag) items.push_back({"#009e73", "", "fragmentation (right axis)"});
     items.push_back({"#d00", "6,4",
                      s.limit > 0 ? absl::StrCat("limit ", vgpu::FormatBytes(s.limit))
                                  : std::string("limit unknown")});
+    int x = left;
     for (size_t k = 0; k < items.size(); ++k) {
-      // (The fragmentation label is longer: it and the limit after it move right.)
-      const int x = lx + static_cast<int>(k) * 100 + (has_frag && k == 3 ? 50 : 0);
       absl::StrAppendFormat(&o,
                             "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"%s\" "
                             "stroke-width=\"2\" stroke-dasharray=\"%s\"/><text x=\"%d\" y=\"%d\">"
                             "%s</text>\n",
                             x, ly - 4, x + 20, ly - 4, items[k].color, items[k].dash, x + 24, ly,
                             XmlEscape(items[k].label));
+      // About 7 px a character at 12 px sans-serif, and a gap before the next item.
+      x += 24 + 7 * static_cast<int>(items[k].label.size()) + 24;
     }
   }
   o += "</svg>\n";
