@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <utility>
 
@@ -175,6 +176,7 @@ absl::StatusOr<std::string> ReadInputFile(const std::string& path, uint64_t max_
 
 absl::Status WriteOutputFile(const std::string& path, absl::string_view contents,
                              absl::string_view what) {
+  const bool to_stdout = path == "-";
   auto fail = [&](int err) {
     absl::StatusCode code = absl::StatusCode::kInternal;
     std::string why = std::strerror(err);
@@ -199,20 +201,31 @@ absl::Status WriteOutputFile(const std::string& path, absl::string_view contents
         code = absl::StatusCode::kResourceExhausted;
         break;
     }
-    return absl::Status(code, absl::StrCat("cannot write ", what, " ", path, ": ", why));
+    return absl::Status(code, absl::StrCat("cannot write ", what, " ",
+                                           to_stdout ? "to standard output" : path, ": ", why));
   };
+  // 0, or the errno of the write that failed.
+  auto write_all = [&](int fd) {
+    size_t done = 0;
+    while (done < contents.size()) {
+      const ssize_t n = ::write(fd, contents.data() + done, contents.size() - done);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) return n < 0 ? errno : EIO;
+      done += static_cast<size_t>(n);
+    }
+    return 0;
+  };
+  if (to_stdout) {
+    // After whatever stdio buffered for standard output, so the two come out in order.
+    if (std::fflush(stdout) != 0) return fail(errno);
+    if (const int err = write_all(STDOUT_FILENO); err != 0) return fail(err);
+    return absl::OkStatus();
+  }
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return fail(errno);
-  size_t done = 0;
-  while (done < contents.size()) {
-    const ssize_t n = ::write(fd, contents.data() + done, contents.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      const int err = n < 0 ? errno : EIO;
-      ::close(fd);
-      return fail(err);
-    }
-    done += static_cast<size_t>(n);
+  if (const int err = write_all(fd); err != 0) {
+    ::close(fd);
+    return fail(err);
   }
   if (::close(fd) != 0 && errno != EINTR) return fail(errno);  // e.g. a full NFS disk
   return absl::OkStatus();

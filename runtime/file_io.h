@@ -65,7 +65,8 @@ absl::StatusOr<std::string> ReadInputFile(const std::string& path, uint64_t max_
                                           absl::string_view what);
 
 // Writes `contents` to `path` (created 0644 or truncated): a file the user names for output (a
-// converted trace, a memory history, an SVG). Errors name the file and the reason: NotFound
+// converted trace, a memory history, an SVG). The path "-" is standard output (after anything
+// stdio buffered for it). Errors name the file and the reason: NotFound
 // (its directory is missing), PermissionDenied, InvalidArgument (a directory),
 // ResourceExhausted (the disk is full), Internal otherwise.
 absl::Status WriteOutputFile(const std::string& path, absl::string_view contents,

@@ -230,6 +230,30 @@ TEST(FileIoTest, WritesOutputFilesAndNamesWhyNot) {
   }
 }
 
+// "-" is standard output (vgpu-info timeline --svg -), after what stdio buffered for it; a
+// failed write says "to standard output" (here a full disk: /dev/full).
+TEST(FileIoTest, DashWritesStandardOutput) {
+  ::testing::internal::CaptureStdout();
+  std::printf("before ");
+  absl::Status written = WriteOutputFile("-", "<svg/>\n", "SVG file");
+  const std::string out = ::testing::internal::GetCapturedStdout();
+  ASSERT_THAT(written, IsOk());
+  EXPECT_EQ(out, "before <svg/>\n");
+  EXPECT_NE(::access("-", F_OK), 0) << "a file named - was created";
+  const int full = ::open("/dev/full", O_WRONLY | O_CLOEXEC);
+  if (full < 0) GTEST_SKIP() << "no /dev/full";
+  std::fflush(stdout);
+  const int saved = ::dup(STDOUT_FILENO);
+  ASSERT_GE(saved, 0);
+  ASSERT_EQ(::dup2(full, STDOUT_FILENO), STDOUT_FILENO);
+  absl::Status s = WriteOutputFile("-", "x", "SVG file");
+  ::dup2(saved, STDOUT_FILENO);
+  ::close(saved);
+  ::close(full);
+  EXPECT_THAT(s, StatusIs(absl::StatusCode::kResourceExhausted,
+                          HasSubstr("cannot write SVG file to standard output")));
+}
+
 TEST(FileIoTest, PhysicalMemoryIsKnown) { EXPECT_GT(PhysicalMemoryBytes(), uint64_t{1} << 20); }
 
 }  // namespace

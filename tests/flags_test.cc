@@ -565,6 +565,30 @@ TEST(InfoFlagsTest, EveryRuntimeSettingHasAFlag) {
   EXPECT_THAT(f->settings.visible_devices, ::testing::Optional(::testing::IsEmpty()));
 }
 
+// "-" for an output file is standard output where the tool writes nothing else there (the
+// timeline's --svg); where its report is there, "-" is refused by name (it made a file named
+// "-" before).
+TEST(FlagsTest, StandardOutputAsAnOutputFile) {
+  EXPECT_THAT(bench::ParseBenchArgs({"replay", "t", "--memory-history", "-"}),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("--memory-history=-: standard output carries vgpu-bench's "
+                                 "report; name a file")));
+  EXPECT_THAT(vgpu_info::ParseInfoFlags({"--selftest", "--memory-history=-"}),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("standard output carries vgpu-info's report")));
+  EXPECT_THAT(Train({"--memory-history", "-"}),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("standard output carries vgpu-train's report")));
+  EXPECT_THAT(Train({"--record-trace", "-"}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--record-trace=-")));
+  absl::StatusOr<vgpu_info::TimelineFlags> t =
+      vgpu_info::ParseTimelineFlags({"h.json", "--svg", "-"});
+  ASSERT_THAT(t, IsOk());
+  EXPECT_EQ(t->svg_path, "-");
+  // A file that merely starts with "-" is a name like any other (after "--" or as "--svg=-x").
+  ASSERT_THAT(bench::ParseBenchArgs({"replay", "t", "--memory-history=-h.json"}), IsOk());
+}
+
 // ---- docs/bad-input.md, section "Command lines" ------------------------------------
 
 std::vector<testing::CatalogueCase> CommandLineCases() {
@@ -634,6 +658,9 @@ std::vector<testing::CatalogueCase> CommandLineCases() {
       {"L19", "tuning knob: vmm page not a power-of-two multiple", "`VGPU_VMM_PAGE_BYTES=6MiB`",
        kInvalid, "VGPU_VMM_PAGE_BYTES=\"6MiB\": must be a power-of-two multiple of 2 MiB",
        knob("VGPU_VMM_PAGE_BYTES", "6MiB")},
+      {"L20", "a second output on standard output", "`vgpu-bench replay T --memory-history -`",
+       kInvalid, "--memory-history=-: standard output carries vgpu-bench's report; name a file",
+       bench({"replay", "T", "--memory-history", "-"})},
   };
 }
 

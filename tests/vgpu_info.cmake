@@ -101,6 +101,16 @@ $<TARGET_FILE:vgpu-info> timeline ${_vgpu_tl}_bad.json 2>&1; echo \"exit=$?\"")
 set_tests_properties(vgpu_info_timeline_bad_input PROPERTIES LABELS unit
   PASS_REGULAR_EXPRESSION "malformed JSON at offset [0-9]+.*exit=1.*needs a history file and --svg.*exit=2")
 
+# "--svg -": the drawing on standard output (here read from standard input too), the summary on
+# stderr, and no file named "-".
+add_test(NAME vgpu_info_timeline_to_stdout
+  COMMAND sh -c "cd ${CMAKE_CURRENT_BINARY_DIR} && rm -f ./- && \
+echo '{\"allocators\":[\"a\"],\"events\":[{\"t_ns\":1000,\"allocator\":0,\"in_use\":1,\"reserved\":2,\"largest_free\":1}]}' | \
+$<TARGET_FILE:vgpu-info> timeline - --svg - 2>timeline_stderr.txt | tail -n 1; \
+cat timeline_stderr.txt; test ! -e ./- && echo NO-DASH-FILE")
+set_tests_properties(vgpu_info_timeline_to_stdout PROPERTIES LABELS unit TIMEOUT 60
+  PASS_REGULAR_EXPRESSION "^</svg>\nstandard output: 1 allocator\\(s\\), 1 event\\(s\\)[^\n]*\nNO-DASH-FILE")
+
 # No logical GPUs (cuda without a driver here): nothing checked is a failure, not a pass.
 add_test(NAME vgpu_info_selftest_without_gpus_fails
   COMMAND ${CMAKE_COMMAND} -E env VGPU_VISIBLE_DEVICES=

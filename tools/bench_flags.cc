@@ -332,7 +332,8 @@ absl::StatusOr<BenchArgs> ParseBenchArgs(const std::vector<std::string>& argv) {
               "also time a fixed trace on a best-fit reference allocator after each timed run: "
               "the machine's speed (calibration_ns_per_op)")
         .Enum("--platform", &a.platform, kPlatforms, "real device memory (default: fake)")
-        .Path("--memory-history", &a.memory_history_path, "write the memory history (JSON)")
+        .OutputPath("--memory-history", &a.memory_history_path, "write the memory history (JSON)",
+                    "vgpu-bench's report")
         .String("--allocators", &allocators, "LIST",
                 "compare allocators (bfc,vmm[,async]): min limit and ns/op of each, one JSON line",
                 [](absl::string_view v) -> absl::Status {

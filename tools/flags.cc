@@ -118,6 +118,19 @@ FlagSet& FlagSet::Path(std::string name, std::string* out, std::string help) {
   return String(std::move(name), out, "FILE", std::move(help));
 }
 
+FlagSet& FlagSet::OutputPath(std::string name, std::string* out, std::string help,
+                             std::string stdout_taken_by) {
+  Check check = nullptr;
+  if (!stdout_taken_by.empty()) {
+    check = [taken = std::move(stdout_taken_by)](absl::string_view v) -> absl::Status {
+      if (v != "-") return absl::OkStatus();
+      return absl::InvalidArgumentError(
+          absl::StrCat("standard output carries ", taken, "; name a file"));
+    };
+  }
+  return String(std::move(name), out, "FILE", std::move(help), std::move(check));
+}
+
 FlagSet& FlagSet::Enum(std::string name, std::string* out, std::vector<std::string> choices,
                        std::string help) {
   std::string n = name;

@@ -79,6 +79,11 @@ class FlagSet {
                   Check check = nullptr, bool allow_empty = false);
   // A file name: never empty.
   FlagSet& Path(std::string name, std::string* out, std::string help);
+  // A file the tool writes. "-" is standard output (WriteOutputFile) unless `stdout_taken_by`
+  // says what the tool already writes there (e.g. "vgpu-bench's report"): then "-" is refused
+  // by name rather than mixed into that output or written to a file named "-".
+  FlagSet& OutputPath(std::string name, std::string* out, std::string help,
+                      std::string stdout_taken_by = "");
   FlagSet& Enum(std::string name, std::string* out, std::vector<std::string> choices,
                 std::string help);
   FlagSet& Int(std::string name, int* out, int64_t min, int64_t max, std::string help);

@@ -41,8 +41,9 @@ constexpr char kHelpTail[] =
 constexpr char kTimelineHelp[] =
     "usage: vgpu-info timeline HISTORY.json --svg OUT.svg [--limit BYTES]\n"
     "Draws a memory history (vgpu-info --selftest --memory-history, vgpu-bench replay\n"
-    "--memory-history, vgpu-train --memory-history) as an SVG: in use and reserved per allocator\n"
-    "over time, with its limit. exit status: 0 ok, 1 a bad or unreadable file, 2 a bad flag\n";
+    "--memory-history, vgpu-train --memory-history; - reads standard input) as an SVG: in use,\n"
+    "reserved and external fragmentation per allocator over time, with its limit (--svg - writes\n"
+    "it to standard output). exit status: 0 ok, 1 a bad or unreadable file, 2 a bad flag\n";
 
 }  // namespace
 
@@ -57,7 +58,8 @@ absl::StatusOr<TimelineFlags> ParseTimelineFlags(const std::vector<std::string>&
   TimelineFlags f;
   vgpu::flags::FlagSet fs("vgpu-info timeline", kTimelineHelp);
   fs.Positional("HISTORY.json", &f.history_path, /*required=*/true, "the memory history to draw")
-      .Path("--svg", &f.svg_path, "where to write the drawing (required)")
+      .OutputPath("--svg", &f.svg_path,
+                  "where to write the drawing (required; - for standard output)")
       .Bytes("--limit", &f.limit, 1, UINT64_MAX,
              "limit line for allocators the history gives none, e.g. 1GiB");
   VGPU_ASSIGN_OR_RETURN(vgpu::flags::ParseResult r, fs.Parse(args));
@@ -77,7 +79,8 @@ absl::StatusOr<InfoFlags> ParseInfoFlags(const std::vector<std::string>& args) {
   fs.Bool("--json", &f.json, "one JSON object")
       .Bool("--selftest", &f.selftest, "check every logical GPU")
       .Bool("--settings-table", &f.settings_table, "README's settings table")
-      .Path("--memory-history", &f.history_path, "with --selftest: the memory history")
+      .OutputPath("--memory-history", &f.history_path, "with --selftest: the memory history",
+                  "vgpu-info's report")
       .Enum("--platform", &f.platform, {"host", "cuda", "auto"}, "VGPU_PLATFORM")
       .String("--host-devices", &host_devices, "SPEC", "VGPU_HOST_DEVICES",
               [](absl::string_view v) {

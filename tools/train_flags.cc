@@ -123,8 +123,10 @@ absl::StatusOr<TrainFlags> ParseTrainFlags(const std::vector<std::string>& args,
       .Int("--blas-threads", &f.blas_threads, 0, 1024, "BLAS threads (0 = automatic)")
       .Bool("--compare", &f.compare, "first train single on GPU:0 for the speed-up")
       .Bool("--quiet", &f.quiet, "only the JSON line")
-      .Path("--memory-history", &f.memory_history, "write the allocators' memory history")
-      .Path("--record-trace", &f.record_trace, "write each GPU's allocations as a trace")
+      .OutputPath("--memory-history", &f.memory_history, "write the allocators' memory history",
+                  "vgpu-train's report")
+      .OutputPath("--record-trace", &f.record_trace, "write each GPU's allocations as a trace",
+                  "vgpu-train's report")
       .Enum("--communicator", &f.communicator, {"auto", "mpi", "hierarchical"},
             "multi-worker-mirrored: how gradients cross processes")
       .Int("--ps-tasks", &f.ps_tasks, 0, kMaxTrainDevices,

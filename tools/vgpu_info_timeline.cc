@@ -50,13 +50,16 @@ int TimelineMain(int argc, char** argv) {
   if (absl::Status w = vgpu::WriteOutputFile(out, svg.svg, "SVG file"); !w.ok()) {
     return Fail(std::string(w.message()), 1);
   }
-  std::printf("%s: %zu allocator(s), %llu event(s), %.1f ms", out.c_str(), history->series.size(),
-              static_cast<unsigned long long>(history->events), history->t_max_ms);
+  // The summary goes to stderr when the drawing took standard output ("--svg -").
+  std::FILE* const report = out == "-" ? stderr : stdout;
+  std::fprintf(report, "%s: %zu allocator(s), %llu event(s), %.1f ms",
+               out == "-" ? "standard output" : out.c_str(), history->series.size(),
+               static_cast<unsigned long long>(history->events), history->t_max_ms);
   if (svg.left_out > 0 || svg.without_events > 0) {
-    std::printf("; %zu panel(s) drawn (%zu without events, %zu past the %zu-panel cap)", svg.panels,
-                svg.without_events, svg.left_out, kMaxTimelinePanels);
+    std::fprintf(report, "; %zu panel(s) drawn (%zu without events, %zu past the %zu-panel cap)",
+                 svg.panels, svg.without_events, svg.left_out, kMaxTimelinePanels);
   }
-  std::printf("\n");
+  std::fprintf(report, "\n");
   return 0;
 }
 
