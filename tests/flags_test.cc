@@ -587,6 +587,11 @@ TEST(FlagsTest, StandardOutputAsAnOutputFile) {
   EXPECT_EQ(t->svg_path, "-");
   // A file that merely starts with "-" is a name like any other (after "--" or as "--svg=-x").
   ASSERT_THAT(bench::ParseBenchArgs({"replay", "t", "--memory-history=-h.json"}), IsOk());
+  // Standard input can be read once: plan takes "-" for one of its workloads, not two.
+  ASSERT_THAT(bench::ParseBenchArgs({"plan", "--card", "80GiB", "a.trace", "-"}), IsOk());
+  EXPECT_THAT(bench::ParseBenchArgs({"plan", "--card", "80GiB", "-", "a.trace", "-"}),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("\"-\" (standard input) is given more than once")));
 }
 
 // ---- docs/bad-input.md, section "Command lines" ------------------------------------

@@ -419,6 +419,12 @@ absl::StatusOr<BenchArgs> ParseBenchArgs(const std::vector<std::string>& argv) {
           absl::StrCat("vgpu-bench plan: ", a.trace_paths.size(),
                        " traces; a card holds at most 64 logical devices"));
     }
+    // Standard input is read once: a second "-" would find it at its end ("no events").
+    if (absl::c_count(a.trace_paths, "-") > 1) {
+      return absl::InvalidArgumentError(
+          "vgpu-bench plan: \"-\" (standard input) is given more than once; it can be read "
+          "only once: save the other workloads to files");
+    }
   }
   if (a.command == "replay" && a.allocator == "async" && a.platform.empty()) {
     return absl::InvalidArgumentError(
