@@ -198,6 +198,31 @@ TEST(HistoryReaderTest, FragmentationHasItsOwnAxisAndTheLegendItsOwnRow) {
   EXPECT_THAT(RenderTimelineSvg(*plain).svg, Not(HasSubstr("fragmentation")));
 }
 
+// The time axis starts at a round time before the first event when that comes after a tenth of
+// the run (a replay's history begins while its trace is read: 80 % of the plot was empty), and
+// at 0 otherwise; never where the span is too small for the magnitude.
+TEST(HistoryReaderTest, TimeAxisStartsNearTheFirstEvent) {
+  auto svg_of = [](const std::string& t1, const std::string& t2) {
+    absl::StatusOr<MemoryHistoryData> h = ParseMemoryHistory(
+        absl::StrCat("{\"allocators\":[\"a\"],\"events\":[{\"t_ns\":", t1,
+                     ",\"allocator\":0,\"in_use\":1,\"reserved\":2},{\"t_ns\":", t2,
+                     ",\"allocator\":0,\"in_use\":0,\"reserved\":2}]}"));
+    EXPECT_THAT(h.status(), IsOk());
+    return h.ok() ? RenderTimelineSvg(*h).svg : std::string();
+  };
+  const std::string late = svg_of("9050000", "10000000");  // 9.05 .. 10 ms
+  EXPECT_THAT(late, HasSubstr(">9</text>"));
+  EXPECT_THAT(late, HasSubstr(">10</text>"));
+  EXPECT_THAT(late, Not(HasSubstr(">0</text>")));          // no tick at 0 (the y axis reads "0 B")
+  const std::string early = svg_of("500000", "10000000");  // 0.5 .. 10 ms
+  EXPECT_THAT(early, HasSubstr(">0</text>"));
+  // 1.8e10 ms apart by 1 ns: the axis keeps 0 and every coordinate is a number.
+  const std::string tiny = svg_of("18000000000000000000", "18000000000000000001");
+  EXPECT_THAT(tiny, HasSubstr(">0</text>"));
+  EXPECT_THAT(tiny, Not(HasSubstr("nan")));
+  EXPECT_THAT(tiny, Not(HasSubstr("inf")));
+}
+
 // Many events of one allocator, in any order: points stay bounded by the plot's width.
 TEST(HistoryReaderTest, ManyEventsStayBounded) {
   std::string events;

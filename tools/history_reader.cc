@@ -397,6 +397,7 @@ absl::StatusOr<MemoryHistoryData> ParseMemoryHistory(absl::string_view json,
                               h.series.size(), " allocator name(s)"));
     }
     h.series[e.allocator].points.push_back(e.p);
+    h.t_min_ms = i == 0 ? e.p.t_ms : std::min(h.t_min_ms, e.p.t_ms);
     h.t_max_ms = std::max(h.t_max_ms, e.p.t_ms);
   }
   // Drawing walks each series in time order; a file out of order still draws bounded lines.
@@ -546,6 +547,18 @@ TimelineSvg RenderTimelineSvg(const MemoryHistoryData& history) {
   }
   // Below a microsecond the axis would have no readable ticks (and 5e-318 ms no finite step).
   const double t_max_ms = std::max(history.t_max_ms, 1e-3);
+  // The time axis starts at 0 (the history's creation) unless the first event comes after a
+  // tenth of the run: then at a round time before it, so the events are not squeezed into the
+  // right end (a replay's history starts after the trace is read). Not where the span is too
+  // small for the magnitude to give distinct round ticks.
+  double t0 = 0;
+  if (const double span = t_max_ms - history.t_min_ms;
+      history.t_min_ms > t_max_ms / 10 && span >= 1e-3 && span > t_max_ms * 1e-6) {
+    const double step = NiceStep(span, 8);
+    t0 = std::floor(history.t_min_ms / step) * step;
+    if (!(t0 >= 0 && t0 <= history.t_min_ms && t_max_ms - t0 >= 1e-3)) t0 = 0;
+  }
+  const double t_span = t_max_ms - t0;
   const int kMaxTicks = 32;  // per axis, whatever the steps come to
   for (size_t i = 0; i < drawn.size(); ++i) {
     const HistorySeries& s = *drawn[i];
@@ -556,7 +569,7 @@ TimelineSvg RenderTimelineSvg(const MemoryHistoryData& history) {
     auto [unit, unit_name] = Unit(ymax);
     const double ystep = NiceStep(ymax / unit, 4);
     const double ytop = std::ceil(ymax / unit / ystep) * ystep * unit;
-    auto X = [&](double t) { return left + t / t_max_ms * plot_w; };
+    auto X = [&](double t) { return left + (t - t0) / t_span * plot_w; };
     auto Y = [&](double b) { return y0 + plot_h - b / ytop * plot_h; };
     absl::StrAppendFormat(&o, "<text x=\"%d\" y=\"%d\" font-weight=\"bold\">%s</text>\n", left,
                           y0 - 24, XmlEscape(s.name, kMaxTimelineNameBytes));
@@ -570,9 +583,9 @@ TimelineSvg RenderTimelineSvg(const MemoryHistoryData& history) {
                             "<text x=\"%d\" y=\"%.1f\" text-anchor=\"end\">%g %s</text>\n",
                             left, y, left + plot_w, y, left - 6, y + 4, v, unit_name);
     }
-    const double xstep = NiceStep(t_max_ms, 8);
+    const double xstep = NiceStep(t_span, 8);
     for (int k = 0; k <= kMaxTicks; ++k) {
-      const double t = k * xstep;
+      const double t = t0 + k * xstep;
       if (t > t_max_ms * (1 + 1e-9)) break;
       absl::StrAppendFormat(&o,
                             "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"#888\"/>"
@@ -606,7 +619,7 @@ TimelineSvg RenderTimelineSvg(const MemoryHistoryData& history) {
     // the plot's width (points are sorted by time).
     // Fragmentation (when the history has it) on the same plot, against the right axis.
     for (int which = 0; which < (has_frag ? 3 : 2); ++which) {
-      std::string pts = absl::StrFormat("%.1f,%.1f", X(0), Y(0));
+      std::string pts = absl::StrFormat("%.1f,%.1f", X(t0), Y(0));
       double last = 0;
       size_t k = 0;
       while (k < s.points.size()) {

@@ -43,6 +43,7 @@ struct MemoryHistoryData {
   std::vector<HistorySeries> series;  // one per name in "allocators", in order
   uint64_t dropped = 0;               // oldest events the recorder dropped
   uint64_t events = 0;
+  double t_min_ms = 0;  // earliest event (0 when there is none)
   double t_max_ms = 0;  // latest event
 };
 
