@@ -75,14 +75,8 @@ int RunConvert(const BenchArgs& args) {
   }
   const std::string& text = *out;
   const bool gz = IsGzip(text);  // FormatTrace's text starts with "# "
-  const bool to_stdout = args.output_path == "-";
-  if (to_stdout) {
-    if (std::fwrite(text.data(), 1, text.size(), stdout) != text.size() ||
-        std::fflush(stdout) != 0) {
-      std::fprintf(stderr, "vgpu-bench convert: cannot write the trace to standard output\n");
-      return 1;
-    }
-  } else if (absl::Status w = WriteOutputFile(args.output_path, text, "trace file"); !w.ok()) {
+  const bool to_stdout = args.output_path == "-";  // WriteOutputFile's standard output
+  if (absl::Status w = WriteOutputFile(args.output_path, text, "trace file"); !w.ok()) {
     std::fprintf(stderr, "vgpu-bench convert: %s\n", std::string(w.message()).c_str());
     return 1;
   }
