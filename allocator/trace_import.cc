@@ -280,12 +280,15 @@ absl::StatusOr<Action> ParseAction(absl::string_view a) {
   if (a == "free_requested") return Action::kFreeRequested;
   if (a == "segment_alloc" || a == "segment_map") return Action::kSegmentGrow;
   if (a == "segment_free" || a == "segment_unmap") return Action::kSegmentShrink;
-  // annotate (PyTorch 2.5 and later): a user's label on the history, no memory.
-  if (a == "snapshot" || a == "oom" || a == "annotate") return Action::kOther;
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown action ", QuoteUserText(a),
-                   " (expected alloc, free_requested, free_completed, segment_alloc, "
-                   "segment_free, segment_map, segment_unmap, snapshot, oom or annotate)"));
+  // A user's label on the history, no memory: user_defined (the name PyTorch 2.4's snapshots
+  // give TraceEntry::USER_DEFINED) or annotate (later versions).
+  if (a == "snapshot" || a == "oom" || a == "annotate" || a == "user_defined") {
+    return Action::kOther;
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "unknown action ", QuoteUserText(a),
+      " (expected alloc, free_requested, free_completed, segment_alloc, "
+      "segment_free, segment_map, segment_unmap, snapshot, oom, annotate or user_defined)"));
 }
 
 struct Entry {
@@ -571,7 +574,7 @@ absl::StatusOr<Trace> ParseTorchSnapshot(absl::string_view data, absl::string_vi
                                     : absl::StrCat("free_completed taken as the free (",
                                                    skipped_requested, " free_requested skipped)"));
   if (skipped_other > 0)
-    notes.push_back(absl::StrCat(skipped_other, " snapshot/oom/annotate entries skipped"));
+    notes.push_back(absl::StrCat(skipped_other, " snapshot/oom/annotation entries skipped"));
   t.import_note = absl::StrJoin(notes, ", ");
   return std::move(b).Finish(source);
 }

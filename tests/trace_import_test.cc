@@ -190,14 +190,15 @@ TEST_F(TraceImportTest, TorchSnapshotWithoutFreeCompletedTakesFreeRequested) {
               HasSubstr("free_requested taken as the free (the history has no free_completed)"));
 }
 
-// Entries without memory (PyTorch 2.15 writes annotate, oom and snapshot actions, and keys such
-// as user_metadata on every entry) are skipped and counted.
+// Entries without memory are skipped and counted: a user's labels (PyTorch 2.15 writes annotate,
+// with keys such as user_metadata on every entry; PyTorch 2.4 user_defined), oom (device_free in
+// place of addr) and snapshot.
 TEST_F(TraceImportTest, TorchSnapshotSkipsAnnotations) {
   auto t = ReadAnyTraceFile(Src("tests/data/snapshots/annotated.pickle"));
   ASSERT_THAT(t, IsOk());
   EXPECT_EQ(t->events.size(), 2u);
   EXPECT_EQ(t->peak_live_bytes, 100u);
-  EXPECT_THAT(t->import_note, HasSubstr("3 snapshot/oom/annotate entries skipped"));
+  EXPECT_THAT(t->import_note, HasSubstr("4 snapshot/oom/annotation entries skipped"));
 }
 
 // A log a project wrote itself and what it must import as: the counts, the peak live bytes
