@@ -270,7 +270,7 @@ class BFCAllocator final : public Allocator {
 
  private:
   static constexpr uint32_t kNone = 0xffffffffu;
-  struct Chunk {
+  struct alignas(64) Chunk {  // one cache line: a record never straddles two
     uint64_t ptr = 0;
     uint64_t size = 0;
     uint64_t requested = 0;  // 0 when free
