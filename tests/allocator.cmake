@@ -217,11 +217,9 @@ set_tests_properties(${VGPU_BENCH_BARS_ADDED} PROPERTIES
 # vmm's speed on kv_concat_mid (78-85 ns/op scaled) is not checked.
 # Nor is vmm's on kv_inference_s3 (63 / 69 on 2026-11-29; 2026-12-02 on a slower machine, best
 # of five 72-79 scaled, single checks 100-145 against the margin's 120, CI over it in all three
-# of its tries): 215 thousand KV blocks of 320 KiB, six to a 2 MiB slab, leave each slab a
-# 128 KiB tail whose chunk leaves and rejoins one deep tree of equal sizes on nearly every KV
-# free and allocation (13 treap hops an insert there, bfc 0.06), cold records that the
-# calibration replay, whose records stay in cache, does not slow down with (docs/vmm.md "Not
-# done").
+# of its tries): 1.7-1.8x bfc's time on this trace for 1.23x its instructions and 1.3x its
+# misses of a 512 KiB L2 model, a slowdown the calibration replay, whose records stay in
+# cache, does not follow (docs/vmm.md "Not done").
 find_package(Python3 COMPONENTS Interpreter)
 if(Python3_Interpreter_FOUND)
   set(VGPU_FAMILY_TRACES ${CMAKE_CURRENT_BINARY_DIR}/family_traces)
