@@ -2,7 +2,9 @@
 # Issue 16's bars on one replay (tests/allocator.cmake, label bench):
 #   bench_bars_check.sh BENCH TRACE ALLOCATOR GROWTH(on|off) MIN_LIMIT_BAR NS_BAR [RESERVED_BAR]
 # (NS_BAR -: speed printed, not checked, for the cases that are over the issue's bar even on a
-# quiet machine: within the margin they fail whenever the machine slows down.)
+# quiet machine, or that slow down more than the calibration does on a machine slow at cache
+# misses: within the margin they fail whenever the machine slows down; tests/allocator.cmake
+# says which and why.)
 # Runs `BENCH replay TRACE --allocator ALLOCATOR --min-limit [--allow-growth] --no-baseline
 # --calibrate` and checks its JSON line: min_limit_ratio <= MIN_LIMIT_BAR; ns_per_op <= NS_BAR x
 # 1.5 on the machine the bars were set on (thread CPU time, best of the timed runs; the margin
@@ -69,7 +71,7 @@ echo "$(get "$json" min_limit_ratio) $ns $(get "$json" peak_reserved_bytes) $(ge
     r = ($1 + 0 > 0 && $1 + 0 <= min_bar + 1e-9); ok = ok && r
     print "min_limit_ratio=" $1, (r ? "within-bar" : "OVER-BAR"), "(bar " min_bar ")"
     if (ns_bar == "-") {
-      print "ns_per_op=" $2, "not checked (NS_BAR -: over the bar on a quiet machine, see docs)"
+      print "ns_per_op=" $2, "not checked (NS_BAR -: tests/allocator.cmake says why)"
     } else {
       r = ($2 + 0 > 0 && $2 + 0 <= ns_bar * 1.5); ok = ok && r
       print "ns_per_op=" $2, (r ? "within-bar" : "OVER-BAR"), "(bar " ns_bar " x 1.5 margin, on the reference machine)"
