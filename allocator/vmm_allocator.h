@@ -76,8 +76,16 @@ struct VmmOptions {
   // Requests below this go to the slab BFC; 0 = half a granule.
   uint64_t small_block_max = 0;
   // Size of every slab the BFC takes from the granule pool (rounded up to a multiple of the
-  // granule; 0 = one granule). Fixed, not doubling: measured better on the shared traces.
+  // granule). Fixed, not doubling: measured better on the shared traces. 0 = by the limit:
+  // the largest power-of-two number of granules, up to kMaxDefaultSlabGranules, that is at
+  // most limit / kDefaultSlabLimitDivisor (one 2 MiB granule below 8 GiB, two from 8 GiB,
+  // four from 16 GiB). A block size that does not divide a slab leaves a tail in each one
+  // (320 KiB KV blocks: 6 % of a 2 MiB slab, 2 % of 8 MiB), while the slabs left partly used
+  // strand memory in proportion to their size over the limit (docs/vmm.md, "Slabs that follow
+  // the limit").
   uint64_t slab_bytes = 0;
+  static constexpr uint64_t kDefaultSlabLimitDivisor = 2048;
+  static constexpr uint64_t kMaxDefaultSlabGranules = 4;
   // The slab BFC's split rule (BFCOptions::min_split_fraction): small random sizes fragment
   // less at 0.125 than at BFC's default 0.25 (docs/vmm.md).
   double slab_min_split_fraction = 0.125;
@@ -165,6 +173,8 @@ class VmmAllocator final : public Allocator {
   absl::Status Trim() ABSL_LOCKS_EXCLUDED(mu_);
 
   uint64_t granularity() const { return granularity_; }
+  // The size of every slab (VmmOptions::slab_bytes, or the default the limit gave).
+  uint64_t slab_bytes() const { return slab_bytes_; }
   Executor* executor() const { return executor_; }
   // Granule counts, for tests and tools.
   struct GranuleCounts {

@@ -507,6 +507,46 @@ TEST(VmmAllocatorTest, EdgeViewsUnderRandomSmallSizesAtTheLimit) {
   EXPECT_GT(ooms[3], 0);
 }
 
+// The same at the limit over slabs of four granules: a view joins the last granule of one slab
+// and the first of another.
+TEST(VmmAllocatorTest, EdgeViewsOverFourGranuleSlabs) {
+  for (bool growth : {false, true}) {
+    SCOPED_TRACE(growth ? "growth" : "no growth");
+    VmmOptions o = Opts(32 * kG, growth, /*cache=*/false);
+    o.slab_bytes = 4 * kG;
+    o.slab_edge_views_in_best_fit = true;
+    Fake f = MakeFake(o);
+    std::mt19937_64 rng(growth ? 3 : 4);
+    std::vector<std::pair<void*, uint64_t>> live;
+    uint64_t live_bytes = 0;
+    int ooms = 0;
+    for (int i = 0; i < 6000; ++i) {
+      if (live.empty() || (live_bytes < 62 * kMiB && rng() % 100 < 60)) {
+        const uint64_t bytes = 256 + rng() % kMiB;
+        auto p = f.alloc->AllocateRaw(bytes);
+        if (p.ok()) {
+          live.emplace_back(*p, bytes);
+          live_bytes += bytes;
+        } else {
+          ASSERT_THAT(p.status(), StatusIs(absl::StatusCode::kResourceExhausted));
+          ++ooms;
+        }
+      } else {
+        ASSERT_NO_FATAL_FAILURE(FreeRandomBlock(f, live, rng, &live_bytes));
+      }
+      ASSERT_THAT(CheckFakeVmm(f), IsOk()) << "op " << i;
+      if (i % 16 == 0) ASSERT_NO_FATAL_FAILURE(ExpectNoPhysicalOverlap(f, live)) << "op " << i;
+    }
+    EXPECT_GT(ooms, 0);
+    EXPECT_GT(f.alloc->Granules().edge_views_made, 0u);
+    for (const auto& [p, bytes] : live) ASSERT_THAT(f.alloc->Deallocate(p), IsOk());
+    EXPECT_EQ(f.alloc->Stats().bytes_in_use, 0u);
+    ASSERT_THAT(f.alloc->Trim(), IsOk());
+    EXPECT_EQ(f.alloc->Granules().edge_views, 0u);
+    ASSERT_THAT(CheckFakeVmm(f), IsOk());
+  }
+}
+
 TEST(VmmAllocatorTest, TailSharingPacksRandomSizesOfOneToTwoGranules) {
   Fake f = MakeFake(Opts(1024 * kG, false, /*cache=*/false));
   std::mt19937_64 rng(5);
@@ -1317,6 +1357,96 @@ TEST(VmmAllocatorTest, SmallBlocksShareGranuleSlabs) {
   EXPECT_THAT(CheckFakeVmm(f), IsOk());
 }
 
+TEST(VmmAllocatorTest, DefaultSlabsFollowTheLimit) {
+  constexpr uint64_t kGiB = 1024 * kMiB;
+  struct Case {
+    uint64_t limit, page, slab_option, want;
+  };
+  for (const Case& c :
+       {Case{4 * kGiB, 0, 0, kG}, Case{8 * kGiB - kG, 0, 0, kG}, Case{8 * kGiB, 0, 0, 2 * kG},
+        Case{16 * kGiB, 0, 0, 4 * kG}, Case{uint64_t{1} << 40, 0, 0, 4 * kG},
+        Case{64 * kGiB, 0, kG, kG}, Case{64 * kGiB, 0, 3 * kMiB, 2 * kG},
+        Case{64 * kGiB, 4 * kG, 0, 16 * kG}, Case{4 * kMiB, 0, 0, kG}}) {
+    SCOPED_TRACE(::testing::Message()
+                 << "limit " << c.limit << ", page " << c.page << ", slab_bytes " << c.slab_option);
+    VmmOptions o = Opts(c.limit, /*growth=*/true);  // nothing created up front
+    o.page_bytes = c.page;
+    o.slab_bytes = c.slab_option;
+    Fake f = MakeFake(o);
+    ASSERT_NE(f.alloc, nullptr);
+    EXPECT_EQ(f.alloc->slab_bytes(), c.want);
+  }
+}
+
+TEST(VmmAllocatorTest, FourGranuleSlabsPackBlocksThatDoNotDivideAGranule) {
+  // 320 KiB KV blocks: six to a 2 MiB slab (128 KiB left in each), twenty-five to an 8 MiB
+  // one (192 KiB left), so 1000 of them take 160 granules instead of 167.
+  for (bool growth : {false, true}) {
+    SCOPED_TRACE(::testing::Message() << "growth " << growth);
+    VmmOptions o = Opts(16 * 1024 * kMiB, growth);
+    Fake f = MakeFake(o);
+    ASSERT_EQ(f.alloc->slab_bytes(), 4 * kG);
+    std::vector<void*> blocks;
+    for (int i = 0; i < 1000; ++i) {
+      auto p = f.alloc->AllocateRaw(320 * kKiB);
+      ASSERT_THAT(p.status(), IsOk());
+      blocks.push_back(*p);
+    }
+    EXPECT_EQ(f.alloc->Granules().in_slabs, 160u);
+    EXPECT_EQ(f.alloc->Stats().bytes_in_use, 1000 * 320 * kKiB);
+    // Every block lies inside one slab of four granules, none across two.
+    for (void* p : blocks) {
+      const uint64_t a = reinterpret_cast<uint64_t>(p);
+      EXPECT_EQ(a / (4 * kG), (a + 320 * kKiB - 1) / (4 * kG)) << p;
+    }
+    ASSERT_THAT(CheckFakeVmm(f), IsOk());
+    for (void* p : blocks) ASSERT_THAT(f.alloc->Deallocate(p), IsOk());
+    ASSERT_THAT(f.alloc->Trim(), IsOk());
+    EXPECT_EQ(f.alloc->Granules().in_slabs, 0u);  // empty slabs went back to the pool
+    EXPECT_EQ(f.alloc->Stats().bytes_in_use, 0u);
+    ASSERT_THAT(CheckFakeVmm(f), IsOk());
+  }
+}
+
+TEST(VmmAllocatorTest, RandomizedFourGranuleSlabsKeepInvariants) {
+  for (bool growth : {false, true}) {
+    SCOPED_TRACE(::testing::Message() << "growth " << growth);
+    VmmOptions o = Opts(64 * kG, growth);
+    o.slab_bytes = 4 * kG;
+    o.cache_bytes = 8 * kG;
+    o.pool_keep_bytes = 2 * kG;
+    Fake f = MakeFake(o, 64 * kG);
+    std::mt19937_64 rng(growth ? 5 : 9);
+    std::vector<void*> live;
+    int ooms = 0;
+    for (int i = 0; i < 4000; ++i) {
+      if (live.empty() || rng() % 100 < 55) {
+        // Mostly small blocks (slabs), some of one to three granules.
+        const uint64_t bytes = 1 + rng() % (rng() % 8 == 0 ? 3 * kG : kMiB);
+        auto p = f.alloc->AllocateRaw(bytes);
+        if (p.ok()) {
+          live.push_back(*p);
+        } else {
+          ASSERT_THAT(p.status(), StatusIs(absl::StatusCode::kResourceExhausted));
+          ++ooms;
+        }
+      } else {
+        const size_t k = rng() % live.size();
+        ASSERT_THAT(f.alloc->Deallocate(live[k]), IsOk());
+        live[k] = live.back();
+        live.pop_back();
+      }
+      ASSERT_THAT(CheckFakeVmm(f), IsOk()) << "op " << i;
+    }
+    EXPECT_GT(ooms, 0);  // the limit was exercised
+    for (void* p : live) ASSERT_THAT(f.alloc->Deallocate(p), IsOk());
+    EXPECT_EQ(f.alloc->Stats().bytes_in_use, 0u);
+    ASSERT_THAT(f.alloc->Trim(), IsOk());
+    EXPECT_EQ(f.alloc->Granules().in_slabs, 0u);
+    ASSERT_THAT(CheckFakeVmm(f), IsOk());
+  }
+}
+
 TEST(VmmAllocatorTest, EmptySlabsAreReclaimedForLargeBlocks) {
   Fake f = MakeFake(Opts(4 * kG, false, /*cache=*/false));
   // 32 blocks of 256 KiB: four one-granule slabs fill the limit (slabs do not double).
@@ -2017,8 +2147,11 @@ TEST_F(VmmHostTest, GrowthOffFailsCleanlyWhenTheDeviceIsTooSmall) {
 // ---- the shared allocator conformance suite ----
 
 std::unique_ptr<Allocator> FakeVmm(uint64_t limit, bool growth,
-                                   uint64_t va_base = FakeVmmExecutor::kDefaultVaBase) {
-  Fake f = MakeFake(Opts(limit, growth), /*capacity=*/0, va_base);
+                                   uint64_t va_base = FakeVmmExecutor::kDefaultVaBase,
+                                   uint64_t slab_bytes = 0) {
+  VmmOptions o = Opts(limit, growth);
+  o.slab_bytes = slab_bytes;
+  Fake f = MakeFake(o, /*capacity=*/0, va_base);
   // The suite takes a plain allocator: its device stays alive to the end of the program.
   static auto* devices = new std::vector<std::unique_ptr<FakeVmmExecutor>>();
   devices->push_back(std::move(f.backend));
@@ -2063,6 +2196,17 @@ struct VmmFakeGrowthOn {
   }
   static absl::Status Check(const Allocator& a) { return CheckFakeVmmAllocator(a); }
 };
+// Slabs of four granules (the default from a 16 GiB limit), at the suite's small limits.
+struct VmmFakeFourGranuleSlabs {
+  static constexpr bool kRealMemory = false;
+  static std::unique_ptr<Allocator> Make(uint64_t limit) {
+    return FakeVmm(limit, true, FakeVmmExecutor::kDefaultVaBase, 4 * kG);
+  }
+  static std::unique_ptr<Allocator> MakeOther(uint64_t limit) {
+    return FakeVmm(limit, true, kOtherVaBase, 4 * kG);
+  }
+  static absl::Status Check(const Allocator& a) { return CheckFakeVmmAllocator(a); }
+};
 struct VmmHostGrowthOff {
   static constexpr bool kRealMemory = true;
   static std::unique_ptr<Allocator> Make(uint64_t limit) { return HostVmm(limit, false); }
@@ -2071,8 +2215,8 @@ struct VmmHostGrowthOn {
   static constexpr bool kRealMemory = true;
   static std::unique_ptr<Allocator> Make(uint64_t limit) { return HostVmm(limit, true); }
 };
-using VmmTypes =
-    ::testing::Types<VmmFakeGrowthOff, VmmFakeGrowthOn, VmmHostGrowthOff, VmmHostGrowthOn>;
+using VmmTypes = ::testing::Types<VmmFakeGrowthOff, VmmFakeGrowthOn, VmmFakeFourGranuleSlabs,
+                                  VmmHostGrowthOff, VmmHostGrowthOn>;
 
 }  // namespace
 
