@@ -1730,7 +1730,8 @@ std::string VmmAllocator::DumpMemoryLog() const {
     FutexMutexLock l(&mu_);
     const uint64_t g = granularity_;
     absl::StrAppend(&out, name(), " (vmm over ", VmmDeviceName(executor_), ", granule ",
-                    FormatBytes(g), ")\n  ", CombinedStatsLocked(slab).ToString(), "\n");
+                    FormatBytes(g), ", slab ", FormatBytes(slab_bytes_), ")\n  ",
+                    CombinedStatsLocked(slab).ToString(), "\n");
     absl::StrAppendFormat(&out,
                           "  granules: limit %d, created %d, mapped %d (blocks %d, cache %d, "
                           "slabs %d, deferred frees %d in %d), free in pool %d; cache hits %d, "

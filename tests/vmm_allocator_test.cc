@@ -1597,6 +1597,7 @@ TEST(VmmAllocatorTest, DumpShowsOccupancy) {
   ASSERT_THAT(p.status(), IsOk());
   std::string dump = f.alloc->DumpMemoryLog();
   EXPECT_THAT(dump, HasSubstr("GPU:0 (physical GPU 0)"));
+  EXPECT_THAT(dump, HasSubstr("granule 2 MiB, slab 2 MiB)"));
   EXPECT_THAT(dump, HasSubstr("|BB......|"));
   EXPECT_THAT(dump, HasSubstr("live large blocks: 1"));
   ASSERT_THAT(f.alloc->Deallocate(*p), IsOk());
@@ -1607,6 +1608,7 @@ TEST(VmmAllocatorTest, DumpShowsOccupancy) {
   std::string big_dump = big.alloc->DumpMemoryLog();
   EXPECT_LT(big_dump.size(), 16000u);
   EXPECT_THAT(big_dump, HasSubstr("13 granule(s) per character"));
+  EXPECT_THAT(big_dump, HasSubstr("granule 2 MiB, slab 8 MiB)"));  // slabs follow the limit
   ASSERT_THAT(big.alloc->Deallocate(*q), IsOk());
 }
 
