@@ -459,6 +459,37 @@ TEST(VmmAllocatorTest, EdgeViewsJoinTheFreeEndsOfTwoSlabs) {
   }
 }
 
+// Random small blocks (256 B - 1 MiB, under live_cap bytes in all) for `ops` operations, the
+// fake checked after each and physical overlap every 16; then everything freed and trimmed: no
+// edge view left. Adds the allocations refused (ResourceExhausted only) to *ooms.
+void RandomSmallBlocksAtTheLimit(Fake& f, uint64_t seed, int ops, uint64_t live_cap, int* ooms) {
+  std::mt19937_64 rng(seed);
+  std::vector<std::pair<void*, uint64_t>> live;
+  uint64_t live_bytes = 0;
+  for (int i = 0; i < ops; ++i) {
+    if (live.empty() || (live_bytes < live_cap && rng() % 100 < 60)) {
+      const uint64_t bytes = 256 + rng() % kMiB;
+      auto p = f.alloc->AllocateRaw(bytes);
+      if (p.ok()) {
+        live.emplace_back(*p, bytes);
+        live_bytes += bytes;
+      } else {
+        ASSERT_THAT(p.status(), StatusIs(absl::StatusCode::kResourceExhausted));
+        ++*ooms;
+      }
+    } else {
+      ASSERT_NO_FATAL_FAILURE(FreeRandomBlock(f, live, rng, &live_bytes));
+    }
+    ASSERT_THAT(CheckFakeVmm(f), IsOk()) << "op " << i;
+    if (i % 16 == 0) ASSERT_NO_FATAL_FAILURE(ExpectNoPhysicalOverlap(f, live)) << "op " << i;
+  }
+  for (const auto& [p, bytes] : live) ASSERT_THAT(f.alloc->Deallocate(p), IsOk());
+  EXPECT_EQ(f.alloc->Stats().bytes_in_use, 0u);
+  ASSERT_THAT(f.alloc->Trim(), IsOk());
+  EXPECT_EQ(f.alloc->Granules().edge_views, 0u);
+  ASSERT_THAT(CheckFakeVmm(f), IsOk());
+}
+
 // Small random sizes at their limit: edge views are made and freed many times over, and no
 // two blocks ever share a byte of a granule; every invariant holds at each step (the slab BFC's
 // index of free edges included) and nothing is lost. The same run without views fails more
@@ -474,32 +505,8 @@ TEST(VmmAllocatorTest, EdgeViewsUnderRandomSmallSizesAtTheLimit) {
     o.edge_views = views;
     o.slab_edge_views_in_best_fit = best_fit;
     Fake f = MakeFake(o);
-    std::mt19937_64 rng(5);
-    std::vector<std::pair<void*, uint64_t>> live;
-    uint64_t live_bytes = 0;
-    for (int i = 0; i < 4000; ++i) {
-      if (live.empty() || (live_bytes < 15 * kMiB && rng() % 100 < 60)) {
-        const uint64_t bytes = 256 + rng() % kMiB;
-        auto p = f.alloc->AllocateRaw(bytes);
-        if (p.ok()) {
-          live.emplace_back(*p, bytes);
-          live_bytes += bytes;
-        } else {
-          ASSERT_THAT(p.status(), StatusIs(absl::StatusCode::kResourceExhausted));
-          ++ooms[run];
-        }
-      } else {
-        ASSERT_NO_FATAL_FAILURE(FreeRandomBlock(f, live, rng, &live_bytes));
-      }
-      ASSERT_THAT(CheckFakeVmm(f), IsOk()) << "op " << i;
-      if (i % 16 == 0) ASSERT_NO_FATAL_FAILURE(ExpectNoPhysicalOverlap(f, live)) << "op " << i;
-    }
+    ASSERT_NO_FATAL_FAILURE(RandomSmallBlocksAtTheLimit(f, 5, 4000, 15 * kMiB, &ooms[run]));
     if (views) EXPECT_GT(f.alloc->Granules().edge_views_made, 10u);
-    for (const auto& [p, bytes] : live) ASSERT_THAT(f.alloc->Deallocate(p), IsOk());
-    EXPECT_EQ(f.alloc->Stats().bytes_in_use, 0u);
-    ASSERT_THAT(f.alloc->Trim(), IsOk());
-    EXPECT_EQ(f.alloc->Granules().edge_views, 0u);
-    ASSERT_THAT(CheckFakeVmm(f), IsOk());
   }
   EXPECT_GT(ooms[0], 0);        // the limit was reached
   EXPECT_LT(ooms[1], ooms[0]);  // the same run, growth off both
@@ -516,34 +523,10 @@ TEST(VmmAllocatorTest, EdgeViewsOverFourGranuleSlabs) {
     o.slab_bytes = 4 * kG;
     o.slab_edge_views_in_best_fit = true;
     Fake f = MakeFake(o);
-    std::mt19937_64 rng(growth ? 3 : 4);
-    std::vector<std::pair<void*, uint64_t>> live;
-    uint64_t live_bytes = 0;
     int ooms = 0;
-    for (int i = 0; i < 6000; ++i) {
-      if (live.empty() || (live_bytes < 62 * kMiB && rng() % 100 < 60)) {
-        const uint64_t bytes = 256 + rng() % kMiB;
-        auto p = f.alloc->AllocateRaw(bytes);
-        if (p.ok()) {
-          live.emplace_back(*p, bytes);
-          live_bytes += bytes;
-        } else {
-          ASSERT_THAT(p.status(), StatusIs(absl::StatusCode::kResourceExhausted));
-          ++ooms;
-        }
-      } else {
-        ASSERT_NO_FATAL_FAILURE(FreeRandomBlock(f, live, rng, &live_bytes));
-      }
-      ASSERT_THAT(CheckFakeVmm(f), IsOk()) << "op " << i;
-      if (i % 16 == 0) ASSERT_NO_FATAL_FAILURE(ExpectNoPhysicalOverlap(f, live)) << "op " << i;
-    }
+    ASSERT_NO_FATAL_FAILURE(RandomSmallBlocksAtTheLimit(f, growth ? 3 : 4, 6000, 62 * kMiB, &ooms));
     EXPECT_GT(ooms, 0);
     EXPECT_GT(f.alloc->Granules().edge_views_made, 0u);
-    for (const auto& [p, bytes] : live) ASSERT_THAT(f.alloc->Deallocate(p), IsOk());
-    EXPECT_EQ(f.alloc->Stats().bytes_in_use, 0u);
-    ASSERT_THAT(f.alloc->Trim(), IsOk());
-    EXPECT_EQ(f.alloc->Granules().edge_views, 0u);
-    ASSERT_THAT(CheckFakeVmm(f), IsOk());
   }
 }
 
@@ -1225,20 +1208,29 @@ TEST(VmmAllocatorTest, DoubleFreeAndForeignPointersChangeNothing) {
 // 8 MiB pages (open parts then share 1 KiB buckets: the inexact lookups): the fake device checks
 // every mapping after each operation.
 TEST(VmmAllocatorTest, RandomizedKeepsInvariants) {
-  for (uint64_t page : {uint64_t{0}, 4 * kG})
+  // Mostly large blocks (one-granule slabs; 8 MiB pages), and mostly small ones in slabs of
+  // four granules with some of one to three granules.
+  struct Config {
+    uint64_t page, slab;
+    bool small;
+  };
+  for (const Config& c : {Config{0, 0, false}, Config{4 * kG, 0, false}, Config{0, 4 * kG, true}})
     for (bool growth : {false, true}) {
-      SCOPED_TRACE(::testing::Message() << "page " << page << ", growth " << growth);
+      SCOPED_TRACE(::testing::Message()
+                   << "page " << c.page << ", slab " << c.slab << ", growth " << growth);
       VmmOptions o = Opts(64 * kG, growth);
-      o.page_bytes = page;
+      o.page_bytes = c.page;
+      o.slab_bytes = c.slab;
       o.cache_bytes = 8 * kG;
       o.pool_keep_bytes = 2 * kG;
       Fake f = MakeFake(o, 64 * kG);
-      std::mt19937_64 rng(growth ? 7 : 11);
+      std::mt19937_64 rng(c.small ? (growth ? 5 : 9) : (growth ? 7 : 11));
       std::vector<void*> live;
       int ooms = 0;
-      for (int i = 0; i < 3000; ++i) {
+      for (int i = 0; i < (c.small ? 4000 : 3000); ++i) {
         if (live.empty() || rng() % 100 < 55) {
-          uint64_t bytes = 1 + rng() % (rng() % 4 == 0 ? 12 * kG : 2 * kG);
+          const uint64_t bytes = c.small ? 1 + rng() % (rng() % 8 == 0 ? 3 * kG : kMiB)
+                                         : 1 + rng() % (rng() % 4 == 0 ? 12 * kG : 2 * kG);
           auto p = f.alloc->AllocateRaw(bytes);
           if (p.ok()) {
             live.push_back(*p);
@@ -1257,6 +1249,8 @@ TEST(VmmAllocatorTest, RandomizedKeepsInvariants) {
       EXPECT_GT(ooms, 0);  // the limit was exercised
       for (void* p : live) ASSERT_THAT(f.alloc->Deallocate(p), IsOk());
       EXPECT_EQ(f.alloc->Stats().bytes_in_use, 0u);
+      ASSERT_THAT(f.alloc->Trim(), IsOk());
+      EXPECT_EQ(f.alloc->Granules().in_slabs, 0u);  // empty slabs went back to the pool
       ASSERT_THAT(CheckFakeVmm(f), IsOk());
     }
 }
@@ -1404,45 +1398,6 @@ TEST(VmmAllocatorTest, FourGranuleSlabsPackBlocksThatDoNotDivideAGranule) {
     ASSERT_THAT(f.alloc->Trim(), IsOk());
     EXPECT_EQ(f.alloc->Granules().in_slabs, 0u);  // empty slabs went back to the pool
     EXPECT_EQ(f.alloc->Stats().bytes_in_use, 0u);
-    ASSERT_THAT(CheckFakeVmm(f), IsOk());
-  }
-}
-
-TEST(VmmAllocatorTest, RandomizedFourGranuleSlabsKeepInvariants) {
-  for (bool growth : {false, true}) {
-    SCOPED_TRACE(::testing::Message() << "growth " << growth);
-    VmmOptions o = Opts(64 * kG, growth);
-    o.slab_bytes = 4 * kG;
-    o.cache_bytes = 8 * kG;
-    o.pool_keep_bytes = 2 * kG;
-    Fake f = MakeFake(o, 64 * kG);
-    std::mt19937_64 rng(growth ? 5 : 9);
-    std::vector<void*> live;
-    int ooms = 0;
-    for (int i = 0; i < 4000; ++i) {
-      if (live.empty() || rng() % 100 < 55) {
-        // Mostly small blocks (slabs), some of one to three granules.
-        const uint64_t bytes = 1 + rng() % (rng() % 8 == 0 ? 3 * kG : kMiB);
-        auto p = f.alloc->AllocateRaw(bytes);
-        if (p.ok()) {
-          live.push_back(*p);
-        } else {
-          ASSERT_THAT(p.status(), StatusIs(absl::StatusCode::kResourceExhausted));
-          ++ooms;
-        }
-      } else {
-        const size_t k = rng() % live.size();
-        ASSERT_THAT(f.alloc->Deallocate(live[k]), IsOk());
-        live[k] = live.back();
-        live.pop_back();
-      }
-      ASSERT_THAT(CheckFakeVmm(f), IsOk()) << "op " << i;
-    }
-    EXPECT_GT(ooms, 0);  // the limit was exercised
-    for (void* p : live) ASSERT_THAT(f.alloc->Deallocate(p), IsOk());
-    EXPECT_EQ(f.alloc->Stats().bytes_in_use, 0u);
-    ASSERT_THAT(f.alloc->Trim(), IsOk());
-    EXPECT_EQ(f.alloc->Granules().in_slabs, 0u);
     ASSERT_THAT(CheckFakeVmm(f), IsOk());
   }
 }
