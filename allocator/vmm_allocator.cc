@@ -238,9 +238,11 @@ absl::Status VmmAllocator::Init() {
       shared_.resize(granules_.capacity());
     }
   }
-  slab_bytes_ = options_.slab_bytes ? AlignUp(options_.slab_bytes, g) : g;
-  if (options_.slab_bytes == 0) {
+  if (options_.slab_bytes != 0) {
+    slab_bytes_ = AlignUp(options_.slab_bytes, g);
+  } else {  // by the limit (VmmOptions::slab_bytes)
     const uint64_t cap = limit_granules_ * g / VmmOptions::kDefaultSlabLimitDivisor;
+    slab_bytes_ = g;
     while (slab_bytes_ < VmmOptions::kMaxDefaultSlabGranules * g && 2 * slab_bytes_ <= cap)
       slab_bytes_ *= 2;
   }

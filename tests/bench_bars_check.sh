@@ -2,8 +2,7 @@
 # Issue 16's bars on one replay (tests/allocator.cmake, label bench):
 #   bench_bars_check.sh BENCH TRACE ALLOCATOR GROWTH(on|off) MIN_LIMIT_BAR NS_BAR [RESERVED_BAR]
 # (NS_BAR -: speed printed, not checked, for the cases that are over the issue's bar even on a
-# quiet machine, or that slow down more than the calibration does on a machine slow at cache
-# misses: within the margin they fail whenever the machine slows down; tests/allocator.cmake
+# quiet machine: within the margin they fail whenever the machine slows down; tests/allocator.cmake
 # says which and why.)
 # Runs `BENCH replay TRACE --allocator ALLOCATOR --min-limit [--allow-growth] --no-baseline
 # --calibrate` and checks its JSON line: min_limit_ratio <= MIN_LIMIT_BAR; ns_per_op <= NS_BAR x
