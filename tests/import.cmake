@@ -20,6 +20,10 @@ if(TARGET vgpu-bench)
     if(streams GREATER 1)
       set(stream_keys ",\"cross_stream_reuses\":[1-9][0-9]*,\"stream_waits\":[1-9][0-9]*")
     endif()
+    # A recorded workload (not a vgpu trace) also compares bfc and vmm when no allocator is named.
+    if(NOT format STREQUAL "vgpu")
+      string(APPEND stream_keys ",\"allocators\":\\[{\"allocator\":\"bfc\",[^}]*\"min_limit_ratio\":[0-9.]+,[^}]*},{\"allocator\":\"vmm\",[^}]*\"min_limit_ratio\":[0-9.]+,[^}]*}\\]")
+    endif()
     add_test(NAME vgpu_bench_import_replay_${tname}
       COMMAND sh -c "$<TARGET_FILE:vgpu-bench> replay ${VGPU_IMPORT_DATA}/${file} --min-limit --no-baseline 2>/dev/null | tail -n 1")
     set_tests_properties(vgpu_bench_import_replay_${tname} PROPERTIES LABELS unit
@@ -56,9 +60,9 @@ $<TARGET_FILE:vgpu-bench> replay \"$c\" --no-baseline 2>&1 >/dev/null | grep 'al
   set_tests_properties(vgpu_bench_replay_streams_over_the_slots PROPERTIES LABELS unit
     PASS_REGULAR_EXPRESSION "\"streams\":100,.*\"allocator\":\"bfc\",[^}]*\"failures\":0,.*\"allocator\":\"vmm\",[^}]*\"failures\":0,.*\nexit=0\nhost exit=0\nvgpu-bench replay: 37 allocations failed at limit 800 KiB; first at event 63: RESOURCE_EXHAUSTED: replay/streams_at_once: more than 64 streams in use with this allocator[^\n]*\nat once exit=0")
 
-  # The original allocator's peak is reported next to the min limit.
+  # The original allocator's peak is reported next to the min limit (one allocator named).
   add_test(NAME vgpu_bench_import_original_peak
-    COMMAND sh -c "$<TARGET_FILE:vgpu-bench> replay ${VGPU_IMPORT_DATA}/mlp_two_streams.snapshot.pickle --min-limit --no-baseline 2>&1 >/dev/null")
+    COMMAND sh -c "$<TARGET_FILE:vgpu-bench> replay ${VGPU_IMPORT_DATA}/mlp_two_streams.snapshot.pickle --allocator bfc --min-limit --no-baseline 2>&1 >/dev/null")
   set_tests_properties(vgpu_bench_import_original_peak PROPERTIES LABELS unit
     PASS_REGULAR_EXPRESSION "PyTorch snapshot: device 1 of 2 \\(the most events\\), 2 stream\\(s\\).*the original allocator reserved at most 5.9[0-9]* MiB \\(1.000x peak live\\); bfc needs [0-9.]+ MiB")
 
@@ -66,7 +70,17 @@ $<TARGET_FILE:vgpu-bench> replay \"$c\" --no-baseline 2>&1 >/dev/null | grep 'al
   add_test(NAME vgpu_bench_replay_compare
     COMMAND sh -c "$<TARGET_FILE:vgpu-bench> replay ${VGPU_IMPORT_DATA}/mlp_two_streams.rmm.csv --allocators bfc,vmm --min-limit --no-baseline 2>/dev/null | tail -n 1")
   set_tests_properties(vgpu_bench_replay_compare PROPERTIES LABELS unit
-    PASS_REGULAR_EXPRESSION "^{\"trace\":\"mlp_two_streams.rmm\",\"format\":\"rmm-log\",\"allow_growth\":false,\"events\":56,\"streams\":2,\"peak_live_bytes\":6186144,\"original_peak_reserved_bytes\":null,\"allocators\":\\[{\"allocator\":\"bfc\",\"limit_bytes\":[0-9]+,\"failures\":0,\"ns_per_op\":[0-9.e+]+,\"peak_reserved_bytes\":[0-9]+,\"min_limit_bytes\":[0-9]+,\"min_limit_ratio\":[0-9.]+,\"first_fit_ratio\":[0-9.]+},{\"allocator\":\"vmm\",[^}]*\"min_limit_bytes\":[0-9]+,[^}]*}\\]}")
+    PASS_REGULAR_EXPRESSION "^{\"trace\":\"mlp_two_streams.rmm\",\"format\":\"rmm-log\",\"allow_growth\":false,\"events\":56,\"streams\":2,\"peak_live_bytes\":6186144,\"original_peak_reserved_bytes\":null,\"allocators\":\\[{\"allocator\":\"bfc\",\"limit_bytes\":[0-9]+,\"failures\":0,\"ns_per_op\":[0-9.e+]+,\"peak_reserved_bytes\":[0-9]+,\"min_limit_bytes\":[0-9]+,\"min_limit_ratio\":[0-9.]+,\"first_fit_ratio\":[0-9.]+,\"min_limit_vs_original\":null},{\"allocator\":\"vmm\",[^}]*\"min_limit_bytes\":[0-9]+,[^}]*}\\]}")
+
+  # A recorded workload replayed with no allocator named: bfc's line as for a vgpu trace, with
+  # its min limit, and an "allocators" array comparing bfc and vmm, each min limit also against
+  # what the original allocator reserved (the snapshot's segments). --min-limit=false keeps the
+  # comparison without the scans.
+  add_test(NAME vgpu_bench_replay_recorded_compares
+    COMMAND sh -c "$<TARGET_FILE:vgpu-bench> replay ${VGPU_IMPORT_DATA}/mlp_two_streams.snapshot.pickle --no-baseline 2>&1; \
+$<TARGET_FILE:vgpu-bench> replay ${VGPU_IMPORT_DATA}/mlp_two_streams.rmm.csv --min-limit=false 2>/dev/null")
+  set_tests_properties(vgpu_bench_replay_recorded_compares PROPERTIES LABELS unit
+    PASS_REGULAR_EXPRESSION "a recorded workload: bfc and vmm compared, with their min limits \\(--allocator NAME replays one\\)\nbfc at limit [^\n]*\nthe original allocator reserved at most [^\n]*; bfc needs [^\n]*\npeak RSS [^\n]*\nbfc   at limit [^\n]*, min limit [0-9.]+ MiB \\([0-9.]+x peak live, [0-9.]+x the original's peak reserved\\)\nvmm   at limit [^\n]*\\)\n{\"trace\":\"mlp_two_streams.snapshot\",\"allocator\":\"bfc\",.*\"min_limit_ratio\":[0-9.]+,.*\"format\":\"pytorch-snapshot\",.*\"original_peak_reserved_bytes\":[0-9]+,.*\"allocators\":\\[{\"allocator\":\"bfc\",[^}]*\"min_limit_ratio\":[0-9.]+,\"first_fit_ratio\":[0-9.]+,\"min_limit_vs_original\":[0-9.]+},{\"allocator\":\"vmm\",[^}]*\"min_limit_vs_original\":[0-9.]+}\\]}\n{\"trace\":\"mlp_two_streams.rmm\",\"allocator\":\"bfc\",.*\"min_limit_bytes\":null,.*\"format\":\"rmm-log\",.*\"allocators\":\\[{\"allocator\":\"bfc\",[^}]*\"min_limit_bytes\":null,[^}]*},{\"allocator\":\"vmm\",")
 
   # convert writes our format (stream column, peak header); replaying it gives the same workload.
   add_test(NAME vgpu_bench_convert_roundtrip

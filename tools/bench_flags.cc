@@ -321,7 +321,9 @@ absl::StatusOr<BenchArgs> ParseBenchArgs(const std::vector<std::string>& argv) {
   };
   if (a.command == "replay") {
     fs.Positional("TRACE", &a.trace_path, /*required=*/true, kTraceInputHelp)
-        .Enum("--allocator", &a.allocator, kAllocators, "the allocator replayed (default bfc)")
+        .Enum("--allocator", &a.allocator, kAllocators,
+              "the allocator replayed (default bfc; a recorded workload, not a vgpu trace: "
+              "bfc and vmm compared, with their min limits)")
         .Bool("--allow-growth", &a.allow_growth, "reserve memory as needed (default off)")
         .String("--limit", &limit_text, "SIZE",
                 "memory limit: a size, or N% of the trace's peak live (default 200%)",
@@ -400,6 +402,8 @@ absl::StatusOr<BenchArgs> ParseBenchArgs(const std::vector<std::string>& argv) {
     }
   }
   if (r.seen.contains("--device")) a.device = a.device_value;
+  a.allocator_given = r.seen.contains("--allocator") || r.seen.contains("--allocators");
+  a.min_limit_given = r.seen.contains("--min-limit");
   if (!allocators.empty()) {
     for (absl::string_view x : absl::StrSplit(allocators, ',')) a.allocators.emplace_back(x);
     if (absl::c_find(a.allocators, "async") != a.allocators.end() && a.platform.empty()) {

@@ -54,11 +54,15 @@ struct BenchArgs {
   std::string command;     // replay | convert | plan | alloc | allreduce
   std::string trace_path;  // replay, convert (IN)
   std::string allocator = "bfc";
+  // replay: --allocator or --allocators was given. A recorded workload (a PyTorch snapshot or
+  // profiler trace, an RMM or TensorFlow log) replayed with neither compares bfc and vmm.
+  bool allocator_given = false;
   bool allow_growth = false;
   std::optional<uint64_t> limit;
   // replay: --limit N% (of the trace's peak live bytes) instead of a size.
   std::optional<double> limit_percent;
   bool min_limit = false;
+  bool min_limit_given = false;  // replay: --min-limit was given (on or off)
   bool baseline = true;  // replay: time malloc/free of the same sizes (in a child process)
   // replay: time the calibration trace on the best-fit reference allocator after each timed
   // run (tools/bench_reference.h): "calibration_ns_per_op", the machine's speed in the run.

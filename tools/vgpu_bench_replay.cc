@@ -231,10 +231,94 @@ void NullOr(JsonWriter& w, const char* key, std::optional<double> v) {
     w.Null();
 }
 
+// One allocator of a comparison: its min limit scan (when asked) and timed replay.
+struct ComparedRun {
+  std::string kind;
+  uint64_t limit = 0;
+  TimedReplay timed;
+  std::optional<MinLimitScan> scan;
+};
+
+absl::StatusOr<ComparedRun> RunCompared(const BenchArgs& args, const Trace& trace,
+                                        const BenchAllocatorSpec& base, const std::string& kind,
+                                        const Trace* calibration) {
+  ComparedRun run;
+  run.kind = kind;
+  BenchAllocatorSpec spec = base;
+  spec.kind = kind;
+  if (args.min_limit) {
+    absl::StatusOr<MinLimitScan> s = ScanMinLimit(trace, spec);
+    if (!s.ok()) return s.status();
+    run.scan = *s;
+  }
+  spec.limit = ReplayLimit(args, spec, trace.peak_live_bytes);
+  run.limit = spec.limit;
+  absl::StatusOr<TimedReplay> t = RunTimed(trace, spec, nullptr, calibration);
+  if (!t.ok()) return t.status();
+  run.timed = *std::move(t);
+  return run;
+}
+
+// The min limit as a multiple of the peak live bytes and, when the file says what the original
+// allocator reserved at its peak, of that ("against the peak the original allocator reached").
+std::optional<double> VsOriginal(const Trace& trace, const std::optional<MinLimitScan>& scan) {
+  if (!scan || !scan->min_limit_bytes || trace.original_peak_reserved_bytes == 0) {
+    return std::nullopt;
+  }
+  return static_cast<double>(*scan->min_limit_bytes) /
+         static_cast<double>(trace.original_peak_reserved_bytes);
+}
+
+std::string MinLimitText(const Trace& trace, const std::optional<MinLimitScan>& scan) {
+  if (!scan) return "not scanned";
+  if (!scan->min_limit_bytes) return "over 11x";
+  std::string text = absl::StrFormat(
+      "%s (%.3fx peak live", FormatBytes(*scan->min_limit_bytes),
+      static_cast<double>(*scan->min_limit_bytes) / static_cast<double>(trace.peak_live_bytes));
+  if (std::optional<double> v = VsOriginal(trace, scan)) {
+    absl::StrAppendFormat(&text, ", %.3fx the original's peak reserved", *v);
+  }
+  return text + ")";
+}
+
+// Its stderr line and its entry of the "allocators" array.
+void ReportCompared(const Trace& trace, const ComparedRun& run, JsonWriter& w) {
+  const double events = static_cast<double>(trace.events.size());
+  std::fprintf(stderr, "%-5s at limit %s: %.1f ns/op, peak reserved %s, min limit %s\n",
+               run.kind.c_str(), FormatBytes(run.limit).c_str(), run.timed.best_ns / events,
+               FormatBytes(run.timed.peak_reserved).c_str(), MinLimitText(trace, run.scan).c_str());
+  w.BeginObject();
+  w.Field("allocator", run.kind);
+  w.Field("limit_bytes", run.limit);
+  w.Field("failures", run.timed.first.failures);
+  w.Field("ns_per_op", run.timed.best_ns / events);
+  if (run.timed.calibration_ns_per_op) {  // --calibrate: the machine's speed beside this one's
+    w.Field("calibration_ns_per_op", *run.timed.calibration_ns_per_op);
+  }
+  w.Field("peak_reserved_bytes", run.timed.peak_reserved);
+  w.Key("min_limit_bytes");
+  if (run.scan && run.scan->min_limit_bytes)
+    w.Uint(*run.scan->min_limit_bytes);
+  else
+    w.Null();
+  NullOr(w, "min_limit_ratio", run.scan ? run.scan->min_limit_ratio : std::nullopt);
+  NullOr(w, "first_fit_ratio", run.scan ? run.scan->first_fit_ratio : std::nullopt);
+  NullOr(w, "min_limit_vs_original", VsOriginal(trace, run.scan));
+  w.EndObject();
+}
+
+void PrintOriginalPeak(const Trace& trace) {
+  if (trace.original_peak_reserved_bytes > 0) {
+    std::fprintf(stderr, "the original allocator reserved at most %s (%.3fx peak live)\n",
+                 FormatBytes(trace.original_peak_reserved_bytes).c_str(),
+                 static_cast<double>(trace.original_peak_reserved_bytes) /
+                     static_cast<double>(trace.peak_live_bytes));
+  }
+}
+
 // Compare mode (--allocators): each allocator's min limit (with --min-limit) and speed at the
 // limit (--limit, default 2x peak live), one JSON line with an array.
 int RunCompare(const BenchArgs& args, const Trace& trace, const BenchAllocatorSpec& base) {
-  const uint64_t peak = trace.peak_live_bytes;
   JsonWriter w;
   w.BeginObject();
   w.Field("trace", trace.name);
@@ -242,7 +326,7 @@ int RunCompare(const BenchArgs& args, const Trace& trace, const BenchAllocatorSp
   w.Field("allow_growth", args.allow_growth);
   w.Field("events", static_cast<uint64_t>(trace.events.size()));
   w.Field("streams", static_cast<uint64_t>(trace.num_streams));
-  w.Field("peak_live_bytes", peak);
+  w.Field("peak_live_bytes", trace.peak_live_bytes);
   w.Key("original_peak_reserved_bytes");
   if (trace.original_peak_reserved_bytes > 0)
     w.Uint(trace.original_peak_reserved_bytes);
@@ -251,60 +335,21 @@ int RunCompare(const BenchArgs& args, const Trace& trace, const BenchAllocatorSp
   w.Key("allocators");
   w.BeginArray();
   int status = 0;
-  const double events = static_cast<double>(trace.events.size());
   const Trace calibration = args.calibrate ? CalibrationTrace() : Trace();
   for (const std::string& kind : args.allocators) {
-    BenchAllocatorSpec spec = base;
-    spec.kind = kind;
-    std::optional<MinLimitScan> scan;
-    if (args.min_limit) {
-      absl::StatusOr<MinLimitScan> s = ScanMinLimit(trace, spec);
-      if (!s.ok()) {
-        std::fprintf(stderr, "vgpu-bench replay: %s: %s\n", kind.c_str(),
-                     s.status().ToString().c_str());
-        return 1;
-      }
-      scan = *s;
-    }
-    spec.limit = ReplayLimit(args, spec, peak);
-    absl::StatusOr<TimedReplay> t =
-        RunTimed(trace, spec, nullptr, args.calibrate ? &calibration : nullptr);
-    if (!t.ok()) {
+    absl::StatusOr<ComparedRun> run =
+        RunCompared(args, trace, base, kind, args.calibrate ? &calibration : nullptr);
+    if (!run.ok()) {
       std::fprintf(stderr, "vgpu-bench replay: %s: %s\n", kind.c_str(),
-                   t.status().ToString().c_str());
+                   run.status().ToString().c_str());
       return 1;
     }
-    if (t->first.failures > 0) status = 3;
-    std::fprintf(stderr, "%-5s at limit %s: %.1f ns/op, peak reserved %s, min limit %s\n",
-                 kind.c_str(), FormatBytes(spec.limit).c_str(), t->best_ns / events,
-                 FormatBytes(t->peak_reserved).c_str(),
-                 scan && scan->min_limit_bytes ? FormatBytes(*scan->min_limit_bytes).c_str()
-                                               : (scan ? "over 11x" : "not scanned"));
-    w.BeginObject();
-    w.Field("allocator", kind);
-    w.Field("limit_bytes", spec.limit);
-    w.Field("failures", t->first.failures);
-    w.Field("ns_per_op", t->best_ns / events);
-    if (t->calibration_ns_per_op) {  // --calibrate: the machine's speed beside this one's
-      w.Field("calibration_ns_per_op", *t->calibration_ns_per_op);
-    }
-    w.Field("peak_reserved_bytes", t->peak_reserved);
-    w.Key("min_limit_bytes");
-    if (scan && scan->min_limit_bytes)
-      w.Uint(*scan->min_limit_bytes);
-    else
-      w.Null();
-    NullOr(w, "min_limit_ratio", scan ? scan->min_limit_ratio : std::nullopt);
-    NullOr(w, "first_fit_ratio", scan ? scan->first_fit_ratio : std::nullopt);
-    w.EndObject();
+    if (run->timed.first.failures > 0) status = 3;
+    ReportCompared(trace, *run, w);
   }
   w.EndArray();
   w.EndObject();
-  if (trace.original_peak_reserved_bytes > 0) {
-    std::fprintf(stderr, "the original allocator reserved at most %s (%.3fx peak live)\n",
-                 FormatBytes(trace.original_peak_reserved_bytes).c_str(),
-                 static_cast<double>(trace.original_peak_reserved_bytes) / peak);
-  }
+  PrintOriginalPeak(trace);
   std::printf("%s\n", w.str().c_str());
   std::fflush(stdout);
   return status;
@@ -433,10 +478,25 @@ int RunReplay(const BenchArgs& args) {
       trace->num_streams > 1 ? absl::StrCat(", ", trace->num_streams, " streams").c_str() : "");
 
   if (!args.allocators.empty()) return RunCompare(args, *trace, spec);
+  // A recorded workload (not a vgpu trace) with no allocator named: what its owner wants to
+  // know is what each allocator needs against what theirs reserved. The line is bfc's, as for
+  // a vgpu trace, with its min limit unless --min-limit=false, plus an "allocators" array
+  // comparing bfc and vmm as --allocators does (--allocator NAME replays one alone).
+  const bool compare_recorded =
+      trace->format != "vgpu" && !args.allocator_given && args.memory_history_path.empty();
+  BenchArgs recorded_args;
+  if (compare_recorded) {
+    recorded_args = args;
+    if (!args.min_limit_given) recorded_args.min_limit = true;
+    std::fprintf(stderr,
+                 "a recorded workload: bfc and vmm compared%s (--allocator NAME replays one)\n",
+                 recorded_args.min_limit ? ", with their min limits" : "");
+  }
+  const BenchArgs& a = compare_recorded ? recorded_args : args;
 
   // Limit scan: not a bisection, fitting is not monotone in the limit.
   MinLimitScan scan;
-  if (args.min_limit) {
+  if (a.min_limit) {
     absl::StatusOr<MinLimitScan> s = ScanMinLimit(*trace, spec);
     if (!s.ok()) {
       std::fprintf(stderr, "vgpu-bench replay: %s\n", s.status().ToString().c_str());
@@ -463,6 +523,17 @@ int RunReplay(const BenchArgs& args) {
   const ReplayResult& first = timed->first;
   const double setup_ms = timed->setup_ms;
   const int64_t best_malloc_ns = args.baseline ? MallocBaselineNs(*trace) : -1;
+  // The comparison of a recorded workload: bfc's run above, vmm's here.
+  std::optional<ComparedRun> vmm_run;
+  if (compare_recorded) {
+    absl::StatusOr<ComparedRun> r =
+        RunCompared(a, *trace, spec, "vmm", args.calibrate ? &calibration : nullptr);
+    if (!r.ok()) {
+      std::fprintf(stderr, "vgpu-bench replay: vmm: %s\n", r.status().ToString().c_str());
+      return 1;
+    }
+    vmm_run = *std::move(r);
+  }
   if (!args.memory_history_path.empty()) {
     absl::Status s = history.WriteJson(args.memory_history_path);
     if (!s.ok()) {
@@ -556,12 +627,24 @@ int RunReplay(const BenchArgs& args) {
     w.Field("cross_stream_reuses", timed->cross_stream_reuses);
     w.Field("stream_waits", timed->stream_waits);
   }
+  if (vmm_run) {
+    ComparedRun bfc_run;
+    bfc_run.kind = args.allocator;
+    bfc_run.limit = spec.limit;
+    bfc_run.timed = *timed;
+    if (a.min_limit) bfc_run.scan = scan;
+    w.Key("allocators");
+    w.BeginArray();
+    ReportCompared(*trace, bfc_run, w);
+    ReportCompared(*trace, *vmm_run, w);
+    w.EndArray();
+  }
   w.EndObject();
   std::printf("%s\n", w.str().c_str());
   std::fflush(stdout);
   // Allocations that failed at the given limit make the run a failure (the JSON still says
   // how far it got).
-  return first.failures > 0 ? 3 : 0;
+  return first.failures > 0 || (vmm_run && vmm_run->timed.first.failures > 0) ? 3 : 0;
 }
 
 }  // namespace vgpu::bench
