@@ -72,6 +72,9 @@ struct DeviceAllocatorOptions {
   std::optional<bool> vmm_mid_blocks;           // mid-size blocks in open parts, near the limit
   std::optional<bool> vmm_edge_best_fit;        // slab edge views in best fit, near the limit
   std::optional<uint64_t> vmm_whole_granule_divisor;  // whole granules when they waste <= 1/N
+  // vmm with growth: a quiet allocator gives back after this many ms (VmmOptions::
+  // quiet_give_back_ms; unset = off; the runtime's logical devices set it).
+  std::optional<uint64_t> vmm_quiet_give_back_ms;
 };
 
 // The allocator of `options.kind` over `executor`'s memory (the executor must outlive it).

@@ -317,10 +317,94 @@ absl::Status VmmAllocator::Init() {
     // Reversed so pops hand them out in creation order.
     std::reverse(free_granules_.begin(), free_granules_.end());
   }
+  if (options_.allow_growth && options_.quiet_give_back_ms > 0) {
+    quiet_thread_ = std::thread([this] { QuietLoop(); });
+  }
+  return absl::OkStatus();
+}
+
+void VmmAllocator::QuietLoop() {
+  // Looks every period: an operation count unchanged since the last look means no operation
+  // for at least a period, so what is left goes back (once per quiet spell). A look is two
+  // relaxed loads; the hot paths only store their counts. Once given back, it sleeps until an
+  // operation wakes it (WakeQuietThread) or a second passes, so a quiet allocator costs no
+  // wake-ups every period.
+  const auto period =
+      std::chrono::milliseconds(std::min<uint64_t>(options_.quiet_give_back_ms, uint64_t{1} << 32));
+  // From no operation (the count when the allocator was made), not from this thread's first
+  // read: the thread may start after the first quiet spell has begun.
+  uint64_t seen = 0;
+  bool given = true;  // nothing to give back before the first operation
+  std::unique_lock<std::mutex> l(quiet_mu_);
+  while (true) {
+    if (given) {  // parked: an operation clears quiet_parked_ (its wake-up may race; a second
+                  // bounds that)
+      quiet_parked_.store(true, std::memory_order_relaxed);
+      quiet_cv_.wait_for(l, std::chrono::seconds(1), [this] {
+        return quiet_stop_ || !quiet_parked_.load(std::memory_order_relaxed);
+      });
+      quiet_parked_.store(false, std::memory_order_relaxed);
+    } else {
+      quiet_cv_.wait_for(l, period, [this] { return quiet_stop_; });
+    }
+    if (quiet_stop_) return;
+    const uint64_t now = OpsSoFar();
+    if (now != seen) {
+      seen = now;
+      given = false;
+      continue;
+    }
+    if (given) continue;
+    l.unlock();
+    given = QuietGiveBack(now).ok();  // a failure (the device's) is tried again next time
+    l.lock();
+  }
+}
+
+void VmmAllocator::WakeQuietThread() {
+  {
+    std::lock_guard<std::mutex> l(quiet_mu_);
+    quiet_parked_.store(false, std::memory_order_relaxed);
+  }
+  quiet_cv_.notify_one();
+}
+
+absl::Status VmmAllocator::QuietGiveBack(uint64_t ops) {
+  // What GiveBackIfIdle gives back, with blocks live: empty slabs but one (the slab BFC's lock
+  // before ours), the cache beyond the reserve, every free granule. An operation since `ops`
+  // ends the quiet: nothing more goes (the next quiet spell will).
+  const uint64_t slab_granules = slab_bytes_ / granularity_;
+  const uint64_t keep_slab = slab_granules <= keep_granules_ ? slab_bytes_ : 0;
+  if (slabs_ != nullptr && OpsSoFar() == ops) {
+    VGPU_RETURN_IF_ERROR(slabs_->ReleaseEmptyRegions(keep_slab).status());
+  }
+  FutexMutexLock l(&mu_);
+  if (OpsSoFar() != ops) return absl::OkStatus();
+  const uint64_t created = created_granules_;
+  // Deferred frees whose streams are done; the others stay until their memory is needed.
+  VGPU_RETURN_IF_ERROR(ReapPendingLocked(/*wait=*/false));
+  const uint64_t cache_keep = keep_granules_ > slab_granules ? keep_granules_ - slab_granules : 0;
+  while (cached_granules_ > cache_keep) VGPU_RETURN_IF_ERROR(EvictOneLocked());
+  VGPU_RETURN_IF_ERROR(GiveBackLocked(0));
+  if (created_granules_ < created) {
+    ++quiet_give_backs_;
+    quiet_granules_ += created - created_granules_;
+  }
+  epoch_frees_ = 0;
+  epoch_start_ns_ = 0;
+  free_low_water_ = 0;
   return absl::OkStatus();
 }
 
 VmmAllocator::~VmmAllocator() {
+  if (quiet_thread_.joinable()) {
+    {
+      std::lock_guard<std::mutex> l(quiet_mu_);
+      quiet_stop_ = true;
+    }
+    quiet_cv_.notify_all();
+    quiet_thread_.join();
+  }
   // The slab BFC frees its regions through SlabSubAllocator, which takes mu_.
   slabs_.reset();
   FutexMutexLock l(&mu_);
@@ -347,6 +431,8 @@ absl::StatusOr<void*> VmmAllocator::DoAllocate(const AllocationRequest& request,
                                                uint64_t* wait_for) {
   const uint64_t bytes = request.bytes, alignment = request.alignment;
   if (request.slot != 0) used_slots_.fetch_or(SlotBit(request.slot), std::memory_order_relaxed);
+  // The quiet give-back's thread sleeps once it gave back: this operation wakes it.
+  if (ABSL_PREDICT_FALSE(quiet_parked_.load(std::memory_order_relaxed))) WakeQuietThread();
   if (slabs_ != nullptr && bytes < small_block_max_ && FitsSlab(bytes, alignment)) {
     // Near the limit (less than a third of it left) a mid-size block tries the open parts of
     // shared granules first (out of line: the small path pays one relaxed load).
@@ -541,6 +627,7 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline absl::StatusOr<void*> VmmAllocator::FinishLa
   NotePeakWorkingLocked();
   blocks_.Insert(p, std::move(range));
   const uint64_t large = AddUnderLock(large_in_use_, footprint);
+  AddUnderLock(large_ops_, 1);
   ++num_allocs_;
   BFCUsageMirror::RaiseTo(slab_usage_.largest_alloc, bytes);
   NotePeak(large + small_in_use());
@@ -626,6 +713,7 @@ absl::Status VmmAllocator::FreeLarge(void* ptr, bool* found) {
   const uint64_t count = range->granules.size();
   block_granules_ -= count;
   AddUnderLock(large_in_use_, 0 - range->footprint);
+  AddUnderLock(large_ops_, 1);
   ++num_frees_;
   NotifyEvent(AllocatorEventKind::kFree, ptr, range->footprint);
   const bool shared = range->head != kNoGranule || range->tail != kNoGranule;
@@ -744,6 +832,7 @@ absl::Status VmmAllocator::ReapPendingLocked(bool wait) {
 }
 
 absl::Status VmmAllocator::DoDeallocate(void* ptr) {
+  if (ABSL_PREDICT_FALSE(quiet_parked_.load(std::memory_order_relaxed))) WakeQuietThread();
   // A pointer in the slab arena is a small block. Outside it, large blocks start on a granule,
   // except those whose head is a shared granule: for those our blocks are asked first, then
   // the slab BFC (slabs that found no arena slot). Each lookup that misses costs a lock and a
@@ -1706,6 +1795,8 @@ VmmAllocator::GranuleCounts VmmAllocator::Granules() const {
   if (options_.allow_growth) {
     c.give_back_epoch = epoch_len_;
     c.give_back_interval_ms = epoch_interval_ns_ / 1000000;
+    c.quiet_give_backs = quiet_give_backs_;
+    c.quiet_granules = quiet_granules_;
   }
   c.mapped = mapped_granules_;
   c.in_blocks = block_granules_;
@@ -2032,6 +2123,7 @@ absl::StatusOr<std::unique_ptr<Allocator>> CreateVmmAllocator(
   if (options.vmm_whole_granule_divisor) {
     vo.whole_granule_waste_divisor = *options.vmm_whole_granule_divisor;
   }
+  if (options.vmm_quiet_give_back_ms) vo.quiet_give_back_ms = *options.vmm_quiet_give_back_ms;
   VGPU_ASSIGN_OR_RETURN(std::unique_ptr<VmmAllocator> a,
                         VmmAllocator::Create(executor, std::move(vo)));
   return std::unique_ptr<Allocator>(std::move(a));

@@ -20,7 +20,8 @@
 // as nothing is allocated (the last free of either kind), everything (empty slabs, the
 // mapping cache, every granule) except a reserve of `pool_keep_bytes` kept mapped, the block
 // freed last first, so an alloc/free loop of one buffer does not go to the device every
-// iteration. Without growth the whole limit stays held from the device.
+// iteration; with quiet_give_back_ms, also once no block has been allocated or freed for that
+// long, live blocks or not. Without growth the whole limit stays held from the device.
 //
 // Stream order: a free never waits on the host. One that would unmap memory (a tail-shared
 // block's views, a range the cache will not take) while the block's streams may still use it
@@ -33,16 +34,20 @@
 // Thread safety: thread-safe (see allocator.h). One mutex guards the granule pool and large
 // blocks; the slab BFC has its own, and is always locked before ours, never after. Small
 // allocations and frees take only the slab BFC's lock, except when they need a new slab or
-// (growth) the free leaves the allocator idle.
+// (growth) the free leaves the allocator idle. The quiet give-back's thread (growth with
+// quiet_give_back_ms only) takes the locks in the same order; the destructor stops it first.
 #ifndef VGPU_ALLOCATOR_VMM_ALLOCATOR_H_
 #define VGPU_ALLOCATOR_VMM_ALLOCATOR_H_
 
 #include <algorithm>
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/base/attributes.h"
@@ -151,6 +156,15 @@ struct VmmOptions {
   // back and create the same granules every step. Both double (up to 1024x and 64x) whenever
   // granules an epoch gave back are created again, so a longer step stops doing it too.
   uint64_t give_back_interval_ms = 1000;
+  // With allow_growth, a quiet allocator gives back too: when no block has been allocated or
+  // freed for this many milliseconds (a thread of the allocator looks every as many, so it
+  // happens between one and two times this after the last operation), what an idle allocator
+  // gives back goes back although blocks are live: the mapping cache beyond the reserve of
+  // pool_keep_bytes, empty slabs but one and every free granule. A server that keeps its
+  // weights and goes quiet returns its activations' memory. 0 = off (the default here; the
+  // runtime's logical devices use kRuntimeQuietGiveBackMs). docs/vmm.md, "Quiet give-back".
+  uint64_t quiet_give_back_ms = 0;
+  static constexpr uint64_t kRuntimeQuietGiveBackMs = 3;
 };
 
 class VmmAllocator final : public Allocator {
@@ -204,6 +218,10 @@ class VmmAllocator final : public Allocator {
     uint64_t granule_creates = 0;
     uint64_t give_back_epoch = 0;
     uint64_t give_back_interval_ms = 0;
+    // Give-backs of a quiet allocator (VmmOptions::quiet_give_back_ms) that returned memory,
+    // and the granules they returned to the device.
+    uint64_t quiet_give_backs = 0;
+    uint64_t quiet_granules = 0;
     // Granule mappings in virtual space: mapped + shared granules mapped in two ranges + two
     // per edge view.
     uint64_t views = 0;
@@ -729,6 +747,28 @@ class VmmAllocator final : public Allocator {
   // Atomics: the small path never takes mu_. The slab BFC keeps slab_usage_ (small bytes in
   // use, the largest request, the combined peak, its largest free block) under its own lock.
   std::atomic<uint64_t> large_in_use_{0};  // written under mu_ only (AddUnderLock)
+  // Large allocations and frees so far, written under mu_ only (AddUnderLock): with the slab
+  // BFC's slab_usage_.ops, what the quiet give-back thread watches.
+  std::atomic<uint64_t> large_ops_{0};
+  // The quiet give-back (VmmOptions::quiet_give_back_ms): its thread, which sleeps on quiet_cv_
+  // between looks and stops when quiet_stop_ is set (the destructor, first).
+  uint64_t OpsSoFar() const {
+    return large_ops_.load(std::memory_order_relaxed) +
+           slab_usage_.ops.load(std::memory_order_relaxed);
+  }
+  void QuietLoop();
+  void WakeQuietThread();  // out of line: the hot paths only load quiet_parked_
+  // The thread sleeps without a period (it gave back and nothing happened since).
+  std::atomic<bool> quiet_parked_{false};
+  // Gives back what GiveBackIfIdle would, live blocks or not, unless an operation came after
+  // `ops` (OpsSoFar when the quiet was seen).
+  absl::Status QuietGiveBack(uint64_t ops) ABSL_LOCKS_EXCLUDED(mu_);
+  std::mutex quiet_mu_;
+  std::condition_variable quiet_cv_;
+  bool quiet_stop_ = false;  // guarded by quiet_mu_
+  std::thread quiet_thread_;
+  uint64_t quiet_give_backs_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t quiet_granules_ ABSL_GUARDED_BY(mu_) = 0;
   std::atomic<uint64_t> mapped_bytes_{0};  // mirror of mapped_granules_ for observers
   std::atomic<uint64_t> cached_bytes_{0};  // mirror of cached_granules_ for observers
   // Both mirrors, after mapped_granules_ or cached_granules_ changed, and whether the slab BFC

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "vgpu/allocator/factory.h"
+#include "vgpu/allocator/vmm_allocator.h"
 #include "vgpu/runtime/bytes.h"
 #include "vgpu/runtime/status.h"
 #include "vgpu/runtime/user_text.h"
@@ -168,6 +169,9 @@ absl::Status Runtime::AddGpu(const ResolvedLogicalDevice& r, Executor* executor,
   ao.device_name = label;
   ao.memory_limit = r.memory_limit - info.collective_reserve;
   ao.allow_growth = config_.allow_growth;
+  // vmm with growth: memory goes back once the device's allocator is quiet, not only when
+  // nothing is allocated (a model's weights stay live between steps or requests).
+  ao.vmm_quiet_give_back_ms = VmmOptions::kRuntimeQuietGiveBackMs;
   ao.stream = stream->get();  // async: frees in order with the device's work
   absl::StatusOr<std::unique_ptr<Allocator>> allocator = CreateDeviceAllocator(executor, ao);
   if (!allocator.ok()) {

@@ -2,6 +2,8 @@
 // one 8 GiB host device; every device's limit holds at every moment, and a device at its limit
 // takes nothing from the others. For each allocator kind, with and without growth.
 #include <atomic>
+#include <chrono>
+#include <cstdio>
 #include <memory>
 #include <random>
 #include <string>
@@ -9,9 +11,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "vgpu/devices/runtime.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "vgpu/devices/runtime.h"
 #include "vgpu/runtime/bytes.h"
 #include "vgpu/runtime/host/host_platform.h"
 #include "vgpu/runtime/status_matchers.h"
@@ -175,6 +177,50 @@ INSTANTIATE_TEST_SUITE_P(Allocators, IsolationTest,
                            return absl::StrCat(AllocatorKindName(info.param.kind),
                                                info.param.growth ? "_growth" : "_preallocated");
                          });
+
+// The runtime's logical devices with vmm and growth give memory back once quiet, weights live
+// (VmmOptions::kRuntimeQuietGiveBackMs): another logical device's workload on the same card
+// gets it back from the device, not only once a device holds nothing.
+TEST(QuietGiveBack, RuntimeVmmDevicesGiveBackWithWeightsLive) {
+  HostPlatformOptions o;
+  o.device_bytes = {8 * kGiB};
+  auto host = HostPlatform::Create(o);
+  ASSERT_THAT(host, IsOk());
+  RuntimeConfig c;
+  c.logical_devices = {
+      {0, std::vector<LogicalDeviceConfig>(2, LogicalDeviceConfig::Bytes(kLimit))}};
+  c.allocator = AllocatorKind::kVmm;
+  c.allow_growth = true;
+  auto rt = Runtime::Create(c, host->get());
+  ASSERT_THAT(rt, IsOk());
+  Allocator* a = (*rt)->gpus()[0]->allocator();
+  const uint64_t before = a->Stats().bytes_reserved;  // what the device holds (BLAS workspace)
+  absl::StatusOr<DeviceBuffer> weights = a->Allocate(64 * kMiB);
+  ASSERT_THAT(weights.status(), IsOk());
+  {
+    std::vector<DeviceBuffer> acts;
+    for (int i = 0; i < 8; ++i) {
+      absl::StatusOr<DeviceBuffer> b = a->Allocate(48 * kMiB + i * kMiB);
+      ASSERT_THAT(b.status(), IsOk());
+      acts.push_back(*std::move(b));
+    }
+  }  // freed: cached (the weights keep the allocator from being idle)
+  const auto freed = std::chrono::steady_clock::now();
+  // Back to the weights plus at most the reserve (limit / 64). Not a timed test: it waits up
+  // to 20 s, and prints how long it took (5-10 ms by design, plus the give-back itself).
+  const uint64_t bound = before + 64 * kMiB + kLimit / 64;
+  uint64_t reserved = a->Stats().bytes_reserved;
+  while (reserved > bound && std::chrono::steady_clock::now() - freed < std::chrono::seconds(20)) {
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+    reserved = a->Stats().bytes_reserved;
+  }
+  EXPECT_LE(reserved, bound) << a->DumpMemoryLog();
+  std::printf(
+      "quiet give-back %.1f ms after the last free\n",
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - freed).count());
+  EXPECT_EQ(a->Stats().bytes_in_use, before + 64 * kMiB);
+  EXPECT_THAT(a->CheckInvariants(), IsOk());
+}
 
 }  // namespace
 }  // namespace vgpu

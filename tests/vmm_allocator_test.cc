@@ -4,6 +4,7 @@
 #include "vgpu/allocator/vmm_allocator.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <memory>
 #include <random>
@@ -1313,6 +1314,125 @@ TEST(VmmAllocatorTest, IdleGiveBackRacesWithAllocations) {
   EXPECT_LE(g.created, 1u);
   EXPECT_EQ(g.free, 0u);
   EXPECT_EQ(f.backend->physical_bytes(), g.created * kG);
+}
+
+// Waits (up to 20 s) until the quiet give-back has run `n` times; false if it never did.
+bool WaitForQuietGiveBacks(const VmmAllocator& a, uint64_t n) {
+  for (int i = 0; i < 20000; ++i) {
+    if (a.Granules().quiet_give_backs >= n) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return false;
+}
+
+// A server keeps its weights and goes quiet: with quiet_give_back_ms the activations' memory
+// (cache, free granules, empty slabs) goes back to the device although blocks are live,
+// beyond the reserve. The live blocks keep their memory.
+TEST(VmmAllocatorTest, QuietAllocatorGivesBackWithBlocksLive) {
+  VmmOptions o = Opts(64 * kG, true);
+  o.cache_bytes = 16 * kG;
+  o.pool_keep_bytes = kG;
+  o.quiet_give_back_ms = 2;
+  Fake f = MakeFake(o, 64 * kG);
+  auto weights = f.alloc->AllocateRaw(3 * kG);
+  auto bias = f.alloc->AllocateRaw(4 * kKiB);
+  ASSERT_THAT(weights.status(), IsOk());
+  ASSERT_THAT(bias.status(), IsOk());
+  std::vector<void*> acts;
+  for (uint64_t bytes : {4 * kG, 2 * kG, kG}) {
+    auto p = f.alloc->AllocateRaw(bytes);
+    ASSERT_THAT(p.status(), IsOk());
+    acts.push_back(*p);
+  }
+  for (int i = 0; i < 20; ++i) {  // 1.6 MiB of small activations: slabs of their own
+    auto p = f.alloc->AllocateRaw(80 * kKiB);
+    ASSERT_THAT(p.status(), IsOk());
+    acts.push_back(*p);
+  }
+  for (void* p : acts) ASSERT_THAT(f.alloc->Deallocate(p), IsOk());
+  ASSERT_TRUE(WaitForQuietGiveBacks(*f.alloc, 1)) << f.alloc->DumpMemoryLog();
+  // The weights' 3 granules, the slab with the bias, and at most the one-granule reserve.
+  auto g = f.alloc->Granules();
+  EXPECT_EQ(g.in_blocks, 3u);
+  EXPECT_EQ(g.free, 0u);
+  EXPECT_LE(g.cached, 1u);
+  EXPECT_LE(g.created, 3u + g.in_slabs + 1u);
+  EXPECT_GE(g.quiet_granules, 7u - 1u) << "the cached 7 granules, the reserve aside";
+  EXPECT_EQ(f.backend->physical_bytes(), g.created * kG);
+  AllocatorStats s = f.alloc->Stats();
+  EXPECT_EQ(s.bytes_in_use, 3 * kG + 4 * kKiB);
+  EXPECT_THAT(CheckFakeVmm(f), IsOk());
+  // The next step's activations, then quiet again: the thread, asleep since it gave back, is
+  // woken by the step and gives back again.
+  auto act = f.alloc->AllocateRaw(5 * kG);
+  ASSERT_THAT(act.status(), IsOk());
+  ASSERT_THAT(f.alloc->Deallocate(*act), IsOk());
+  ASSERT_TRUE(WaitForQuietGiveBacks(*f.alloc, 2)) << f.alloc->DumpMemoryLog();
+  EXPECT_LE(f.alloc->Granules().cached, 1u);
+  // The weights are still theirs: the last frees leave it idle, down to the reserve.
+  ASSERT_THAT(f.alloc->Deallocate(*bias), IsOk());
+  ASSERT_THAT(f.alloc->Deallocate(*weights), IsOk());
+  g = f.alloc->Granules();
+  EXPECT_LE(g.created, 1u);
+  EXPECT_THAT(CheckFakeVmm(f), IsOk());
+}
+
+// Off (0, VmmOptions' default) a quiet allocator keeps its cache until it is idle, Trim() or
+// its memory is needed.
+TEST(VmmAllocatorTest, QuietGiveBackIsOffByDefault) {
+  VmmOptions o = Opts(64 * kG, true);
+  o.cache_bytes = 16 * kG;
+  ASSERT_EQ(o.quiet_give_back_ms, 0u);
+  Fake f = MakeFake(o, 64 * kG);
+  auto weights = f.alloc->AllocateRaw(3 * kG);
+  auto act = f.alloc->AllocateRaw(4 * kG);
+  ASSERT_THAT(weights.status(), IsOk());
+  ASSERT_THAT(act.status(), IsOk());
+  ASSERT_THAT(f.alloc->Deallocate(*act), IsOk());
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  auto g = f.alloc->Granules();
+  EXPECT_EQ(g.cached, 4u);
+  EXPECT_EQ(g.quiet_give_backs, 0u);
+  ASSERT_THAT(f.alloc->Deallocate(*weights), IsOk());
+}
+
+// The quiet give-back's thread against threads that allocate and free, pausing now and then
+// so that it runs among them (TSan build): every count stays consistent with the device.
+TEST(VmmAllocatorTest, QuietGiveBackRacesWithAllocations) {
+  VmmOptions o = Opts(64 * kG, true);
+  o.cache_bytes = 8 * kG;
+  o.quiet_give_back_ms = 1;
+  Fake f = MakeFake(o, 64 * kG);
+  auto weights = f.alloc->AllocateRaw(5 * kG + 3 * kKiB);
+  ASSERT_THAT(weights.status(), IsOk());
+  const uint64_t weights_in_use = f.alloc->Stats().bytes_in_use;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 3; ++t) {
+    threads.emplace_back([&, t] {
+      std::mt19937_64 rng(300 + t);
+      std::vector<void*> live;
+      for (int i = 0; i < 900; ++i) {
+        if (i % 150 == 149) std::this_thread::sleep_for(std::chrono::milliseconds(3));
+        const uint64_t bytes = rng() % 2 ? 1 + rng() % (kMiB - 1) : kMiB + rng() % (3 * kG);
+        auto p = f.alloc->AllocateRaw(bytes);
+        ASSERT_THAT(p.status(), IsOk());
+        live.push_back(*p);
+        if (live.size() > 4 || rng() % 2) {
+          const size_t k = rng() % live.size();
+          ASSERT_THAT(f.alloc->Deallocate(live[k]), IsOk());
+          live.erase(live.begin() + k);
+        }
+      }
+      for (void* p : live) ASSERT_THAT(f.alloc->Deallocate(p), IsOk());
+    });
+  }
+  for (auto& t : threads) t.join();
+  ASSERT_TRUE(WaitForQuietGiveBacks(*f.alloc, 1));
+  AllocatorStats s = f.alloc->Stats();
+  EXPECT_EQ(s.bytes_in_use, weights_in_use);
+  EXPECT_THAT(CheckFakeVmm(f), IsOk());
+  ASSERT_THAT(f.alloc->Deallocate(*weights), IsOk());
+  EXPECT_THAT(CheckFakeVmm(f), IsOk());
 }
 
 TEST(VmmAllocatorTest, SmallBlocksShareGranuleSlabs) {
