@@ -63,7 +63,8 @@ struct BFCUsageMirror {
   std::atomic<uint64_t> in_use{0};         // the BFC's bytes in use (whole chunks)
   // Allocations and frees so far (written under the BFC's lock: a load and a store, no
   // read-modify-write), so the owner sees activity without its lock (VmmOptions::
-  // quiet_give_back_ms).
+  // quiet_give_back_ms). Regions mapped and unmapped are not counted: the owner's own
+  // give-back unmaps them.
   std::atomic<uint64_t> ops{0};
   std::atomic<uint64_t> largest_alloc{0};  // the largest request so far
   // At each allocation peak_in_use is raised to in_use + *other_in_use (the owner's bytes in
@@ -400,7 +401,9 @@ class BFCAllocator final : public Allocator {
     if (BFCUsageMirror* const m = options_.usage_mirror; m != nullptr) {
       const uint64_t in_use = counters_.stats.bytes_in_use;
       m->in_use.store(in_use, std::memory_order_relaxed);
-      m->ops.store(m->ops.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+      if (kind == AllocatorEventKind::kAlloc || kind == AllocatorEventKind::kFree) {
+        m->ops.store(m->ops.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+      }
       if (kind == AllocatorEventKind::kAlloc) {
         BFCUsageMirror::RaiseTo(m->largest_alloc, bytes);
         BFCUsageMirror::RaiseTo(

@@ -337,14 +337,16 @@ void VmmAllocator::QuietLoop() {
   bool given = true;  // nothing to give back before the first operation
   std::unique_lock<std::mutex> l(quiet_mu_);
   while (true) {
-    if (given) {  // parked: an operation clears quiet_parked_ (its wake-up may race; a second
-                  // bounds that)
-      quiet_parked_.store(true, std::memory_order_relaxed);
+    // Parked: an operation clears quiet_parked_. One that came before the flag was seen is
+    // caught by the count read after setting it; one that races with both (relaxed on the hot
+    // paths, no fence there) waits out the second.
+    quiet_parked_.store(given, std::memory_order_seq_cst);
+    if (given && OpsSoFar() == seen) {
       quiet_cv_.wait_for(l, std::chrono::seconds(1), [this] {
         return quiet_stop_ || !quiet_parked_.load(std::memory_order_relaxed);
       });
       quiet_parked_.store(false, std::memory_order_relaxed);
-    } else {
+    } else if (!given) {
       quiet_cv_.wait_for(l, period, [this] { return quiet_stop_; });
     }
     if (quiet_stop_) return;
