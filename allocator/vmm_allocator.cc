@@ -383,19 +383,16 @@ absl::Status VmmAllocator::QuietGiveBack(uint64_t ops) {
   FutexMutexLock l(&mu_);
   if (OpsSoFar() != ops) return absl::OkStatus();
   const uint64_t created = created_granules_;
-  // Deferred frees whose streams are done; the others stay until their memory is needed.
-  VGPU_RETURN_IF_ERROR(ReapPendingLocked(/*wait=*/false));
+  // Deferred frees whose streams are done; the others stay until their memory is needed. The
+  // reserve counts the empty slab that may have been kept (live slabs are not part of it).
   const uint64_t cache_keep = keep_granules_ > slab_granules ? keep_granules_ - slab_granules : 0;
-  while (cached_granules_ > cache_keep) VGPU_RETURN_IF_ERROR(EvictOneLocked());
-  VGPU_RETURN_IF_ERROR(GiveBackLocked(0));
+  const absl::Status s =
+      GiveBackBeyondReserveLocked(cache_keep, /*spare=*/nullptr, /*wait_for_streams=*/false);
   if (created_granules_ < created) {
     ++quiet_give_backs_;
     quiet_granules_ += created - created_granules_;
   }
-  epoch_frees_ = 0;
-  epoch_start_ns_ = 0;
-  free_low_water_ = 0;
-  return absl::OkStatus();
+  return s;
 }
 
 VmmAllocator::~VmmAllocator() {
@@ -890,9 +887,14 @@ absl::Status VmmAllocator::GiveBackIfIdle(const void* last_range, uint64_t last_
   FutexMutexLock l(&mu_);
   if (!IdleLocked()) return absl::OkStatus();  // busy again: the epoch rule applies
   // Memory goes back to the device now: deferred frees wait for their streams.
-  VGPU_RETURN_IF_ERROR(ReapPendingLocked(/*wait=*/true));
   const uint64_t cache_keep = keep_granules_ > slab_granules_ ? keep_granules_ - slab_granules_ : 0;
-  while (cached_granules_ > cache_keep) VGPU_RETURN_IF_ERROR(EvictOneLocked(last_range));
+  return GiveBackBeyondReserveLocked(cache_keep, last_range, /*wait_for_streams=*/true);
+}
+
+absl::Status VmmAllocator::GiveBackBeyondReserveLocked(uint64_t cache_keep, const void* spare,
+                                                       bool wait_for_streams) {
+  VGPU_RETURN_IF_ERROR(ReapPendingLocked(wait_for_streams));
+  while (cached_granules_ > cache_keep) VGPU_RETURN_IF_ERROR(EvictOneLocked(spare));
   VGPU_RETURN_IF_ERROR(GiveBackLocked(0));
   epoch_frees_ = 0;
   epoch_start_ns_ = 0;

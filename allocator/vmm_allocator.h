@@ -618,6 +618,12 @@ class VmmAllocator final : public Allocator {
   // it with neither held. Does nothing if a block was allocated meanwhile.
   absl::Status GiveBackIfIdle(const void* last_range, uint64_t last_granules)
       ABSL_LOCKS_EXCLUDED(mu_);
+  // Their common part, once the empty slabs went: deferred frees retired (waiting for their
+  // streams, or only those done), cached ranges evicted down to cache_keep granules (largest
+  // first, `spare` last), every free granule back to the device, the give-back epoch restarted.
+  absl::Status GiveBackBeyondReserveLocked(uint64_t cache_keep, const void* spare,
+                                           bool wait_for_streams)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // ResourceExhausted with Stats()'s numbers; call without mu_ (reads the slab BFC first).
   absl::Status OomError(uint64_t bytes, uint64_t rounded, absl::string_view why) const
       ABSL_LOCKS_EXCLUDED(mu_);

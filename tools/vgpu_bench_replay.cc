@@ -15,6 +15,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/string_view.h"
 #include "vgpu/allocator/memory_history.h"
 #include "vgpu/allocator/trace.h"
 #include "vgpu/allocator/trace_import.h"
@@ -307,12 +308,15 @@ void ReportCompared(const Trace& trace, const ComparedRun& run, JsonWriter& w) {
   w.EndObject();
 }
 
-void PrintOriginalPeak(const Trace& trace) {
+// What the file says the original allocator reserved at its peak, if it says; `then` follows
+// on the line (the single replay's "; bfc needs ...").
+void PrintOriginalPeak(const Trace& trace, absl::string_view then = "") {
   if (trace.original_peak_reserved_bytes > 0) {
-    std::fprintf(stderr, "the original allocator reserved at most %s (%.3fx peak live)\n",
+    std::fprintf(stderr, "the original allocator reserved at most %s (%.3fx peak live)%s\n",
                  FormatBytes(trace.original_peak_reserved_bytes).c_str(),
                  static_cast<double>(trace.original_peak_reserved_bytes) /
-                     static_cast<double>(trace.peak_live_bytes));
+                     static_cast<double>(trace.peak_live_bytes),
+                 std::string(then).c_str());
   }
 }
 
@@ -484,15 +488,13 @@ int RunReplay(const BenchArgs& args) {
   // comparing bfc and vmm as --allocators does (--allocator NAME replays one alone).
   const bool compare_recorded =
       trace->format != "vgpu" && !args.allocator_given && args.memory_history_path.empty();
-  BenchArgs recorded_args;
+  BenchArgs a = args;  // the arguments in effect
   if (compare_recorded) {
-    recorded_args = args;
-    if (!args.min_limit_given) recorded_args.min_limit = true;
+    if (!args.min_limit_given) a.min_limit = true;
     std::fprintf(stderr,
                  "a recorded workload: bfc and vmm compared%s (--allocator NAME replays one)\n",
-                 recorded_args.min_limit ? ", with their min limits" : "");
+                 a.min_limit ? ", with their min limits" : "");
   }
-  const BenchArgs& a = compare_recorded ? recorded_args : args;
 
   // Limit scan: not a bisection, fitting is not monotone in the limit.
   MinLimitScan scan;
@@ -566,15 +568,10 @@ int RunReplay(const BenchArgs& args) {
     std::fprintf(stderr, "calibration (best-fit reference allocator): %.1f ns/op\n",
                  *timed->calibration_ns_per_op);
   }
-  if (trace->original_peak_reserved_bytes > 0) {
-    std::fprintf(stderr, "the original allocator reserved at most %s (%.3fx peak live)%s\n",
-                 FormatBytes(trace->original_peak_reserved_bytes).c_str(),
-                 static_cast<double>(trace->original_peak_reserved_bytes) / peak,
-                 scan.min_limit_bytes ? absl::StrFormat("; %s needs %s", args.allocator,
-                                                        FormatBytes(*scan.min_limit_bytes))
-                                            .c_str()
-                                      : "");
-  }
+  PrintOriginalPeak(*trace, scan.min_limit_bytes
+                                ? absl::StrFormat("; %s needs %s", args.allocator,
+                                                  FormatBytes(*scan.min_limit_bytes))
+                                : "");
   // This process's high-water mark: trace, replays, scan; the malloc baseline ran in a child.
   const uint64_t peak_rss = PeakRssBytes();
   std::fprintf(stderr, "peak RSS of this process %s (%llu bytes)\n", FormatBytes(peak_rss).c_str(),
