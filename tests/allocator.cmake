@@ -112,7 +112,8 @@ if(TARGET vgpu_tools_lib)
   add_library(vgpu_fake_vmm STATIC ${CMAKE_CURRENT_SOURCE_DIR}/fake_vmm_executor.cc)
   target_link_libraries(vgpu_fake_vmm PUBLIC vgpu::vgpu vgpu_tools_lib)
   foreach(t vmm_allocator_test hostile_config_test allocator_trace_recorder_test
-            vmm_replay_stress_test bfc_gather_test allocator_conformance_test)
+            vmm_replay_stress_test bfc_gather_test allocator_conformance_test
+            vmm_physical_replay_test)
     if(TARGET ${t})
       target_link_libraries(${t} PRIVATE vgpu_fake_vmm)
     endif()
@@ -261,6 +262,11 @@ if(Python3_Interpreter_FOUND)
   set_tests_properties(${VGPU_BENCH_BARS_ADDED} PROPERTIES
     LABELS bench TIMEOUT 120 FIXTURES_REQUIRED family_traces RUN_SERIAL TRUE
     PASS_REGULAR_EXPRESSION "ALL-WITHIN-BARS" FAIL_REGULAR_EXPRESSION "OVER-BAR|SKIPPED")
+  # Physical overlap under near-limit replays of the families (tests/vmm_physical_replay_test.cc).
+  if(TARGET vmm_physical_replay_test)
+    set_tests_properties(vmm_physical_replay_test PROPERTIES LABELS bench
+      FIXTURES_REQUIRED family_traces ENVIRONMENT "VGPU_FAMILY_TRACES=${VGPU_FAMILY_TRACES}")
+  endif()
   # Edge views at work: random_small s3 at 1.05x its peak live (1074694176 bytes) replays with
   # every allocation served, 24 of them by edge views, and the replay reports the views.
   add_test(NAME vgpu_bench_replay_vmm_edge_views

@@ -1,0 +1,204 @@
+// Replays generated workloads (scripts/gen_traces.py, written into the build tree by the
+// family_traces fixture) on the vmm allocator over the checked fake VMM device, at limits from
+// just above the smallest that fits to twice the peak live bytes, growth off and on, and checks
+// after every allocation that no byte of physical memory belongs to two live blocks: every
+// granule of the new block is translated through the device's own page table (tail sharing,
+// edge views and slab views map one granule at several addresses, so virtual addresses alone
+// prove nothing). Refused requests are skipped (and their frees), so the replay goes on past
+// each OOM, which must leave the allocator consistent: its invariants and the device's counts
+// are checked every few hundred operations and at the end, when everything freed and trimmed
+// must leave nothing mapped but the reserve.
+//
+// The traces' directory comes from VGPU_FAMILY_TRACES (CTest sets it); without it the test is
+// skipped (GTEST_SKIP), never passed.
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdlib>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "vgpu/allocator/factory.h"
+#include "vgpu/allocator/trace.h"
+#include "vgpu/allocator/vmm_allocator.h"
+#include "vgpu/tests/fake_vmm_executor.h"
+#include "vgpu/tools/vgpu_bench.h"
+
+namespace vgpu::testing {
+namespace {
+
+constexpr uint64_t kG = bench::kBenchVmmGranule;
+
+// The physical bytes of the live blocks: per granule handle, start -> end of each piece.
+class PhysicalMap {
+ public:
+  explicit PhysicalMap(const FakeVmmExecutor* device) : device_(device) {}
+
+  // Adds the block's pieces; an error names the first byte that another block holds.
+  absl::Status Add(const void* p, uint64_t bytes) {
+    std::vector<Piece> pieces;
+    const uint64_t start = reinterpret_cast<uint64_t>(p);
+    for (uint64_t va = start; va < start + bytes;) {
+      const uint64_t base = va / kG * kG, end = std::min(base + kG, start + bytes);
+      absl::StatusOr<std::pair<uint64_t, uint64_t>> t =
+          device_->Translate(reinterpret_cast<void*>(base));
+      if (!t.ok()) {
+        return absl::InternalError(absl::StrCat("block at ", start, " of ", bytes,
+                                                " bytes: its byte ", va - start,
+                                                " is not mapped: ", t.status().message()));
+      }
+      pieces.push_back({t->first, t->second + (va - base), t->second + (end - base)});
+      va = end;
+    }
+    for (const Piece& piece : pieces) {
+      std::map<uint64_t, uint64_t>& m = by_handle_[piece.handle];
+      auto next = m.lower_bound(piece.lo);
+      if (next != m.end() && next->first < piece.hi) return Overlap(start, bytes, piece);
+      if (next != m.begin() && std::prev(next)->second > piece.lo) {
+        return Overlap(start, bytes, piece);
+      }
+    }
+    for (const Piece& piece : pieces) by_handle_[piece.handle][piece.lo] = piece.hi;
+    pieces_[start] = std::move(pieces);
+    return absl::OkStatus();
+  }
+
+  void Remove(const void* p) {
+    auto it = pieces_.find(reinterpret_cast<uint64_t>(p));
+    ASSERT_NE(it, pieces_.end());
+    for (const Piece& piece : it->second) by_handle_[piece.handle].erase(piece.lo);
+    pieces_.erase(it);
+  }
+
+ private:
+  struct Piece {
+    uint64_t handle, lo, hi;
+  };
+  absl::Status Overlap(uint64_t start, uint64_t bytes, const Piece& piece) {
+    return absl::InternalError(absl::StrCat("block at ", start, " of ", bytes,
+                                            " bytes shares physical bytes ", piece.lo, "-",
+                                            piece.hi, " of granule ", piece.handle,
+                                            " with a live block"));
+  }
+  const FakeVmmExecutor* device_;
+  absl::flat_hash_map<uint64_t, std::map<uint64_t, uint64_t>> by_handle_;
+  absl::flat_hash_map<uint64_t, std::vector<Piece>> pieces_;
+};
+
+struct Outcome {
+  uint64_t served = 0, refused = 0;
+};
+
+// Replays `trace` at `limit`; every failure is a gtest failure naming the event.
+Outcome ReplayChecked(const Trace& trace, AllocatorKind kind, uint64_t limit, bool growth) {
+  Outcome out;
+  FakeVmmExecutor device(kG, /*physical_capacity=*/0, /*checked=*/true);
+  DeviceAllocatorOptions o;
+  o.kind = kind;
+  o.device_name = "replay/" + trace.name;
+  o.memory_limit = limit;
+  o.allow_growth = growth;
+  absl::StatusOr<std::unique_ptr<Allocator>> made = CreateDeviceAllocator(&device, o);
+  EXPECT_TRUE(made.ok()) << made.status();
+  if (!made.ok()) return out;
+  Allocator* a = made->get();
+  auto* vmm = dynamic_cast<VmmAllocator*>(a);
+  // vmm: its invariants and its granule counts against the device's; bfc: its invariants.
+  auto check = [&] { return vmm != nullptr ? CheckFakeVmm(*vmm, device) : a->CheckInvariants(); };
+  PhysicalMap physical(&device);
+  std::vector<void*> slots(trace.max_live_blocks, nullptr);
+  for (size_t i = 0; i < trace.events.size(); ++i) {
+    const TraceEvent& e = trace.events[i];
+    if (e.alloc) {
+      absl::StatusOr<void*> p = a->AllocateRaw(e.bytes);
+      if (!p.ok()) {
+        EXPECT_EQ(p.status().code(), absl::StatusCode::kResourceExhausted)
+            << "event " << i << ": " << p.status();
+        ++out.refused;
+        continue;
+      }
+      ++out.served;
+      slots[e.slot] = *p;
+      absl::Status s = physical.Add(*p, e.bytes);
+      EXPECT_TRUE(s.ok()) << "event " << i << ": " << s;
+      if (!s.ok()) return out;
+    } else if (slots[e.slot] != nullptr) {
+      physical.Remove(slots[e.slot]);
+      absl::Status s = a->Deallocate(slots[e.slot]);
+      EXPECT_TRUE(s.ok()) << "event " << i << ": " << s;
+      if (!s.ok()) return out;
+      slots[e.slot] = nullptr;
+    }
+    if (i % 512 == 0) {
+      absl::Status s = check();
+      EXPECT_TRUE(s.ok()) << "event " << i << ": " << s;
+      if (!s.ok()) return out;
+    }
+  }
+  for (void*& p : slots) {
+    if (p == nullptr) continue;
+    physical.Remove(p);
+    EXPECT_TRUE(a->Deallocate(p).ok());
+    p = nullptr;
+  }
+  EXPECT_TRUE(check().ok());
+  EXPECT_EQ(a->Stats().bytes_in_use, 0u);
+  EXPECT_TRUE(a->ReleaseCachedMemory().ok());
+  EXPECT_TRUE(check().ok());
+  // Everything freed: a block of the whole limit, less a granule per 64 (what the allocators
+  // keep for themselves: vmm's reserve, bfc's pages' rounding), fits again, so the refusals
+  // lost nothing.
+  absl::StatusOr<void*> whole = a->AllocateRaw(limit - limit / 64 - 2 * kG);
+  EXPECT_TRUE(whole.ok()) << whole.status();
+  if (whole.ok()) EXPECT_TRUE(a->Deallocate(*whole).ok());
+  EXPECT_TRUE(check().ok());
+  return out;
+}
+
+class VmmPhysicalReplay : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(VmmPhysicalReplay, NoTwoLiveBlocksShareAByte) {
+  const char* dir = std::getenv("VGPU_FAMILY_TRACES");
+  if (dir == nullptr) GTEST_SKIP() << "VGPU_FAMILY_TRACES is not set";
+  const std::string path = absl::StrCat(dir, "/", GetParam(), ".trace");
+  absl::StatusOr<Trace> trace = ReadTraceFile(path);
+  ASSERT_TRUE(trace.ok()) << trace.status();
+  // vmm, growth off and on; bfc without growth (its pages, gathered near the limit; with growth
+  // its regions are plain device allocations, one address each).
+  const std::pair<AllocatorKind, bool> configs[] = {
+      {AllocatorKind::kVmm, false}, {AllocatorKind::kVmm, true}, {AllocatorKind::kBfc, false}};
+  for (const auto& [kind, growth] : configs) {
+    for (double ratio : {1.0, 1.02, 1.04, 1.06, 1.1, 2.0}) {
+      const char* name = kind == AllocatorKind::kVmm ? "vmm" : "bfc";
+      SCOPED_TRACE(::testing::Message() << GetParam() << ", " << name << " at " << ratio
+                                        << "x peak live, growth " << (growth ? "on" : "off"));
+      const uint64_t limit = static_cast<uint64_t>(ratio * trace->peak_live_bytes);
+      const auto start = std::chrono::steady_clock::now();
+      Outcome r = ReplayChecked(*trace, kind, limit, growth);
+      const double ms = std::chrono::duration<double, std::milli>(
+                            std::chrono::steady_clock::now() - start).count();
+      if (::testing::Test::HasFailure()) return;
+      std::printf("%s %s growth %s %.2fx: %lu served, %lu refused, %.0f ms\n",
+                  GetParam().c_str(), name, growth ? "on" : "off", ratio, static_cast<unsigned long>(r.served),
+                  static_cast<unsigned long>(r.refused), ms);
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, VmmPhysicalReplay,
+                         ::testing::Values("random_small_s3", "random_mid_s3", "random_16m_s3",
+                                           "random_1g_s3", "random_large_s3", "random_wide_s3",
+                                           "kv_concat_small_s3", "kv_concat_small_s6",
+                                           "kv_concat_s3", "kv_concat_mid_s3",
+                                           "kv_inference_small_s3",
+                                           "transformer_small_s3", "transformer_s3"),
+                         [](const auto& info) { return info.param; });
+
+}  // namespace
+}  // namespace vgpu::testing
