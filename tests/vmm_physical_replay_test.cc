@@ -1,16 +1,19 @@
 // Replays generated workloads (scripts/gen_traces.py, written into the build tree by the
-// family_traces fixture) on the vmm allocator over the checked fake VMM device, at limits from
-// just above the smallest that fits to twice the peak live bytes, growth off and on, and checks
-// after every allocation that no byte of physical memory belongs to two live blocks: every
-// granule of the new block is translated through the device's own page table (tail sharing,
-// edge views and slab views map one granule at several addresses, so virtual addresses alone
-// prove nothing). Refused requests are skipped (and their frees), so the replay goes on past
-// each OOM, which must leave the allocator consistent: its invariants and the device's counts
-// are checked every few hundred operations and at the end, when everything freed and trimmed
-// must leave nothing mapped but the reserve.
+// family_traces fixture) at limits from the smallest that fits to twice the peak live bytes, on
+// the checked fake VMM device: the vmm allocator with growth off and on, and bfc without growth
+// (its VMM pages, gathered into segments of their own near the limit). After every allocation
+// each granule of the new block is translated through the device's own page table and its
+// physical bytes checked against every live block's: tail sharing, edge views, slab views and
+// gathered pages map one granule at several addresses, so virtual addresses alone prove
+// nothing. Refused requests are skipped (and their frees), so the replay goes on past each
+// OOM, which must leave the allocator consistent: its invariants (and, for vmm, the device's
+// counts) are checked every 512 events, and once everything is freed and the cached memory
+// released a block of the whole limit (less what the allocators keep back) fits again.
 //
 // The traces' directory comes from VGPU_FAMILY_TRACES (CTest sets it); without it the test is
 // skipped (GTEST_SKIP), never passed.
+//
+// Thread safety: single-threaded (the concurrency of these allocators has its own tests).
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -81,10 +84,9 @@ class PhysicalMap {
     uint64_t handle, lo, hi;
   };
   absl::Status Overlap(uint64_t start, uint64_t bytes, const Piece& piece) {
-    return absl::InternalError(absl::StrCat("block at ", start, " of ", bytes,
-                                            " bytes shares physical bytes ", piece.lo, "-",
-                                            piece.hi, " of granule ", piece.handle,
-                                            " with a live block"));
+    return absl::InternalError(
+        absl::StrCat("block at ", start, " of ", bytes, " bytes shares physical bytes ", piece.lo,
+                     "-", piece.hi, " of granule ", piece.handle, " with a live block"));
   }
   const FakeVmmExecutor* device_;
   absl::flat_hash_map<uint64_t, std::map<uint64_t, uint64_t>> by_handle_;
@@ -181,11 +183,12 @@ TEST_P(VmmPhysicalReplay, NoTwoLiveBlocksShareAByte) {
       const uint64_t limit = static_cast<uint64_t>(ratio * trace->peak_live_bytes);
       const auto start = std::chrono::steady_clock::now();
       Outcome r = ReplayChecked(*trace, kind, limit, growth);
-      const double ms = std::chrono::duration<double, std::milli>(
-                            std::chrono::steady_clock::now() - start).count();
+      const double ms =
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+              .count();
       if (::testing::Test::HasFailure()) return;
-      std::printf("%s %s growth %s %.2fx: %lu served, %lu refused, %.0f ms\n",
-                  GetParam().c_str(), name, growth ? "on" : "off", ratio, static_cast<unsigned long>(r.served),
+      std::printf("%s %s growth %s %.2fx: %lu served, %lu refused, %.0f ms\n", GetParam().c_str(),
+                  name, growth ? "on" : "off", ratio, static_cast<unsigned long>(r.served),
                   static_cast<unsigned long>(r.refused), ms);
     }
   }
@@ -196,8 +199,8 @@ INSTANTIATE_TEST_SUITE_P(Families, VmmPhysicalReplay,
                                            "random_1g_s3", "random_large_s3", "random_wide_s3",
                                            "kv_concat_small_s3", "kv_concat_small_s6",
                                            "kv_concat_s3", "kv_concat_mid_s3",
-                                           "kv_inference_small_s3",
-                                           "transformer_small_s3", "transformer_s3"),
+                                           "kv_inference_small_s3", "transformer_small_s3",
+                                           "transformer_s3"),
                          [](const auto& info) { return info.param; });
 
 }  // namespace
