@@ -265,7 +265,8 @@ if(Python3_Interpreter_FOUND)
   # Physical overlap under near-limit replays of the families (tests/vmm_physical_replay_test.cc).
   if(TARGET vmm_physical_replay_test)
     set_tests_properties(vmm_physical_replay_test PROPERTIES LABELS bench
-      FIXTURES_REQUIRED family_traces ENVIRONMENT "VGPU_FAMILY_TRACES=${VGPU_FAMILY_TRACES}")
+      FIXTURES_REQUIRED family_traces
+      ENVIRONMENT "VGPU_FAMILY_TRACES=${VGPU_FAMILY_TRACES};VGPU_SHARED_TRACES=${VGPU_SHARED_TRACES}")
   endif()
   # Edge views at work: random_small s3 at 1.05x its peak live (1074694176 bytes) replays with
   # every allocation served, 24 of them by edge views, and the replay reports the views.

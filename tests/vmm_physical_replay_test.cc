@@ -11,13 +11,17 @@
 // released a block of the whole limit (less what the allocators keep back) fits again.
 //
 // The traces' directory comes from VGPU_FAMILY_TRACES (CTest sets it); without it the test is
-// skipped (GTEST_SKIP), never passed.
+// skipped (GTEST_SKIP), never passed. The shared traces the bars are set on
+// (transformer_train, random_mixed) come from VGPU_SHARED_TRACES, and are skipped the same way
+// where that directory is absent.
 //
 // Thread safety: single-threaded (the concurrency of these allocators has its own tests).
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <string>
@@ -25,6 +29,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "vgpu/allocator/factory.h"
@@ -166,9 +171,14 @@ Outcome ReplayChecked(const Trace& trace, AllocatorKind kind, uint64_t limit, bo
 class VmmPhysicalReplay : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(VmmPhysicalReplay, NoTwoLiveBlocksShareAByte) {
-  const char* dir = std::getenv("VGPU_FAMILY_TRACES");
-  if (dir == nullptr) GTEST_SKIP() << "VGPU_FAMILY_TRACES is not set";
-  const std::string path = absl::StrCat(dir, "/", GetParam(), ".trace");
+  // "shared_NAME": NAME.trace in VGPU_SHARED_TRACES; else NAME.trace in VGPU_FAMILY_TRACES.
+  const bool shared = absl::StartsWith(GetParam(), "shared_");
+  const char* var = shared ? "VGPU_SHARED_TRACES" : "VGPU_FAMILY_TRACES";
+  const char* dir = std::getenv(var);
+  if (dir == nullptr) GTEST_SKIP() << var << " is not set";
+  const std::string path = absl::StrCat(
+      dir, "/", shared ? GetParam().substr(std::strlen("shared_")) : GetParam(), ".trace");
+  if (shared && !std::ifstream(path).good()) GTEST_SKIP() << path << " is absent";
   absl::StatusOr<Trace> trace = ReadTraceFile(path);
   ASSERT_TRUE(trace.ok()) << trace.status();
   // vmm, growth off and on; bfc without growth (its pages, gathered near the limit; with growth
@@ -200,7 +210,8 @@ INSTANTIATE_TEST_SUITE_P(Families, VmmPhysicalReplay,
                                            "kv_concat_small_s3", "kv_concat_small_s6",
                                            "kv_concat_s3", "kv_concat_mid_s3",
                                            "kv_inference_small_s3", "transformer_small_s3",
-                                           "transformer_s3"),
+                                           "transformer_s3", "shared_transformer_train",
+                                           "shared_random_mixed"),
                          [](const auto& info) { return info.param; });
 
 }  // namespace
