@@ -271,7 +271,7 @@ if(Python3_Interpreter_FOUND)
       ENVIRONMENT "VGPU_FAMILY_TRACES=${VGPU_FAMILY_TRACES};VGPU_SHARED_TRACES=${VGPU_SHARED_TRACES}")
     add_test(NAME vmm_physical_replay_small_families
       COMMAND vmm_physical_replay_test
-        --gtest_filter=*kv_concat_small*:*transformer_small*:*random_mid_s3:*random_small_s3)
+        --gtest_filter=PhysicalMap*:*kv_concat_small*:*transformer_small*:*random_mid_s3:*random_small_s3)
     set_tests_properties(vmm_physical_replay_small_families PROPERTIES LABELS stress TIMEOUT 600
       FIXTURES_REQUIRED family_traces SKIP_REGULAR_EXPRESSION "\\[  SKIPPED \\]"
       ENVIRONMENT "VGPU_FAMILY_TRACES=${VGPU_FAMILY_TRACES}")

@@ -64,15 +64,18 @@ class PhysicalMap {
       pieces.push_back({t->first, t->second + (va - base), t->second + (end - base)});
       va = end;
     }
-    for (const Piece& piece : pieces) {
-      std::map<uint64_t, uint64_t>& m = by_handle_[piece.handle];
-      auto next = m.lower_bound(piece.lo);
-      if (next != m.end() && next->first < piece.hi) return Overlap(start, bytes, piece);
-      if (next != m.begin() && std::prev(next)->second > piece.lo) {
-        return Overlap(start, bytes, piece);
+    // One piece at a time, so a block that maps one physical byte twice is caught too; on a
+    // clash the pieces already added are taken out again.
+    for (size_t i = 0; i < pieces.size(); ++i) {
+      std::map<uint64_t, uint64_t>& m = by_handle_[pieces[i].handle];
+      auto next = m.lower_bound(pieces[i].lo);
+      if ((next != m.end() && next->first < pieces[i].hi) ||
+          (next != m.begin() && std::prev(next)->second > pieces[i].lo)) {
+        for (size_t j = 0; j < i; ++j) by_handle_[pieces[j].handle].erase(pieces[j].lo);
+        return Overlap(start, bytes, pieces[i]);
       }
+      m.emplace(pieces[i].lo, pieces[i].hi);
     }
-    for (const Piece& piece : pieces) by_handle_[piece.handle][piece.lo] = piece.hi;
     pieces_[start] = std::move(pieces);
     return absl::OkStatus();
   }
@@ -97,6 +100,36 @@ class PhysicalMap {
   absl::flat_hash_map<uint64_t, std::map<uint64_t, uint64_t>> by_handle_;
   absl::flat_hash_map<uint64_t, std::vector<Piece>> pieces_;
 };
+
+// The checker itself: one physical granule mapped at two addresses, a block at each, and a
+// block whose two granules are the same physical one, are clashes; apart, they are not.
+TEST(PhysicalMapTest, SeesOnePhysicalByteUnderTwoAddresses) {
+  FakeVmmExecutor device(kG);
+  absl::StatusOr<void*> va1 = device.ReserveAddressRange(kG);
+  absl::StatusOr<void*> va2 = device.ReserveAddressRange(2 * kG);
+  absl::StatusOr<PhysicalMemoryHandle> h = device.CreatePhysicalMemory(kG);
+  ASSERT_TRUE(va1.ok() && va2.ok() && h.ok());
+  char* a = static_cast<char*>(*va1);
+  char* b = static_cast<char*>(*va2);
+  ASSERT_TRUE(device.Map(a, kG, *h, 0).ok());
+  ASSERT_TRUE(device.Map(b, kG, *h, 0).ok());
+  ASSERT_TRUE(device.Map(b + kG, kG, *h, 0).ok());
+  PhysicalMap physical(&device);
+  ASSERT_TRUE(physical.Add(a, kG / 2).ok());
+  EXPECT_FALSE(physical.Add(b + kG / 4, 256).ok());  // inside a's bytes, through b
+  EXPECT_TRUE(physical.Add(b + kG / 2, kG / 4).ok());
+  physical.Remove(a);
+  EXPECT_TRUE(physical.Add(b, 256).ok());
+  physical.Remove(b);
+  physical.Remove(b + kG / 2);
+  EXPECT_FALSE(physical.Add(b, kG + 256).ok());  // its last 256 bytes are its first ones
+  EXPECT_TRUE(physical.Add(b + 256, kG).ok());   // ends where it starts: no byte twice
+  for (void* p : {b, b + kG}) EXPECT_TRUE(device.Unmap(p, kG).ok());
+  EXPECT_TRUE(device.Unmap(a, kG).ok());
+  EXPECT_TRUE(device.ReleasePhysicalMemory(*h).ok());
+  EXPECT_TRUE(device.FreeAddressRange(a, kG).ok());
+  EXPECT_TRUE(device.FreeAddressRange(b, 2 * kG).ok());
+}
 
 struct Outcome {
   uint64_t served = 0, refused = 0;
