@@ -262,19 +262,21 @@ if(Python3_Interpreter_FOUND)
   set_tests_properties(${VGPU_BENCH_BARS_ADDED} PROPERTIES
     LABELS bench TIMEOUT 120 FIXTURES_REQUIRED family_traces RUN_SERIAL TRUE
     PASS_REGULAR_EXPRESSION "ALL-WITHIN-BARS" FAIL_REGULAR_EXPRESSION "OVER-BAR|SKIPPED")
-  # Physical overlap under near-limit replays of the families (tests/vmm_physical_replay_test.cc).
-  # Its smaller families again under the `stress` label, so the sanitizer presets (asan, tsan)
-  # run the near-limit rules on whole workloads too (seconds).
+  # Physical overlap under near-limit replays of the families, the shared traces and the recorded
+  # workloads in tests/data (tests/vmm_physical_replay_test.cc). Its smaller ones again under the
+  # `stress` label, so the sanitizer presets (asan, tsan) run the near-limit rules on whole
+  # workloads too (seconds).
   if(TARGET vmm_physical_replay_test)
     set_tests_properties(vmm_physical_replay_test PROPERTIES LABELS bench
       FIXTURES_REQUIRED family_traces
-      ENVIRONMENT "VGPU_FAMILY_TRACES=${VGPU_FAMILY_TRACES};VGPU_SHARED_TRACES=${VGPU_SHARED_TRACES}")
+      ENVIRONMENT "VGPU_FAMILY_TRACES=${VGPU_FAMILY_TRACES};\
+VGPU_SHARED_TRACES=${VGPU_SHARED_TRACES};VGPU_TEST_SRCDIR=${PROJECT_SOURCE_DIR}")
     add_test(NAME vmm_physical_replay_small_families
-      COMMAND vmm_physical_replay_test
-        --gtest_filter=PhysicalMap*:*kv_concat_small*:*transformer_small*:*random_mid_s3:*random_small_s3)
+      COMMAND vmm_physical_replay_test "--gtest_filter=PhysicalMap*:*kv_concat_small*:\
+*transformer_small*:*random_mid_s3:*random_small_s3:*recorded_*")
     set_tests_properties(vmm_physical_replay_small_families PROPERTIES LABELS stress TIMEOUT 600
       FIXTURES_REQUIRED family_traces SKIP_REGULAR_EXPRESSION "\\[  SKIPPED \\]"
-      ENVIRONMENT "VGPU_FAMILY_TRACES=${VGPU_FAMILY_TRACES}")
+      ENVIRONMENT "VGPU_FAMILY_TRACES=${VGPU_FAMILY_TRACES};VGPU_TEST_SRCDIR=${PROJECT_SOURCE_DIR}")
   endif()
   # Edge views at work: random_small s3 at 1.05x its peak live (1074694176 bytes) replays with
   # every allocation served, 24 of them by edge views, and the replay reports the views.

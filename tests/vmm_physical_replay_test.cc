@@ -13,7 +13,9 @@
 // The traces' directory comes from VGPU_FAMILY_TRACES (CTest sets it); without it the test is
 // skipped (GTEST_SKIP), never passed. The shared traces the bars are set on
 // (transformer_train, random_mixed) come from VGPU_SHARED_TRACES, and are skipped the same way
-// where that directory is absent.
+// where that directory is absent; the workloads PyTorch and RMM recorded on a card (PyTorch
+// snapshots and RMM logs in tests/data, several streams each, replayed in their order on one)
+// from VGPU_TEST_SRCDIR.
 //
 // Thread safety: single-threaded (the concurrency of these allocators has its own tests).
 #include <algorithm>
@@ -34,6 +36,7 @@
 #include "gtest/gtest.h"
 #include "vgpu/allocator/factory.h"
 #include "vgpu/allocator/trace.h"
+#include "vgpu/allocator/trace_import.h"
 #include "vgpu/allocator/vmm_allocator.h"
 #include "vgpu/tests/fake_vmm_executor.h"
 #include "vgpu/tools/vgpu_bench.h"
@@ -204,15 +207,34 @@ Outcome ReplayChecked(const Trace& trace, AllocatorKind kind, uint64_t limit, bo
 class VmmPhysicalReplay : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(VmmPhysicalReplay, NoTwoLiveBlocksShareAByte) {
-  // "shared_NAME": NAME.trace in VGPU_SHARED_TRACES; else NAME.trace in VGPU_FAMILY_TRACES.
-  const bool shared = absl::StartsWith(GetParam(), "shared_");
-  const char* var = shared ? "VGPU_SHARED_TRACES" : "VGPU_FAMILY_TRACES";
+  // "shared_NAME": NAME.trace in VGPU_SHARED_TRACES; "recorded_NAME": tests/data/NAME (a
+  // PyTorch snapshot or an RMM log, read as vgpu-bench reads them); else NAME.trace in
+  // VGPU_FAMILY_TRACES.
+  const std::string& name = GetParam();
+  const bool shared = absl::StartsWith(name, "shared_");
+  const bool recorded = absl::StartsWith(name, "recorded_");
+  const char* var = shared     ? "VGPU_SHARED_TRACES"
+                    : recorded ? "VGPU_TEST_SRCDIR"
+                               : "VGPU_FAMILY_TRACES";
   const char* dir = std::getenv(var);
   if (dir == nullptr) GTEST_SKIP() << var << " is not set";
-  const std::string path = absl::StrCat(
-      dir, "/", shared ? GetParam().substr(std::strlen("shared_")) : GetParam(), ".trace");
+  std::string path;
+  if (recorded) {
+    // Workloads PyTorch and RMM recorded on a card (tests/data/torch, tests/data/rmm).
+    static const auto* const kRecorded = new std::map<std::string, std::string>{
+        {"recorded_torch_two_streams", "torch/two_streams.pickle"},
+        {"recorded_torch_expandable", "torch/expandable.pickle"},
+        {"recorded_torch_ring", "torch/ring.pickle"},
+        {"recorded_rmm_streams", "rmm/streams.dev0.csv"},
+        {"recorded_rmm_torch", "rmm/torch.dev0.csv"}};
+    auto it = kRecorded->find(name);
+    ASSERT_NE(it, kRecorded->end()) << name;
+    path = absl::StrCat(dir, "/tests/data/", it->second);
+  } else {
+    path = absl::StrCat(dir, "/", shared ? name.substr(std::strlen("shared_")) : name, ".trace");
+  }
   if (shared && !std::ifstream(path).good()) GTEST_SKIP() << path << " is absent";
-  absl::StatusOr<Trace> trace = ReadTraceFile(path);
+  absl::StatusOr<Trace> trace = ReadAnyTraceFile(path);
   ASSERT_TRUE(trace.ok()) << trace.status();
   // vmm, growth off and on; bfc without growth (its pages, gathered near the limit; with growth
   // its regions are plain device allocations, one address each).
@@ -244,7 +266,9 @@ INSTANTIATE_TEST_SUITE_P(Families, VmmPhysicalReplay,
                                            "kv_concat_s3", "kv_concat_mid_s3",
                                            "kv_inference_small_s3", "transformer_small_s3",
                                            "transformer_s3", "shared_transformer_train",
-                                           "shared_random_mixed"),
+                                           "shared_random_mixed", "recorded_torch_two_streams",
+                                           "recorded_torch_expandable", "recorded_torch_ring",
+                                           "recorded_rmm_streams", "recorded_rmm_torch"),
                          [](const auto& info) { return info.param; });
 
 }  // namespace
