@@ -1,5 +1,8 @@
 #include "vgpu/tests/fake_vmm_executor.h"
 
+#include <algorithm>
+#include <map>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -221,6 +224,50 @@ absl::StatusOr<std::unique_ptr<Allocator>> CreateFakePagedBfc(uint64_t page, uin
   VGPU_ASSIGN_OR_RETURN(std::unique_ptr<BFCAllocator> a, CreatePagedBfc(device.get(), limit));
   KeepUntilExit(std::move(device));
   return std::unique_ptr<Allocator>(std::move(a));
+}
+
+absl::Status PhysicalMap::Add(const void* p, uint64_t bytes) {
+  const uint64_t g = device_->granularity();
+  const uint64_t start = reinterpret_cast<uint64_t>(p);
+  std::vector<Piece> pieces;
+  for (uint64_t va = start; va < start + bytes;) {
+    const uint64_t base = va / g * g, end = std::min(base + g, start + bytes);
+    absl::StatusOr<std::pair<uint64_t, uint64_t>> t =
+        device_->Translate(reinterpret_cast<void*>(base));
+    if (!t.ok()) {
+      return absl::InternalError(absl::StrCat("block at ", start, " of ", bytes,
+                                              " bytes: its byte ", va - start,
+                                              " is not mapped: ", t.status().message()));
+    }
+    pieces.push_back({t->first, t->second + (va - base), t->second + (end - base)});
+    va = end;
+  }
+  // One piece at a time, so a block that maps one physical byte twice is caught too; on a clash
+  // the pieces already added are taken out again.
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    std::map<uint64_t, uint64_t>& m = by_handle_[pieces[i].handle];
+    auto next = m.lower_bound(pieces[i].lo);
+    if ((next != m.end() && next->first < pieces[i].hi) ||
+        (next != m.begin() && std::prev(next)->second > pieces[i].lo)) {
+      for (size_t j = 0; j < i; ++j) by_handle_[pieces[j].handle].erase(pieces[j].lo);
+      return absl::InternalError(absl::StrCat(
+          "block at ", start, " of ", bytes, " bytes shares physical bytes ", pieces[i].lo, "-",
+          pieces[i].hi, " of granule ", pieces[i].handle, " with a live block"));
+    }
+    m.emplace(pieces[i].lo, pieces[i].hi);
+  }
+  pieces_[start] = std::move(pieces);
+  return absl::OkStatus();
+}
+
+absl::Status PhysicalMap::Remove(const void* p) {
+  auto it = pieces_.find(reinterpret_cast<uint64_t>(p));
+  if (it == pieces_.end()) {
+    return absl::NotFoundError(absl::StrCat("no block at ", reinterpret_cast<uint64_t>(p)));
+  }
+  for (const Piece& piece : it->second) by_handle_[piece.handle].erase(piece.lo);
+  pieces_.erase(it);
+  return absl::OkStatus();
 }
 
 absl::Status CheckFakeVmm(const FakeVmm& f) { return CheckFakeVmm(*f.alloc, *f.backend); }

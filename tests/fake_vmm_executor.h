@@ -3,10 +3,11 @@
 // (granular sizes, known handles, maps inside reservations, no double mapping), so tests see
 // misuse as errors and can look up what is mapped where. With `checked` false it is vgpu-bench's
 // address-only device (counters only), for replays. Also: the helpers that build a vmm allocator
-// (or a BFC over its pages) over one and compare its granule counts with the device's.
+// (or a BFC over its pages) over one and compare its granule counts with the device's, and
+// PhysicalMap, which proves that no physical byte belongs to two live blocks.
 //
 // Thread safety: FakeVmmExecutor is safe to call from any thread (one mutex in checked mode,
-// atomics otherwise); the helpers are called from the test's thread.
+// atomics otherwise); the helpers and PhysicalMap are called from the test's thread.
 #ifndef VGPU_TESTS_FAKE_VMM_EXECUTOR_H_
 #define VGPU_TESTS_FAKE_VMM_EXECUTOR_H_
 
@@ -14,6 +15,7 @@
 #include <map>
 #include <memory>
 #include <utility>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
@@ -63,6 +65,29 @@ class FakeVmmExecutor : public bench::FakeAddressExecutor {
   absl::flat_hash_map<uint64_t, uint64_t> map_refs_ ABSL_GUARDED_BY(mu_);  // handle -> granules
   // granule va -> (handle, offset): 50k entries for 100 GiB, so replays stay cheap.
   absl::flat_hash_map<uint64_t, std::pair<uint64_t, uint64_t>> granules_ ABSL_GUARDED_BY(mu_);
+};
+
+// The physical bytes of live blocks on a checked device, to prove that no byte belongs to two
+// of them: each block's virtual range is translated granule by granule through the device's
+// page table (tail sharing, edge views and gathered pages map one physical granule at several
+// addresses, so virtual addresses alone prove nothing). Not thread-safe.
+class PhysicalMap {
+ public:
+  explicit PhysicalMap(const FakeVmmExecutor* device) : device_(device) {}
+
+  // Adds the block of `bytes` at `p`; InternalError (nothing added) when a byte of it is not
+  // mapped or is already a live block's, this block's own included.
+  absl::Status Add(const void* p, uint64_t bytes);
+  // Takes out the block added at `p`; NotFound when none is.
+  absl::Status Remove(const void* p);
+
+ private:
+  struct Piece {
+    uint64_t handle, lo, hi;  // bytes [lo, hi) of physical allocation `handle`
+  };
+  const FakeVmmExecutor* device_;
+  absl::flat_hash_map<uint64_t, std::map<uint64_t, uint64_t>> by_handle_;  // lo -> hi
+  absl::flat_hash_map<uint64_t, std::vector<Piece>> pieces_;               // block -> pieces
 };
 
 // A vmm allocator over its own fake device (destroyed after the allocator).

@@ -39,6 +39,7 @@ using ::vgpu::testing::IsOk;
 using ::vgpu::testing::IsOkAndHolds;
 using ::vgpu::testing::MakeEdgeHoles;
 using ::vgpu::testing::MakeVmmAllocator;
+using ::vgpu::testing::PhysicalMap;
 using ::vgpu::testing::StatusIs;
 using ::vgpu::testing::StitchedBlock;
 using ::vgpu::testing::StitchScatteredGranules;
@@ -267,27 +268,10 @@ TEST(VmmAllocatorTest, TailSharingPacksBlocksIntoSharedGranules) {
   EXPECT_EQ(f.alloc->Stats().bytes_in_use, 0u);
 }
 
-// The physical bytes of each live block, as (granule handle, first, last + 1) pieces found by
-// translating every granule of its virtual range; fails when two blocks share a byte.
+// Fails when two live blocks (or one with itself) share a physical byte (PhysicalMap).
 void ExpectNoPhysicalOverlap(Fake& f, const std::vector<std::pair<void*, uint64_t>>& live) {
-  std::vector<std::tuple<uint64_t, uint64_t, uint64_t>> pieces;
-  for (const auto& [p, bytes] : live) {
-    const uint64_t start = reinterpret_cast<uint64_t>(p);
-    for (uint64_t va = start; va < start + bytes;) {
-      const uint64_t base = va / kG * kG, end = std::min(base + kG, start + bytes);
-      auto t = f.backend->Translate(reinterpret_cast<void*>(base));
-      ASSERT_THAT(t.status(), IsOk());
-      pieces.emplace_back(t->first, t->second + (va - base), t->second + (end - base));
-      va = end;
-    }
-  }
-  std::sort(pieces.begin(), pieces.end());
-  for (size_t i = 1; i < pieces.size(); ++i) {
-    const auto& [h0, lo0, hi0] = pieces[i - 1];
-    const auto& [h1, lo1, hi1] = pieces[i];
-    ASSERT_FALSE(h0 == h1 && lo1 < hi0)
-        << "two blocks share bytes " << lo1 << "-" << std::min(hi0, hi1) << " of granule " << h1;
-  }
+  PhysicalMap physical(f.backend.get());
+  for (const auto& [p, bytes] : live) ASSERT_THAT(physical.Add(p, bytes), IsOk());
 }
 
 // Allocations and frees on a fake-device allocator, each followed by the fake device's checks

@@ -29,7 +29,6 @@
 #include <string>
 #include <vector>
 
-#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -45,64 +44,6 @@ namespace vgpu::testing {
 namespace {
 
 constexpr uint64_t kG = bench::kBenchVmmGranule;
-
-// The physical bytes of the live blocks: per granule handle, start -> end of each piece.
-class PhysicalMap {
- public:
-  explicit PhysicalMap(const FakeVmmExecutor* device) : device_(device) {}
-
-  // Adds the block's pieces; an error names the first byte that another block holds.
-  absl::Status Add(const void* p, uint64_t bytes) {
-    std::vector<Piece> pieces;
-    const uint64_t start = reinterpret_cast<uint64_t>(p);
-    for (uint64_t va = start; va < start + bytes;) {
-      const uint64_t base = va / kG * kG, end = std::min(base + kG, start + bytes);
-      absl::StatusOr<std::pair<uint64_t, uint64_t>> t =
-          device_->Translate(reinterpret_cast<void*>(base));
-      if (!t.ok()) {
-        return absl::InternalError(absl::StrCat("block at ", start, " of ", bytes,
-                                                " bytes: its byte ", va - start,
-                                                " is not mapped: ", t.status().message()));
-      }
-      pieces.push_back({t->first, t->second + (va - base), t->second + (end - base)});
-      va = end;
-    }
-    // One piece at a time, so a block that maps one physical byte twice is caught too; on a
-    // clash the pieces already added are taken out again.
-    for (size_t i = 0; i < pieces.size(); ++i) {
-      std::map<uint64_t, uint64_t>& m = by_handle_[pieces[i].handle];
-      auto next = m.lower_bound(pieces[i].lo);
-      if ((next != m.end() && next->first < pieces[i].hi) ||
-          (next != m.begin() && std::prev(next)->second > pieces[i].lo)) {
-        for (size_t j = 0; j < i; ++j) by_handle_[pieces[j].handle].erase(pieces[j].lo);
-        return Overlap(start, bytes, pieces[i]);
-      }
-      m.emplace(pieces[i].lo, pieces[i].hi);
-    }
-    pieces_[start] = std::move(pieces);
-    return absl::OkStatus();
-  }
-
-  void Remove(const void* p) {
-    auto it = pieces_.find(reinterpret_cast<uint64_t>(p));
-    ASSERT_NE(it, pieces_.end());
-    for (const Piece& piece : it->second) by_handle_[piece.handle].erase(piece.lo);
-    pieces_.erase(it);
-  }
-
- private:
-  struct Piece {
-    uint64_t handle, lo, hi;
-  };
-  absl::Status Overlap(uint64_t start, uint64_t bytes, const Piece& piece) {
-    return absl::InternalError(
-        absl::StrCat("block at ", start, " of ", bytes, " bytes shares physical bytes ", piece.lo,
-                     "-", piece.hi, " of granule ", piece.handle, " with a live block"));
-  }
-  const FakeVmmExecutor* device_;
-  absl::flat_hash_map<uint64_t, std::map<uint64_t, uint64_t>> by_handle_;
-  absl::flat_hash_map<uint64_t, std::vector<Piece>> pieces_;
-};
 
 // The checker itself: one physical granule mapped at two addresses, a block at each, and a
 // block whose two granules are the same physical one, are clashes; apart, they are not.
@@ -121,10 +62,11 @@ TEST(PhysicalMapTest, SeesOnePhysicalByteUnderTwoAddresses) {
   ASSERT_TRUE(physical.Add(a, kG / 2).ok());
   EXPECT_FALSE(physical.Add(b + kG / 4, 256).ok());  // inside a's bytes, through b
   EXPECT_TRUE(physical.Add(b + kG / 2, kG / 4).ok());
-  physical.Remove(a);
+  EXPECT_TRUE(physical.Remove(a).ok());
+  EXPECT_FALSE(physical.Remove(a).ok());  // not live any more
   EXPECT_TRUE(physical.Add(b, 256).ok());
-  physical.Remove(b);
-  physical.Remove(b + kG / 2);
+  EXPECT_TRUE(physical.Remove(b).ok());
+  EXPECT_TRUE(physical.Remove(b + kG / 2).ok());
   EXPECT_FALSE(physical.Add(b, kG + 256).ok());  // its last 256 bytes are its first ones
   EXPECT_TRUE(physical.Add(b + 256, kG).ok());   // ends where it starts: no byte twice
   for (void* p : {b, b + kG}) EXPECT_TRUE(device.Unmap(p, kG).ok());
@@ -172,7 +114,7 @@ Outcome ReplayChecked(const Trace& trace, AllocatorKind kind, uint64_t limit, bo
       EXPECT_TRUE(s.ok()) << "event " << i << ": " << s;
       if (!s.ok()) return out;
     } else if (slots[e.slot] != nullptr) {
-      physical.Remove(slots[e.slot]);
+      EXPECT_TRUE(physical.Remove(slots[e.slot]).ok()) << "event " << i;
       absl::Status s = a->Deallocate(slots[e.slot]);
       EXPECT_TRUE(s.ok()) << "event " << i << ": " << s;
       if (!s.ok()) return out;
@@ -186,7 +128,7 @@ Outcome ReplayChecked(const Trace& trace, AllocatorKind kind, uint64_t limit, bo
   }
   for (void*& p : slots) {
     if (p == nullptr) continue;
-    physical.Remove(p);
+    EXPECT_TRUE(physical.Remove(p).ok());
     EXPECT_TRUE(a->Deallocate(p).ok());
     p = nullptr;
   }
