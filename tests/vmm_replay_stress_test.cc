@@ -5,11 +5,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
-#include <sstream>
 #include <string>
-#include <unordered_map>
-#include <vector>
 
 #include "gtest/gtest.h"
 #include "vgpu/allocator/trace.h"
@@ -19,56 +15,6 @@
 namespace vgpu {
 namespace {
 
-struct Op {
-  bool alloc;
-  uint32_t slot;
-  uint64_t bytes;
-};
-struct Trace {
-  std::vector<Op> ops;
-  uint32_t slots = 0;
-  uint64_t peak_live = 0;
-};
-
-bool LoadTrace(const std::string& path, Trace* t) {
-  std::ifstream in(path);
-  if (!in) return false;
-  std::unordered_map<std::string, uint32_t> slot_of;
-  std::vector<uint32_t> free_slots;
-  std::string line;
-  uint64_t live = 0;
-  std::unordered_map<uint32_t, uint64_t> size_of;
-  while (std::getline(in, line)) {
-    if (line.empty() || line[0] == '#') continue;
-    std::istringstream s(line);
-    std::string kind, id;
-    s >> kind >> id;
-    if (kind == "a") {
-      uint64_t bytes;
-      s >> bytes;
-      uint32_t slot;
-      if (!free_slots.empty()) {
-        slot = free_slots.back();
-        free_slots.pop_back();
-      } else {
-        slot = t->slots++;
-      }
-      slot_of[id] = slot;
-      size_of[slot] = bytes;
-      live += bytes;
-      t->peak_live = std::max(t->peak_live, live);
-      t->ops.push_back({true, slot, bytes});
-    } else {
-      uint32_t slot = slot_of.at(id);
-      slot_of.erase(id);
-      free_slots.push_back(slot);
-      live -= size_of[slot];
-      t->ops.push_back({false, slot, 0});
-    }
-  }
-  return true;
-}
-
 // True when the whole trace replays under `limit`; frees everything either way.
 bool Replays(const Trace& t, uint64_t limit, bool growth, double* ns_per_op = nullptr) {
   VmmOptions o;
@@ -77,36 +23,21 @@ bool Replays(const Trace& t, uint64_t limit, bool growth, double* ns_per_op = nu
   o.allow_growth = growth;
   auto a = ::vgpu::testing::CreateFakeVmmAllocator(uint64_t{2} << 20, o);
   if (!a.ok()) return false;
-  std::vector<void*> ptrs(t.slots, nullptr);
-  bool ok = true;
-  // Thread CPU time (allocator/trace.h): on a shared 2-core machine wall time mostly measures
-  // the others.
-  const int64_t start = ThreadCpuNs();
-  for (const Op& op : t.ops) {
-    if (op.alloc) {
-      auto p = (*a)->AllocateRaw(op.bytes);
-      if (!p.ok()) {
-        ok = false;
-        break;
-      }
-      ptrs[op.slot] = *p;
-    } else {
-      if (!(*a)->Deallocate(ptrs[op.slot]).ok()) return false;
-      ptrs[op.slot] = nullptr;
-    }
-  }
-  const double ns = static_cast<double>(ThreadCpuNs() - start);
+  // Stops at the first refused allocation and frees what is still live (allocator/trace.h);
+  // the time is the replaying thread's CPU time: on a shared 2-core machine wall time mostly
+  // measures the others.
+  absl::StatusOr<ReplayResult> r = ReplayTrace(t, **a, /*stop_at_failure=*/true);
+  if (!r.ok()) return false;
+  const bool ok = r->failures == 0;
+  const double ns = static_cast<double>(r->elapsed_ns);
   if (ns_per_op != nullptr) {
-    *ns_per_op = ns / static_cast<double>(t.ops.size());
+    *ns_per_op = ns / static_cast<double>(t.events.size());
     auto* vmm = static_cast<VmmAllocator*>(a->get());
     auto g = vmm->Granules();
     if (std::getenv("VGPU_REPLAY_VERBOSE") != nullptr)
       std::printf("  %s\n  cache hits %llu evictions %llu\n", vmm->Stats().ToString().c_str(),
                   static_cast<unsigned long long>(g.cache_hits),
                   static_cast<unsigned long long>(g.cache_evictions));
-  }
-  for (void* p : ptrs) {
-    if (p != nullptr && !(*a)->Deallocate(p).ok()) return false;
   }
   return ok;
 }
@@ -123,7 +54,8 @@ MinLimit Scan(const Trace& t, bool growth) {
   int run = 0;
   for (int k = 0; k < 400; ++k) {
     double ratio = 1.0 + k / 200.0;
-    bool ok = Replays(t, static_cast<uint64_t>(ratio * static_cast<double>(t.peak_live)), growth);
+    bool ok =
+        Replays(t, static_cast<uint64_t>(ratio * static_cast<double>(t.peak_live_bytes)), growth);
     if (ok && m.first_fit_ratio == 0) m.first_fit_ratio = ratio;
     run = ok ? run + 1 : 0;
     if (run == 20) {
@@ -158,15 +90,16 @@ constexpr bool kSanitized = false;
 #endif
 
 void Check(const std::string& name, double bar) {
-  Trace t;
-  ASSERT_TRUE(LoadTrace(TracePath(name), &t)) << "no trace " << TracePath(name);
+  absl::StatusOr<Trace> read = ReadTraceFile(TracePath(name));
+  ASSERT_TRUE(read.ok()) << read.status();
+  const Trace& t = *read;
   if (kSanitized) {
     // Sanitizers are 10-20x slower: check only that the 20 limits from the bar up replay,
     // which bounds min_limit_ratio by the bar, growth off.
     for (int k = 0; k < 20; ++k) {
       double ratio = bar + k / 200.0;
       EXPECT_TRUE(
-          Replays(t, static_cast<uint64_t>(ratio * static_cast<double>(t.peak_live)), false))
+          Replays(t, static_cast<uint64_t>(ratio * static_cast<double>(t.peak_live_bytes)), false))
           << name << " at " << ratio;
     }
     return;
@@ -177,7 +110,7 @@ void Check(const std::string& name, double bar) {
     double ns = 1e18;
     for (int i = 0; i < 5; ++i) {
       double n = 0;
-      Replays(t, 2 * t.peak_live, growth, &n);
+      Replays(t, 2 * t.peak_live_bytes, growth, &n);
       ns = std::min(ns, n);
     }
     std::printf("%s growth=%d: min_limit_ratio %.3f first_fit_ratio %.3f ns_per_op %.0f\n",
