@@ -60,8 +60,8 @@ struct DeviceAllocatorOptions {
   std::optional<uint64_t> bfc_min_split_bytes;            // smaller remainders are not split off
   std::optional<double> bfc_min_split_fraction;           // ... nor those below this x the request
   std::optional<bool> bfc_park_slivers;                   // ... but split off and parked
-  std::optional<bool> bfc_reclaim_slivers;      // ... or given to the next hole at its free
-  std::optional<uint64_t> bfc_segment_bytes;    // growth: larger requests get own regions
+  std::optional<bool> bfc_reclaim_slivers;            // ... or given to the next hole at its free
+  std::optional<uint64_t> bfc_segment_bytes;          // growth: larger requests get own regions
   std::optional<uint64_t> bfc_segment_waste_divisor;  // ... if whole pages waste <= 1/N of them
   std::optional<uint64_t> bfc_segment_waste_divisor_before_free;  // ... 1/N before any free
   std::optional<bool> bfc_gather_pages;         // growth off: pages (default on with VMM)
@@ -70,6 +70,7 @@ struct DeviceAllocatorOptions {
   std::optional<uint64_t> vmm_small_block_max;  // smaller blocks come from slabs
   std::optional<bool> vmm_reclaim_slivers;      // slab slivers reclaimed near the limit
   std::optional<bool> vmm_mid_blocks;           // mid-size blocks in open parts, near the limit
+  std::optional<bool> vmm_inner_blocks;         // blocks below a granule in gaps of shared ones
   std::optional<bool> vmm_edge_best_fit;        // slab edge views in best fit, near the limit
   std::optional<uint64_t> vmm_whole_granule_divisor;  // whole granules when they waste <= 1/N
   // vmm with growth: a quiet allocator gives back after this many ms (VmmOptions::

@@ -123,6 +123,12 @@ struct VmmOptions {
   // granule. Such blocks are unmapped when freed, not cached. false: every large block is whole
   // granules (docs/vmm.md measures both).
   bool share_tail_granules = true;
+  // Inner blocks (with share_tail_granules): a block below one granule that would take a fresh
+  // granule for its tail takes the start of a gap between two live blocks in a shared granule
+  // instead (a tail and a head shorter than the parts they took), mapped alone; so a granule
+  // holds up to three blocks, one in its middle, and gaps no head or tail could use serve
+  // blocks (docs/vmm.md "Inner blocks").
+  bool inner_blocks = true;
   // Far from the limit (an eighth of it or more left to map), a block whose rounding up to
   // whole granules wastes at most 1/divisor of its size takes whole granules instead of a
   // shared tail: no head and tail views to map and unmap (two map calls on a card), cached and
@@ -211,7 +217,10 @@ class VmmAllocator final : public Allocator {
     uint64_t pending = 0;
     uint64_t pending_frees = 0;
     uint64_t deferred_frees = 0;
-    uint64_t shared = 0;  // granules split between two blocks (tail sharing), in `mapped`
+    uint64_t shared = 0;  // granules split between blocks (tail sharing), in `mapped`
+    // Inner blocks (VmmOptions::inner_blocks) live now, and placed so far.
+    uint64_t inner_blocks = 0;
+    uint64_t inner_blocks_made = 0;
     // Granules created from the device so far (each a CreatePhysicalMemory, later released),
     // and the give-back epoch now, in frees and milliseconds (growth only; VmmOptions'
     // give_back_epoch and give_back_interval_ms, doubled on churn).
@@ -222,8 +231,8 @@ class VmmAllocator final : public Allocator {
     // and the granules they returned to the device.
     uint64_t quiet_give_backs = 0;
     uint64_t quiet_granules = 0;
-    // Granule mappings in virtual space: mapped + shared granules mapped in two ranges + two
-    // per edge view.
+    // Granule mappings in virtual space: mapped + a shared granule's views beyond one (one
+    // per block on it) + two per edge view.
     uint64_t views = 0;
     // Edge views (VmmOptions::edge_views) mapped now (live blocks, or freed and not yet
     // unmapped), and made so far.
@@ -252,6 +261,9 @@ class VmmAllocator final : public Allocator {
     uint32_t head = kNoGranule;
     uint32_t tail = kNoGranule;
     uint64_t head_bytes = 0;
+    // An inner block: `head` is the granule whose middle it is (mapped alone just before ptr,
+    // the block starting head_bytes before ptr), not its upper part.
+    bool inner = false;
     uint64_t footprint = 0;  // bytes counted in use
     void* user_ptr = nullptr;
     // A cached range whose block's tail granule had no other user keeps it mapped just after
@@ -329,6 +341,13 @@ class VmmAllocator final : public Allocator {
     uint32_t next = kNoGranule;
     uint32_t prev = kNoGranule;
     uint64_t lower_end = 0;  // end of the lower block while it is live (<= split)
+    // An inner block (VmmOptions::inner_blocks) at [mid_start, mid_end), between the lower
+    // block's end and `split`. While the upper part is free, split is the end of the highest
+    // live block below it (mid_end, else lower_end); a free lower part is [0, mid_start) while
+    // an inner block lives, else [0, split).
+    bool mid_live = false;
+    uint64_t mid_start = 0;
+    uint64_t mid_end = 0;
   };
   // Open parts by their free bytes (multiples of 256 below one granule): intrusive lists of
   // shared granules in buckets by bytes, with a BucketBitmap of the non-empty buckets, so
@@ -516,8 +535,48 @@ class VmmAllocator final : public Allocator {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Unmaps a range's kept tail granule (if any) into the pool.
   absl::Status DropKeptTailLocked(Range* range) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // A shared granule with both parts free goes back to the pool.
+  // A shared granule with no block left on it goes back to the pool.
   void ReleaseSharedLocked(uint32_t granule) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Where a shared granule's free part is offered: kOfferUpper while its upper part is free and
+  // a block lives below it, kOfferLower while its upper part lives and its lower part is free,
+  // else kOfferNone; and the bytes it is offered with.
+  // kOfferMid while both live with a gap between them and no inner block: the gap, for one.
+  enum Offer { kOfferNone, kOfferUpper, kOfferLower, kOfferMid };
+  Offer OfferOf(const SharedGranule& sg) const {
+    if (!sg.upper_live) return sg.lower_live || sg.mid_live ? kOfferUpper : kOfferNone;
+    if (!sg.lower_live) return kOfferLower;
+    return !sg.mid_live && sg.split - sg.lower_end >= min_inner_gap_ ? kOfferMid : kOfferNone;
+  }
+  uint64_t OfferBytes(const SharedGranule& sg, Offer o) const {
+    switch (o) {
+      case kOfferUpper:
+        return granularity_ - sg.split;
+      case kOfferLower:
+        return sg.mid_live ? sg.mid_start : sg.split;
+      case kOfferMid:
+        return sg.split - sg.lower_end;
+      default:
+        return 0;
+    }
+  }
+  OpenParts* OpenPartsOf(Offer o) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return o == kOfferUpper   ? &open_upper_
+           : o == kOfferLower ? &open_lower_
+           : o == kOfferMid   ? &open_mid_
+                              : nullptr;
+  }
+  // Takes granule i out of the set that offers it (before its state changes) / puts it in the
+  // one its state calls for (after).
+  void UnofferLocked(uint32_t i) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (OpenParts* parts = OpenPartsOf(OfferOf(shared_[i]))) parts->Erase(i);
+  }
+  void OfferLocked(uint32_t i) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    const Offer o = OfferOf(shared_[i]);
+    if (o != kOfferNone) OpenPartsOf(o)->Insert(OfferBytes(shared_[i], o), i);
+  }
+  // An inner block left granule i (its view is unmapped): the granule is offered again, or
+  // goes back to the pool when no block is left on it (`va`: the view, for observers).
+  void LeaveInnerLocked(uint32_t i, const void* va) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Frees the large block at ptr; false in *found when there is none.
   absl::Status FreeLarge(void* ptr, bool* found) ABSL_LOCKS_EXCLUDED(mu_);
   // Maps `count` granules at a fresh range aligned to `alignment`; evicts the cache when the
@@ -646,6 +705,11 @@ class VmmAllocator final : public Allocator {
   uint64_t cache_limit_granules_ = 0;
   uint64_t keep_granules_ = 0;
   uint64_t small_block_max_ = 0;
+  // The least gap offered to inner blocks: none when they are off; else half small_block_max_,
+  // the least block that takes the large path (a mid-size one near the limit) save the slabs'
+  // last try before an OOM. Smaller gaps would cost every layout that leaves one an index
+  // update for nothing.
+  uint64_t min_inner_gap_ = UINT64_MAX;
   uint64_t slab_bytes_ = 0;
   // The slab arena: one virtual reservation, made at Init and fixed after, in which slabs are
   // mapped slot by slot (slab_bytes_ each), so a free can tell a small block from a large one
@@ -712,6 +776,8 @@ class VmmAllocator final : public Allocator {
   // the view aligned in it). Made and unmapped by the slab BFC through SlabSubAllocator.
   absl::flat_hash_map<void*, void*> edge_views_ ABSL_GUARDED_BY(mu_);
   uint64_t edge_views_made_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t inner_blocks_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t inner_blocks_made_ ABSL_GUARDED_BY(mu_) = 0;
   // The granule mapped at `addr` (granule-aligned) in a slab, or kNoGranule.
   uint32_t SlabGranuleAtLocked(const void* addr) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   uint64_t block_granules_ ABSL_GUARDED_BY(mu_) = 0;
@@ -733,11 +799,15 @@ class VmmAllocator final : public Allocator {
   uint64_t peak_working_granules_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t cache_cap_target_ ABSL_GUARDED_BY(mu_) = 0;  // peak x (1 + 1/divisor)
   // Tail sharing: shared granules (mapped, counted once in mapped_granules_), the open parts
-  // by their free bytes, and how many shared granules are mapped in two ranges at once.
+  // by their free bytes, and their views beyond one each.
   std::vector<SharedGranule> shared_ ABSL_GUARDED_BY(mu_);  // by granule slot
   uint64_t shared_count_ ABSL_GUARDED_BY(mu_) = 0;
-  OpenParts open_upper_ ABSL_GUARDED_BY(mu_);  // lower part live, upper free: block heads
+  OpenParts open_upper_ ABSL_GUARDED_BY(mu_);  // upper part free, a block below: block heads
   OpenParts open_lower_ ABSL_GUARDED_BY(mu_);  // upper part live, lower free: block tails
+  // Lower and upper parts live, a gap between them and no inner block: inner blocks.
+  OpenParts open_mid_ ABSL_GUARDED_BY(mu_);
+  // Views of shared granules beyond one each: a granule with n live blocks on it is mapped n
+  // times (n <= 3).
   uint64_t double_mapped_ ABSL_GUARDED_BY(mu_) = 0;
   // Live blocks with a head or tail. Written under mu_ only (AddUnderLock), read without it.
   std::atomic<uint64_t> shared_blocks_{0};

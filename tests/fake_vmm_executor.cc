@@ -276,7 +276,7 @@ absl::Status CheckFakeVmm(const VmmAllocator& alloc, const FakeVmmExecutor& back
   VGPU_RETURN_IF_ERROR(alloc.CheckInvariants());
   const VmmAllocator::GranuleCounts c = alloc.Granules();
   const uint64_t g = alloc.granularity();
-  // (A granule shared by two blocks, VmmOptions::share_tail_granules, is mapped twice.)
+  // (A granule shared by blocks, VmmOptions::share_tail_granules, is mapped once for each.)
   if (backend.mapped_bytes() != c.views * g) {
     return absl::InternalError(absl::StrCat(alloc.name(), ": invariant broken: backend has ",
                                             backend.mapped_bytes(),

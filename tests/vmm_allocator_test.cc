@@ -306,6 +306,122 @@ void FreeRandomBlock(Fake& f, std::vector<std::pair<void*, uint64_t>>& live, std
   live.pop_back();
 }
 
+// Granule X with a gap between two live blocks: r's tail [0, 1M), a gap [1M, 1.5M), q's head
+// [1.5M, 2M) (p, freed, had [0, 1.5M)). 256 KiB and up are large blocks.
+struct GapBetweenTwoBlocks {
+  explicit GapBetweenTwoBlocks(bool inner_blocks)
+      : f(MakeFake([&] {
+          VmmOptions o = Opts(16 * kG, false, /*cache=*/false);
+          o.small_block_max = 64 * kKiB;
+          o.inner_blocks = inner_blocks;
+          return o;
+        }())) {
+    void* p = blocks.Alloc(kMiB + kMiB / 2);  // X [0, 1.5M)
+    q = blocks.Alloc(kG + kMiB / 2);          // X's upper 0.5M as its head, a granule more
+    blocks.Free(p);                           // X's [0, 1.5M) open to a tail
+    r = blocks.Alloc(kG + kMiB);              // a granule and X's [0, 1M) as its tail
+    EXPECT_EQ(f.alloc->Granules().mapped, 3u);
+  }
+  Fake f;
+  CheckedBlocks blocks{f};
+  void* q = nullptr;
+  void* r = nullptr;
+};
+
+// A block below one granule that would take a fresh granule for its tail (no open part holds it
+// as a head or a tail) takes the start of a gap between two live blocks instead (an inner
+// block, mapped alone), so one granule holds three blocks. Every order of frees offers the
+// right parts (a tail's start, a head's end, the gap again) and gives the granule back.
+TEST(VmmAllocatorTest, InnerBlockTakesAGapBetweenTwoBlocks) {
+  const int kOrders[6][3] = {{0, 1, 2}, {0, 2, 1}, {1, 0, 2}, {1, 2, 0}, {2, 0, 1}, {2, 1, 0}};
+  for (const auto& order : kOrders) {
+    SCOPED_TRACE(absl::StrCat("frees in order ", order[0], order[1], order[2]));
+    GapBetweenTwoBlocks x(/*inner_blocks=*/true);
+    Fake& f = x.f;
+    auto dump_has = [&](const std::string& s) {
+      EXPECT_THAT(f.alloc->DumpMemoryLog(), HasSubstr(s));
+    };
+    dump_has("gaps beside live blocks 512 KiB (1 open to an inner block)");
+    void* s = x.blocks.Alloc(256 * kKiB);  // inner: X [1M, 1.25M)
+    ASSERT_NE(s, nullptr);
+    EXPECT_EQ(reinterpret_cast<uint64_t>(s) % kG, kMiB);
+    EXPECT_EQ(f.alloc->Granules().mapped, 3u);
+    EXPECT_EQ(f.alloc->Granules().inner_blocks, 1u);
+    EXPECT_EQ(f.alloc->Granules().views, 5u);  // X three times, q's and r's granules
+    dump_has(
+        "shared granules: 1 (1 with an inner block); open upper parts 0 (0 B), open lower "
+        "parts 0 (0 B), gaps beside live blocks 256 KiB (0 open to an inner block)");
+    void* const blocks[3] = {x.r, s, x.q};  // X's lower, inner and upper blocks
+    ASSERT_NO_FATAL_FAILURE(x.blocks.Free(blocks[order[0]]));
+    switch (order[0]) {
+      case 0:  // X's start is open to a tail, up to the inner block
+        dump_has("open upper parts 0 (0 B), open lower parts 1 (1 MiB)");
+        break;
+      case 1:  // the gap is whole again, open to the next inner block
+        dump_has("gaps beside live blocks 512 KiB (1 open to an inner block)");
+        break;
+      case 2:  // X's end is open to a head, from the inner block's end
+        dump_has("open upper parts 1 (768 KiB), open lower parts 0 (0 B)");
+        break;
+    }
+    ASSERT_NO_FATAL_FAILURE(x.blocks.Free(blocks[order[1]]));
+    // X for the block left, and its own granule when that is r or q.
+    EXPECT_EQ(f.alloc->Granules().mapped, order[2] == 1 ? 1u : 2u);
+    ASSERT_NO_FATAL_FAILURE(x.blocks.Free(blocks[order[2]]));
+    EXPECT_EQ(f.alloc->Granules().mapped, 0u);
+    EXPECT_EQ(f.alloc->Granules().shared, 0u);
+    EXPECT_EQ(f.alloc->Granules().inner_blocks, 0u);
+    EXPECT_EQ(f.alloc->Granules().inner_blocks_made, 1u);
+  }
+}
+
+// Off (VmmOptions::inner_blocks = false), the same block takes a fresh granule.
+TEST(VmmAllocatorTest, InnerBlocksOff) {
+  GapBetweenTwoBlocks x(/*inner_blocks=*/false);
+  ASSERT_NE(x.blocks.Alloc(256 * kKiB), nullptr);
+  EXPECT_EQ(x.f.alloc->Granules().mapped, 4u);
+  EXPECT_EQ(x.f.alloc->Granules().inner_blocks_made, 0u);
+  while (!x.blocks.live.empty()) {
+    ASSERT_NO_FATAL_FAILURE(x.blocks.Free(x.blocks.live.back().first));
+  }
+  EXPECT_EQ(x.f.alloc->Granules().mapped, 0u);
+}
+
+// Random blocks of 64 KiB - 2 MiB, most of them laid out in shared granules, many inner, freed
+// in random order: no two live blocks share a physical byte, the invariants hold, and the
+// views the device holds are the ones counted.
+TEST(VmmAllocatorTest, InnerBlocksUnderRandomChurn) {
+  for (bool growth : {false, true}) {
+    SCOPED_TRACE(growth ? "growth" : "no growth");
+    VmmOptions o = Opts(256 * kG, growth, /*cache=*/true);
+    o.small_block_max = 64 * kKiB;
+    Fake f = MakeFake(o);
+    std::mt19937_64 rng(11);
+    std::vector<std::pair<void*, uint64_t>> live;
+    uint64_t live_bytes = 0;
+    for (int op = 0; op < 20000; ++op) {
+      if (live.size() < 100 || (live.size() < 200 && rng() % 2 == 0)) {
+        const uint64_t bytes = 64 * kKiB + rng() % (2 * kMiB - 64 * kKiB);
+        auto p = f.alloc->AllocateRaw(bytes);
+        ASSERT_THAT(p.status(), IsOk());
+        live.emplace_back(*p, bytes);
+        live_bytes += bytes;
+      } else {
+        ASSERT_NO_FATAL_FAILURE(FreeRandomBlock(f, live, rng, &live_bytes));
+      }
+      if (op % 500 == 0) {
+        ASSERT_THAT(CheckFakeVmm(f), IsOk()) << "op " << op;
+        ASSERT_NO_FATAL_FAILURE(ExpectNoPhysicalOverlap(f, live));
+      }
+    }
+    EXPECT_GT(f.alloc->Granules().inner_blocks_made, 100u);
+    for (const auto& [p, bytes] : live) ASSERT_THAT(f.alloc->Deallocate(p), IsOk());
+    ASSERT_THAT(CheckFakeVmm(f), IsOk());
+    EXPECT_EQ(f.alloc->Granules().inner_blocks, 0u);
+    EXPECT_EQ(f.alloc->Granules().shared, 0u);
+  }
+}
+
 // A block whose bytes past whole granules fit an open upper part with less to spare than any
 // tail takes the end of that part (a short head), and one that fits an open lower part takes
 // its start (no head), instead of a fresh granule.
@@ -1699,16 +1815,16 @@ TEST(VmmAllocatorTest, TailSharingPairsHeadAndTailNearTheLimit) {
     ASSERT_NO_FATAL_FAILURE(free(r2));  // open: R's upper 1.5 MiB, S's lower 1.5 MiB
     EXPECT_EQ(f.alloc->Granules().mapped, 15u);
     EXPECT_THAT(f.alloc->DumpMemoryLog(),
-                HasSubstr("shared granules: 3; open upper parts 2 (3.25 MiB), open lower parts 1 "
-                          "(1.5 MiB), gaps between two live blocks 0 B"));
+                HasSubstr("shared granules: 3 (0 with an inner block); open upper parts 2 (3.25 "
+                          "MiB), open lower parts 1 (1.5 MiB), gaps beside live blocks 0 B"));
     void* x = alloc(3 * kMiB);
     ASSERT_NE(x, nullptr);
     EXPECT_EQ(f.alloc->Granules().mapped, 15u);  // both ways: parts only, no granule
     EXPECT_THAT(f.alloc->DumpMemoryLog(),
                 HasSubstr(near ? "open upper parts 1 (1.75 MiB), open lower parts 0 (0 B), gaps "
-                                 "between two live blocks 0 B"
+                                 "beside live blocks 0 B"
                                : "open upper parts 1 (1.5 MiB), open lower parts 0 (0 B), gaps "
-                                 "between two live blocks 256 KiB"));
+                                 "beside live blocks 256 KiB"));
     // x begins 1.5 MiB into R's granule (near) or 256 KiB into Q's (far).
     EXPECT_EQ(reinterpret_cast<uint64_t>(x) % kG, near ? 512 * kKiB : 256 * kKiB);
     while (!blocks.live.empty()) ASSERT_NO_FATAL_FAILURE(free(blocks.live.back().first));
@@ -2013,7 +2129,7 @@ TEST(VmmAllocatorTest, TailSharingFallsBackToTheFewestGranulesAtTheLimit) {
   ASSERT_NE(x, nullptr);
   EXPECT_EQ(reinterpret_cast<uint64_t>(x) % kG, 256 * kKiB);  // Q's upper part is its head
   EXPECT_THAT(f.alloc->DumpMemoryLog(),
-              HasSubstr("open upper parts 1 (1 MiB), open lower parts 0 (0 B), gaps between two "
+              HasSubstr("open upper parts 1 (1 MiB), open lower parts 0 (0 B), gaps beside "
                         "live blocks 256 KiB"));
   EXPECT_EQ(f.alloc->Stats().num_ooms, 0u);
   while (!blocks.live.empty()) ASSERT_NO_FATAL_FAILURE(blocks.Free(blocks.live.back().first));
@@ -2080,8 +2196,8 @@ TEST(VmmAllocatorTest, DumpShowsTailSharingParts) {
   auto p = f.alloc->AllocateRaw(kG + kG / 2);
   ASSERT_THAT(p.status(), IsOk());
   EXPECT_THAT(f.alloc->DumpMemoryLog(),
-              HasSubstr("shared granules: 1; open upper parts 1 (1 MiB), open lower parts 0 (0 B), "
-                        "gaps between two live blocks 0 B"));
+              HasSubstr("shared granules: 1 (0 with an inner block); open upper parts 1 (1 MiB), "
+                        "open lower parts 0 (0 B), gaps beside live blocks 0 B"));
   ASSERT_THAT(f.alloc->Deallocate(*p), IsOk());
   EXPECT_THAT(f.alloc->CheckInvariants(), IsOk());
 }

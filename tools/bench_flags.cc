@@ -198,6 +198,10 @@ const Knob kKnobs[] = {
      "VMM: near the limit (less than a third of it left) blocks of half the small-block size and "
      "up try open parts of shared granules before the slabs (1 = on, the default; 0 = off)",
      ReadZeroOrOne<&BenchTuning::vmm_mid_blocks>, "0|1"},
+    {"VGPU_VMM_INNER_BLOCKS", "--vmm-inner-blocks",
+     "VMM: a block below one granule that would take a fresh granule for its tail takes the "
+     "start of a gap between two live blocks instead (1 = on, the default; 0 = off)",
+     ReadZeroOrOne<&BenchTuning::vmm_inner_blocks>, "0|1"},
     {"VGPU_VMM_EDGE_BEST_FIT", "--vmm-edge-best-fit",
      "VMM: near the limit (less than an eighth of it left) a free slab end and start joined by an "
      "edge view serve a small request of 64 KiB or more when they leave less than its best slab "
@@ -284,6 +288,7 @@ void BenchTuning::ApplyTo(DeviceAllocatorOptions& options) const {
   options.vmm_small_block_max = vmm_small_block_max;
   options.vmm_reclaim_slivers = vmm_reclaim_slivers;
   options.vmm_mid_blocks = vmm_mid_blocks;
+  options.vmm_inner_blocks = vmm_inner_blocks;
   options.vmm_edge_best_fit = vmm_edge_best_fit;
   options.vmm_whole_granule_divisor = vmm_whole_granule_divisor;
 }

@@ -45,6 +45,7 @@ struct BenchTuning {
   std::optional<uint64_t> vmm_small_block_max;        // VGPU_VMM_SMALL_BLOCK_MAX, 1 B..slab
   std::optional<bool> vmm_reclaim_slivers;            // VGPU_VMM_RECLAIM_SLIVERS, 0 or 1
   std::optional<bool> vmm_mid_blocks;                 // VGPU_VMM_MID_BLOCKS, 0 or 1
+  std::optional<bool> vmm_inner_blocks;               // VGPU_VMM_INNER_BLOCKS, 0 or 1
   std::optional<bool> vmm_edge_best_fit;              // VGPU_VMM_EDGE_BEST_FIT, 0 or 1
   std::optional<uint64_t> vmm_whole_granule_divisor;  // VGPU_VMM_WHOLE_GRANULE_DIVISOR, 0..2^20
   // Sets the knobs that are given on the allocator factory's options.
@@ -63,7 +64,7 @@ struct BenchArgs {
   std::optional<double> limit_percent;
   bool min_limit = false;
   bool min_limit_given = false;  // replay: --min-limit was given (on or off)
-  bool baseline = true;  // replay: time malloc/free of the same sizes (in a child process)
+  bool baseline = true;          // replay: time malloc/free of the same sizes (in a child process)
   // replay: time the calibration trace on the best-fit reference allocator after each timed
   // run (tools/bench_reference.h): "calibration_ns_per_op", the machine's speed in the run.
   bool calibrate = false;
