@@ -1271,7 +1271,7 @@ absl::StatusOr<std::unique_ptr<VmmAllocator::Range>> VmmAllocator::MapSharedRang
     sg.mid_live = true;
     sg.mid_start = g - h;
     sg.mid_end = sg.mid_start + bytes;
-    if (!sg.upper_live) sg.split = sg.mid_end;
+    if (!sg.upper_live) sg.split = LowTop(sg);
     OfferLocked(head_granule);
     ++double_mapped_;
     range->head = head_granule;
@@ -1288,9 +1288,11 @@ absl::StatusOr<std::unique_ptr<VmmAllocator::Range>> VmmAllocator::MapSharedRang
     sg.upper_live = true;
     ++double_mapped_;
     // A gap left below the head, or the free start below an inner block whose lower block is
-    // gone, is offered.
-    if (!sg.lower_live || (!sg.mid_live && sg.split - sg.lower_end >= min_inner_gap_))
+    // gone, is offered (OfferOf's cases, tested here first: the call costs the common layouts
+    // 0.5-1 % of their instructions).
+    if (!sg.lower_live || (!sg.mid_live && sg.split - sg.lower_end >= min_inner_gap_)) {
       OfferLocked(head_granule);
+    }
   }
   if (kept_tail) {
     const uint32_t slot = range->kept_tail;
@@ -1322,8 +1324,9 @@ absl::StatusOr<std::unique_ptr<VmmAllocator::Range>> VmmAllocator::MapSharedRang
     sg.lower_live = true;
     sg.lower_end = t;
     ++double_mapped_;
-    if (!sg.mid_live && sg.split - t >= min_inner_gap_)
+    if (!sg.mid_live && sg.split - t >= min_inner_gap_) {
       OfferLocked(tail_granule);  // the gap up to the head
+    }
   }
   range->user_ptr = static_cast<char*>(range->ptr) - h;
   range->footprint = bytes;
@@ -1365,8 +1368,8 @@ absl::Status VmmAllocator::UnmapSharedViewsLocked(Range* range) {
       sg.upper_live = false;
       --double_mapped_;
       // The gap a shorter tail or head left joins the free part.
-      sg.split = sg.mid_live ? sg.mid_end : sg.lower_end;
-      open_upper_.Insert(g - sg.split, range->head);
+      sg.split = LowTop(sg);
+      open_upper_.Insert(g - sg.split, range->head);  // its free end, now a head's
     } else {
       ReleaseSharedLocked(range->head);  // its free lower part was offered
       NotifyEvent(AllocatorEventKind::kUnmap, ptr - g, g);
@@ -1412,7 +1415,7 @@ void VmmAllocator::LeaveInnerLocked(uint32_t i, const void* va) {
   --double_mapped_;
   // With the upper part free, the free part runs from the lower block's end again; with both
   // live, the inner block's place joins the gap between them, offered to the next one.
-  if (!sg.upper_live) sg.split = sg.lower_end;
+  if (!sg.upper_live) sg.split = LowTop(sg);
   OfferLocked(i);
 }
 
@@ -2110,12 +2113,11 @@ absl::Status VmmAllocator::CheckInvariants() const {
     if (live == 0) return fail("shared granule ", i, " is unused");
     // Below the upper part, in order: the lower block, the inner block; with the upper part
     // free, split is where the highest of them ends.
-    const uint64_t low_top = sg.mid_live ? sg.mid_end : sg.lower_end;
     if ((sg.lower_live ? sg.lower_end == 0 || sg.lower_end > sg.split : sg.lower_end != 0) ||
         (sg.mid_live ? sg.mid_start < sg.lower_end || sg.mid_start >= sg.mid_end ||
                            sg.mid_end > sg.split || sg.mid_start % 256 != 0 || sg.mid_end % 256 != 0
                      : sg.mid_start != 0 || sg.mid_end != 0) ||
-        (!sg.upper_live && sg.split != low_top) || sg.split >= granularity_) {
+        (!sg.upper_live && sg.split != LowTop(sg)) || sg.split >= granularity_) {
       return fail("shared granule ", i, " has its lower block end at ", sg.lower_end,
                   ", its inner block at [", sg.mid_start, ", ", sg.mid_end,
                   ") and its upper part from ", sg.split);

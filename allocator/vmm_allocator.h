@@ -537,11 +537,16 @@ class VmmAllocator final : public Allocator {
   absl::Status DropKeptTailLocked(Range* range) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A shared granule with no block left on it goes back to the pool.
   void ReleaseSharedLocked(uint32_t granule) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Where a shared granule's free part is offered: kOfferUpper while its upper part is free and
-  // a block lives below it, kOfferLower while its upper part lives and its lower part is free,
-  // else kOfferNone; and the bytes it is offered with.
-  // kOfferMid while both live with a gap between them and no inner block: the gap, for one.
+  // Where a shared granule's free part is offered, and with how many bytes: kOfferUpper while
+  // its upper part is free and a block lives below it, kOfferLower while its upper part lives
+  // and its lower part is free, kOfferMid while both live with a gap of min_inner_gap_ or more
+  // between them and no inner block (the gap, for one), else kOfferNone.
   enum Offer { kOfferNone, kOfferUpper, kOfferLower, kOfferMid };
+  // Where the highest live block below the upper part ends: the inner block's end, else the
+  // lower block's (0 when neither lives). While the upper part is free, split is this.
+  static uint64_t LowTop(const SharedGranule& sg) {
+    return sg.mid_live ? sg.mid_end : sg.lower_live ? sg.lower_end : 0;
+  }
   Offer OfferOf(const SharedGranule& sg) const {
     if (!sg.upper_live) return sg.lower_live || sg.mid_live ? kOfferUpper : kOfferNone;
     if (!sg.lower_live) return kOfferLower;
