@@ -281,7 +281,8 @@ std::vector<std::pair<uint64_t, uint32_t>> LastUses(const Trace& trace) {
 }  // namespace
 
 absl::StatusOr<ReplayResult> ReplayTrace(const Trace& trace, Allocator& allocator,
-                                         bool stop_at_failure, absl::Span<Stream* const> streams) {
+                                         bool stop_at_failure, absl::Span<Stream* const> streams,
+                                         bool log_first_failure) {
   if (!streams.empty() && streams.size() < trace.num_streams) {
     return absl::InvalidArgumentError(absl::StrCat("trace ", trace.name, " uses ",
                                                    trace.num_streams, " streams but ",
@@ -304,7 +305,7 @@ absl::StatusOr<ReplayResult> ReplayTrace(const Trace& trace, Allocator& allocato
                                                : std::vector<std::pair<uint64_t, uint32_t>>{};
   size_t next_release = 0;
   uint64_t release_after = releases.empty() ? UINT64_MAX : releases[0].first;
-  const int64_t start = ThreadCpuNs();
+  int64_t start = ThreadCpuNs();
   for (const TraceEvent& e : trace.events) {
     if (ABSL_PREDICT_FALSE(r.events > release_after)) {
       for (; next_release < releases.size() && releases[next_release].first < r.events;
@@ -330,6 +331,11 @@ absl::StatusOr<ReplayResult> ReplayTrace(const Trace& trace, Allocator& allocato
       if (r.failures++ == 0) {
         r.first_failure = r.events - 1;
         r.first_error = p.status();
+        if (log_first_failure) {
+          const int64_t paused = ThreadCpuNs();
+          r.first_failure_log = allocator.DumpMemoryLog();
+          start += ThreadCpuNs() - paused;  // the log is not the replay's time
+        }
       }
       if (stop_at_failure) break;
     } else {

@@ -165,6 +165,9 @@ struct ReplayResult {
   uint64_t first_failure = 0;  // index of the first failed event
   absl::Status first_error;
   int64_t elapsed_ns = 0;  // CPU time of the calling thread in the event loop only
+  // The allocator's memory log (Allocator::DumpMemoryLog) right after the first failed
+  // allocation, when ReplayTrace was asked for it (log_first_failure); else empty.
+  std::string first_failure_log;
 };
 
 // Replays `trace` on `allocator`. stop_at_failure: stop at the first failed allocation (a
@@ -177,9 +180,12 @@ struct ReplayResult {
 // allocator's default stream. With kMaxStreams or more streams, each is released from the
 // allocator (Allocator::ReleaseStream) after its last event, so a trace may use more streams
 // over its length than an allocator tracks at once.
+// log_first_failure: keep the allocator's memory log at the first failure (where every block
+// and free part lies when the workload did not fit), in first_failure_log; not timed.
 absl::StatusOr<ReplayResult> ReplayTrace(const Trace& trace, Allocator& allocator,
                                          bool stop_at_failure,
-                                         absl::Span<Stream* const> streams = {});
+                                         absl::Span<Stream* const> streams = {},
+                                         bool log_first_failure = false);
 // The baseline: malloc/free of the same sizes, in the same order; CPU nanoseconds of the loop.
 int64_t ReplayTraceWithMalloc(const Trace& trace);
 // The clock of both replays: CPU time of the calling thread, in nanoseconds (what the replayed

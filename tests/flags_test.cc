@@ -573,6 +573,13 @@ TEST(FlagsTest, StandardOutputAsAnOutputFile) {
               StatusIs(absl::StatusCode::kInvalidArgument,
                        HasSubstr("--memory-history=-: standard output carries vgpu-bench's "
                                  "report; name a file")));
+  EXPECT_THAT(bench::ParseBenchArgs({"replay", "t", "--failure-log", "-"}),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("--failure-log=-: standard output carries vgpu-bench's report")));
+  absl::StatusOr<bench::BenchArgs> failure_log =
+      bench::ParseBenchArgs({"replay", "t", "--failure-log", "f.log"});
+  ASSERT_THAT(failure_log, IsOk());
+  EXPECT_EQ(failure_log->failure_log_path, "f.log");
   EXPECT_THAT(vgpu_info::ParseInfoFlags({"--selftest", "--memory-history=-"}),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        HasSubstr("standard output carries vgpu-info's report")));

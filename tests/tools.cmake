@@ -80,4 +80,17 @@ if(TARGET vgpu-bench)
     COMMAND sh -c "$<TARGET_FILE:vgpu-bench> replay ${_mlp} --allocators bfc,vmm --calibrate 2>/dev/null | tail -n 1")
   set_tests_properties(vgpu_bench_replay_compare_calibrate PROPERTIES LABELS unit TIMEOUT 120
     PASS_REGULAR_EXPRESSION "\"allocator\":\"bfc\",[^}]*\"calibration_ns_per_op\":[0-9.e+]*[1-9][^}]*}.*\"allocator\":\"vmm\",[^}]*\"calibration_ns_per_op\":[0-9.e+]*[1-9]")
+  # --failure-log: each allocator's memory log at its first failed allocation one scan step
+  # under its min limit (a section each, in order, the failure's error first), and a line saying
+  # so when nothing failed at --limit and there was no scan.
+  set(_fl ${CMAKE_CURRENT_BINARY_DIR}/vgpu_bench_failure.log)
+  add_test(NAME vgpu_bench_replay_failure_log
+    COMMAND sh -c "rm -f ${_fl}; $<TARGET_FILE:vgpu-bench> replay ${_mlp} --allocators bfc,vmm \
+--min-limit --no-baseline --failure-log ${_fl} >/dev/null 2>&1 || echo exit=$?; grep -E \
+'^(==|first failure|BFC allocator|replay/|  granules:)' ${_fl} | cut -c1-100; \
+$<TARGET_FILE:vgpu-bench> replay ${_mlp} --allocator vmm --no-baseline --failure-log ${_fl} \
+>/dev/null 2>&1 || echo exit=$?; cat ${_fl}")
+  set_tests_properties(vgpu_bench_replay_failure_log PROPERTIES LABELS unit TIMEOUT 120
+    FAIL_REGULAR_EXPRESSION "exit="
+    PASS_REGULAR_EXPRESSION "^== [^\n]*: bfc \\(growth off\\), limit [^\n]*\nfirst failure at event [0-9]+ of 28: RESOURCE_EXHAUSTED[^\n]*\nBFC allocator replay/[^\n]*\n== [^\n]*: vmm \\(growth off\\), limit [^\n]*\nfirst failure at event [0-9]+ of 28: RESOURCE_EXHAUSTED[^\n]*\nreplay/[^\n]*\n  granules: limit [^\n]*\nBFC allocator replay/[^\n]* slabs [^\n]*\n== [^\n]*: vmm \\(growth off\\): no allocation failed at [^\n]* \\(2.000x peak live\\); with --min-limit [^\n]*==\n$")
 endif()

@@ -90,6 +90,30 @@ TEST(TraceTest, ReplayCountsFailuresAndFreesLeftovers) {
   EXPECT_THAT(a->CheckInvariants(), IsOk());
 }
 
+TEST(TraceTest, ReplayKeepsTheMemoryLogAtTheFirstFailure) {
+  // Two 1 MiB blocks live in 2 MiB: the third fails, and the log shows the two in use.
+  auto t = ParseTrace("a 1 1048576\na 2 1048576\na 3 1048576\nf 1\na 4 1048576\n");
+  ASSERT_THAT(t, IsOk());
+  auto a = Fake(2 << 20);
+  auto r = ReplayTrace(*t, *a, /*stop_at_failure=*/false, {}, /*log_first_failure=*/true);
+  ASSERT_THAT(r, IsOk());
+  EXPECT_EQ(r->failures, 1u);
+  // Taken right after the failure (two blocks in use), not after block 4 or the cleanup.
+  EXPECT_THAT(r->first_failure_log, AllOf(HasSubstr("BFC allocator replay"),
+                                          HasSubstr("in use 2 MiB"), HasSubstr("OOMs 1")));
+  EXPECT_THAT(r->first_failure_log, ::testing::Not(HasSubstr("OOMs 2")));
+  // Not asked for, or nothing failed: no log.
+  auto quiet = ReplayTrace(*t, *a, /*stop_at_failure=*/false);
+  ASSERT_THAT(quiet, IsOk());
+  EXPECT_EQ(quiet->failures, 1u);
+  EXPECT_EQ(quiet->first_failure_log, "");
+  auto roomy = Fake(8 << 20);
+  auto fits = ReplayTrace(*t, *roomy, /*stop_at_failure=*/false, {}, /*log_first_failure=*/true);
+  ASSERT_THAT(fits, IsOk());
+  EXPECT_EQ(fits->failures, 0u);
+  EXPECT_EQ(fits->first_failure_log, "");
+}
+
 TEST(TraceTest, RecorderWritesAReplayableTrace) {
   auto a = Fake(64 << 20);
   TraceRecorder rec("unit");

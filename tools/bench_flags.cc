@@ -24,7 +24,7 @@ constexpr char kSynopsis[] =
     "usage: vgpu-bench replay TRACE [--allocator bfc|vmm|async] [--allow-growth[=BOOL]]\n"
     "                         [--limit SIZE|N%] [--min-limit[=BOOL]] [--platform host|cuda]\n"
     "                         [--memory-history FILE] [--no-baseline[=BOOL]] [--calibrate[=BOOL]]\n"
-    "                         [--device N]\n"
+    "                         [--failure-log FILE] [--device N]\n"
     "                         [--allocators bfc,vmm[,async]] [tuning knobs]\n"
     "       vgpu-bench convert IN OUT [--device N]\n"
     "       vgpu-bench plan --card SIZE [--headroom PERCENT] [--reserve SIZE] [--workspace SIZE]\n"
@@ -340,6 +340,10 @@ absl::StatusOr<BenchArgs> ParseBenchArgs(const std::vector<std::string>& argv) {
               "the machine's speed (calibration_ns_per_op)")
         .Enum("--platform", &a.platform, kPlatforms, "real device memory (default: fake)")
         .OutputPath("--memory-history", &a.memory_history_path, "write the memory history (JSON)",
+                    "vgpu-bench's report")
+        .OutputPath("--failure-log", &a.failure_log_path,
+                    "write the allocator's memory log at the first allocation that fails: one "
+                    "scan step under the min limit with --min-limit, else at --limit",
                     "vgpu-bench's report")
         .String("--allocators", &allocators, "LIST",
                 "compare allocators (bfc,vmm[,async]): min limit and ns/op of each, one JSON line",

@@ -70,6 +70,9 @@ struct BenchArgs {
   bool calibrate = false;
   std::string platform;  // "" = fake addresses (replay) / host (alloc)
   std::string memory_history_path;
+  // replay: write the allocator's memory log at the first allocation that fails (one scan step
+  // under the min limit with --min-limit, else at --limit) to this file (--failure-log).
+  std::string failure_log_path;
   // replay: compare these allocators (--allocators bfc,vmm); empty = the one --allocator.
   std::vector<std::string> allocators;
   std::optional<int> device;  // --device: a PyTorch snapshot's device
@@ -229,6 +232,9 @@ struct MinLimitScan {
   std::optional<uint64_t> min_limit_bytes;  // unset: never 20 fits in a row up to 11x
   std::optional<double> min_limit_ratio;    // min_limit_bytes / peak live (on the scan's grid)
   std::optional<double> first_fit_ratio;    // the first limit that fit at all
+  // The scan's step just under min_limit_bytes, where the trace did not fit; unset when the
+  // min limit is the scan's first step (the peak live bytes, or the allocator's floor).
+  std::optional<uint64_t> below_min_limit_bytes;
 };
 absl::StatusOr<MinLimitScan> ScanMinLimit(const Trace& trace, const BenchAllocatorSpec& spec);
 // Replays `trace` once at `limit` on a fresh allocator of `spec`: whether every allocation

@@ -21,6 +21,7 @@
 #include "vgpu/allocator/trace_import.h"
 #include "vgpu/allocator/vmm_allocator.h"
 #include "vgpu/runtime/bytes.h"
+#include "vgpu/runtime/file_io.h"
 #include "vgpu/runtime/json.h"
 #include "vgpu/runtime/status.h"
 #include "vgpu/tools/bench_reference.h"
@@ -97,8 +98,11 @@ uint64_t ReplayLimit(const BenchArgs& args, const BenchAllocatorSpec& spec, uint
 // on the allocator's device (order-only streams on the fake-address device, real ones with
 // --platform) and released from the allocator before they go.
 absl::StatusOr<ReplayResult> ReplayOnStreams(const Trace& trace, const BenchAllocatorSpec& spec,
-                                             BenchAllocator& a, bool stop_at_failure) {
-  if (trace.num_streams <= 1) return ReplayTrace(trace, *a.allocator, stop_at_failure);
+                                             BenchAllocator& a, bool stop_at_failure,
+                                             bool log_first_failure = false) {
+  if (trace.num_streams <= 1) {
+    return ReplayTrace(trace, *a.allocator, stop_at_failure, {}, log_first_failure);
+  }
   Executor* executor = spec.executor != nullptr ? spec.executor : a.fake_device.get();
   if (executor == nullptr) return absl::InternalError("no device to make the trace's streams on");
   std::vector<std::unique_ptr<Stream>> owned;
@@ -109,7 +113,8 @@ absl::StatusOr<ReplayResult> ReplayOnStreams(const Trace& trace, const BenchAllo
     streams.push_back(s->get());
     owned.push_back(*std::move(s));
   }
-  absl::StatusOr<ReplayResult> r = ReplayTrace(trace, *a.allocator, stop_at_failure, streams);
+  absl::StatusOr<ReplayResult> r =
+      ReplayTrace(trace, *a.allocator, stop_at_failure, streams, log_first_failure);
   for (Stream* s : streams) {
     absl::Status released = a.allocator->ReleaseStream(s);
     // NotFound: a stream the replay never reached (it stopped at a failure).
@@ -345,6 +350,85 @@ void PrintOriginalPeak(const Trace& trace, absl::string_view then = "") {
 
 // Compare mode (--allocators): each allocator's min limit (with --min-limit) and speed at the
 // limit (--limit, default 2x peak live), one JSON line with an array.
+// --failure-log: one allocator's section. Its memory log at the first allocation that fails,
+// replayed afresh (untimed) at the scan's step just under the min limit when there is one, else
+// at `limit` when an allocation failed there; otherwise a line saying why there is nothing.
+absl::StatusOr<std::string> FailureLogSection(const Trace& trace, BenchAllocatorSpec spec,
+                                              const std::optional<MinLimitScan>& scan,
+                                              uint64_t limit, bool failed_at_limit) {
+  const uint64_t peak = trace.peak_live_bytes;
+  std::string head = absl::StrCat("== ", trace.name, ": ", spec.kind,
+                                  spec.allow_growth ? " (growth on)" : " (growth off)");
+  auto ratio = [&](uint64_t bytes) {
+    return absl::StrFormat("%.3fx peak live", static_cast<double>(bytes) / peak);
+  };
+  std::string where;
+  if (scan && scan->below_min_limit_bytes) {
+    limit = *scan->below_min_limit_bytes;
+    where = "one scan step under the min limit";
+  } else if (scan && scan->min_limit_bytes) {
+    return absl::StrCat(head, ": fits at ", FormatBytes(*scan->min_limit_bytes), " (",
+                        ratio(*scan->min_limit_bytes),
+                        "), the scan's first step: no failure to show ==\n");
+  } else if (failed_at_limit) {
+    where = "the replay's limit";
+  } else {
+    return absl::StrCat(head, ": no allocation failed at ", FormatBytes(limit), " (", ratio(limit),
+                        "); with --min-limit the log is taken one scan step under the min "
+                        "limit ==\n");
+  }
+  spec.limit = limit;
+  absl::StrAppend(&head, ", limit ", FormatBytes(limit), " (", ratio(limit), ", ", where, ")");
+  absl::StatusOr<BenchAllocator> a = MakeBenchAllocator(spec);
+  if (!a.ok()) {
+    return absl::StrCat(head, " ==\nthe allocator could not be made: ", a.status().ToString(),
+                        "\n");
+  }
+  VGPU_ASSIGN_OR_RETURN(ReplayResult r, ReplayOnStreams(trace, spec, *a, /*stop_at_failure=*/true,
+                                                        /*log_first_failure=*/true));
+  if (r.failures == 0) {
+    // The scan saw it fail; a replay that fits now says so rather than showing nothing.
+    return absl::StrCat(head, " ==\nevery allocation succeeded this time\n");
+  }
+  return absl::StrCat(head, " ==\nfirst failure at event ", r.first_failure, " of ",
+                      trace.events.size(), ": ", r.first_error.ToString(), "\n",
+                      r.first_failure_log);
+}
+
+// Writes the sections to --failure-log's file (a no-op without it); false after printing why
+// it could not.
+bool WriteFailureLog(const BenchArgs& args, const std::vector<std::string>& sections) {
+  if (args.failure_log_path.empty()) return true;
+  std::string text;
+  for (const std::string& s : sections) absl::StrAppend(&text, text.empty() ? "" : "\n", s);
+  absl::Status s = WriteOutputFile(args.failure_log_path, text, "failure log");
+  if (!s.ok()) {
+    std::fprintf(stderr, "vgpu-bench replay: %s\n", s.ToString().c_str());
+    return false;
+  }
+  std::fprintf(stderr, "memory log at the first failure written to %s\n",
+               args.failure_log_path.c_str());
+  return true;
+}
+
+// A section for each run of a comparison (--failure-log), in order; false after printing why.
+bool AppendFailureSection(const BenchArgs& args, const Trace& trace, const BenchAllocatorSpec& base,
+                          const std::string& kind, const std::optional<MinLimitScan>& scan,
+                          uint64_t limit, bool failed_at_limit,
+                          std::vector<std::string>* sections) {
+  if (args.failure_log_path.empty()) return true;
+  BenchAllocatorSpec spec = base;
+  spec.kind = kind;
+  absl::StatusOr<std::string> s = FailureLogSection(trace, spec, scan, limit, failed_at_limit);
+  if (!s.ok()) {
+    std::fprintf(stderr, "vgpu-bench replay: %s: failure log: %s\n", kind.c_str(),
+                 s.status().ToString().c_str());
+    return false;
+  }
+  sections->push_back(*std::move(s));
+  return true;
+}
+
 int RunCompare(const BenchArgs& args, const Trace& trace, const BenchAllocatorSpec& base) {
   JsonWriter w;
   w.BeginObject();
@@ -363,6 +447,7 @@ int RunCompare(const BenchArgs& args, const Trace& trace, const BenchAllocatorSp
   w.BeginArray();
   int status = 0;
   const Trace calibration = args.calibrate ? CalibrationTrace() : Trace();
+  std::vector<std::string> failure_sections;  // --failure-log
   for (const std::string& kind : args.allocators) {
     absl::StatusOr<ComparedRun> run =
         RunCompared(args, trace, base, kind, args.calibrate ? &calibration : nullptr);
@@ -373,7 +458,12 @@ int RunCompare(const BenchArgs& args, const Trace& trace, const BenchAllocatorSp
     }
     if (run->timed.first.failures > 0) status = 3;
     ReportCompared(trace, *run, w);
+    if (!AppendFailureSection(args, trace, base, kind, run->scan, run->limit,
+                              run->timed.first.failures > 0, &failure_sections)) {
+      return 1;
+    }
   }
+  if (!WriteFailureLog(args, failure_sections)) return 1;
   w.EndArray();
   w.EndObject();
   PrintOriginalPeak(trace);
@@ -443,6 +533,9 @@ absl::StatusOr<MinLimitScan> ScanMinLimit(const Trace& trace, const BenchAllocat
   if (min_limit_k) {
     out.min_limit_bytes = limit_at(*min_limit_k);
     out.min_limit_ratio = ratio_at(*min_limit_k);
+    if (*min_limit_k > 0 && limit_at(*min_limit_k - 1) < *out.min_limit_bytes) {
+      out.below_min_limit_bytes = limit_at(*min_limit_k - 1);
+    }
   }
   if (first_fit_k) out.first_fit_ratio = ratio_at(*first_fit_k);
   return out;
@@ -558,6 +651,15 @@ int RunReplay(const BenchArgs& args) {
       return 1;
     }
     vmm_run = *std::move(r);
+  }
+  std::vector<std::string> failure_sections;  // --failure-log
+  if (!AppendFailureSection(args, *trace, spec, args.allocator,
+                            a.min_limit ? std::optional<MinLimitScan>(scan) : std::nullopt,
+                            spec.limit, first.failures > 0, &failure_sections) ||
+      (vmm_run && !AppendFailureSection(args, *trace, spec, "vmm", vmm_run->scan, vmm_run->limit,
+                                        vmm_run->timed.first.failures > 0, &failure_sections)) ||
+      !WriteFailureLog(args, failure_sections)) {
+    return 1;
   }
   if (!args.memory_history_path.empty()) {
     absl::Status s = history.WriteJson(args.memory_history_path);
