@@ -348,8 +348,6 @@ void PrintOriginalPeak(const Trace& trace, absl::string_view then = "") {
   }
 }
 
-// Compare mode (--allocators): each allocator's min limit (with --min-limit) and speed at the
-// limit (--limit, default 2x peak live), one JSON line with an array.
 // --failure-log: one allocator's section. Its memory log at the first allocation that fails,
 // replayed afresh (untimed) at the scan's step just under the min limit when there is one, else
 // at `limit` when an allocation failed there; otherwise a line saying why there is nothing.
@@ -429,6 +427,8 @@ bool AppendFailureSection(const BenchArgs& args, const Trace& trace, const Bench
   return true;
 }
 
+// Compare mode (--allocators): each allocator's min limit (with --min-limit) and speed at the
+// limit (--limit, default 2x peak live), one JSON line with an array.
 int RunCompare(const BenchArgs& args, const Trace& trace, const BenchAllocatorSpec& base) {
   JsonWriter w;
   w.BeginObject();
