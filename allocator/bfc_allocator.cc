@@ -238,7 +238,17 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline uint32_t BFCAllocator::CoalesceAndBinLocked(
     c = prev;
   }
   BinInsert(c);
+  // A region left wholly free: the owner may take its memory back (BFCUsageMirror).
+  if (ABSL_PREDICT_FALSE(chunks_[c].prev == kNone && chunks_[c].next == kNone)) {
+    NoteEmptyRegionLocked(c);
+  }
   return c;
+}
+
+void BFCAllocator::NoteEmptyRegionLocked(uint32_t c) {
+  if (options_.usage_mirror == nullptr || chunks_[c].segment) return;
+  std::atomic<uint64_t>& n = options_.usage_mirror->empty_regions_made;
+  n.store(n.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
 }
 
 void BFCAllocator::TreapSplit(uint32_t t, uint32_t c, uint32_t* l, uint32_t* r) {
@@ -670,7 +680,10 @@ absl::StatusOr<uint32_t> BFCAllocator::AddRegionLocked(uint64_t size, bool segme
   if (!p.ok()) return p.status();
   const uint64_t ptr = reinterpret_cast<uint64_t>(*p);
   const uint32_t c = InsertRegionLocked(ptr, size, segment);
-  if (!segment) BinInsert(c);
+  if (!segment) {
+    BinInsert(c);
+    NoteEmptyRegionLocked(c);  // until the request that grew the pool carves it
+  }
   counters_.OnMap(size);
   NotifyLocked(AllocatorEventKind::kMap, ptr, size);
   return c;

@@ -60,7 +60,7 @@ struct BFCUsageMirror {
     while (cur < v && !a.compare_exchange_weak(cur, v, std::memory_order_relaxed)) {
     }
   }
-  std::atomic<uint64_t> in_use{0};         // the BFC's bytes in use (whole chunks)
+  std::atomic<uint64_t> in_use{0};  // the BFC's bytes in use (whole chunks)
   // Allocations and frees so far (written under the BFC's lock: a load and a store, no
   // read-modify-write), so the owner sees activity without its lock (VmmOptions::
   // quiet_give_back_ms). Regions mapped and unmapped are not counted: the owner's own
@@ -82,6 +82,11 @@ struct BFCUsageMirror {
   // Set by the owner while its memory is tight: edge views compete with holes in best fit
   // (BFCOptions::edge_views_in_best_fit; the vmm allocator near its limit).
   std::atomic<bool> edge_views_in_best_fit{false};
+  // Shared regions left wholly free so far (a free that coalesced a whole region, or a region
+  // added), written under the BFC's lock: while it has not moved since the owner last found no
+  // empty region, the owner need not take the BFC's lock to look (the vmm allocator's large
+  // blocks with growth ask whether an empty slab can give its granules first).
+  std::atomic<uint64_t> empty_regions_made{0};
 };
 
 struct BFCOptions {
@@ -430,6 +435,8 @@ class BFCAllocator final : public Allocator {
   // Chunk c has just become free (not in a tree): merges it with its free neighbours (the
   // merged chunk keeps the lowest record) and puts the result in its tree; returns it.
   uint32_t CoalesceAndBinLocked(uint32_t c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Shared region c's one chunk is free: counted in the usage mirror (empty_regions_made).
+  ABSL_ATTRIBUTE_NOINLINE void NoteEmptyRegionLocked(uint32_t c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // BFCOptions::reclaim_slivers: free chunk c takes the sliver of the live block before it.
   void ReclaimSliverLocked(uint32_t c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The option's flag, or the usage mirror's (set by the owner) when there is one.

@@ -777,6 +777,9 @@ class VmmAllocator final : public Allocator {
   uint64_t deferred_frees_ ABSL_GUARDED_BY(mu_) = 0;
   // why the pool last refused the slab BFC a slab ("" = it did not)
   std::string slab_refusal_ ABSL_GUARDED_BY(mu_);
+  // slab_usage_.empty_regions_made when AllocateLarge last found no empty slab left to give
+  // back (UINT64_MAX: never looked).
+  uint64_t empty_slabs_seen_ ABSL_GUARDED_BY(mu_) = UINT64_MAX;
   // Edge views (VmmOptions::edge_views), by their first byte: the reservation (three granules,
   // the view aligned in it). Made and unmapped by the slab BFC through SlabSubAllocator.
   absl::flat_hash_map<void*, void*> edge_views_ ABSL_GUARDED_BY(mu_);

@@ -455,6 +455,37 @@ TEST(BFCAllocatorTest, ReleaseCachedMemoryReturnsWhollyFreeRegions) {
   EXPECT_EQ(off.fake->bytes_outstanding(), 16 * kMiB);
 }
 
+// The usage mirror counts regions left wholly free (a region added, a free that empties one),
+// so an owner can tell without the BFC's lock that none appeared since it last looked.
+TEST(BFCAllocatorTest, UsageMirrorCountsRegionsLeftWhollyFree) {
+  BFCUsageMirror mirror;
+  auto fake = std::make_unique<FakeSubAllocator>();
+  BFCOptions o{.name = "slabs", .memory_limit = 64 * kMiB, .allow_growth = true};
+  o.segment_bytes = 0;
+  o.initial_region_bytes = o.max_region_bytes = 2 * kMiB;  // fixed regions, as vmm's slabs
+  o.usage_mirror = &mirror;
+  BFCAllocator a(std::move(fake), o);
+  auto made = [&] { return mirror.empty_regions_made.load(); };
+  void* x = Alloc(a, kMiB);  // region 1, added empty then carved
+  EXPECT_EQ(made(), 1u);
+  void* y = Alloc(a, kMiB);  // fits region 1
+  void* z = Alloc(a, kMiB);  // region 2
+  EXPECT_EQ(made(), 2u);
+  Free(a, x);  // region 1 still holds y
+  EXPECT_EQ(made(), 2u);
+  Free(a, y);  // region 1 wholly free
+  EXPECT_EQ(made(), 3u);
+  void* w = Alloc(a, 512 * kKiB);  // best fit: beside z in region 2
+  EXPECT_EQ(made(), 3u);
+  Free(a, w);
+  EXPECT_EQ(made(), 3u);
+  Free(a, z);  // region 2 wholly free
+  EXPECT_EQ(made(), 4u);
+  EXPECT_THAT(a.ReleaseEmptyRegions(), IsOkAndHolds(4 * kMiB));
+  EXPECT_EQ(made(), 4u);
+  EXPECT_THAT(a.CheckInvariants(), IsOk());
+}
+
 TEST(BFCAllocatorTest, NoGarbageCollectionWhenDisabled) {
   auto fake = std::make_unique<FakeSubAllocator>();
   BFCOptions o{.name = "GPU:0", .memory_limit = 8 * kMiB, .allow_growth = true};

@@ -1687,6 +1687,29 @@ TEST(VmmAllocatorTest, GrowthLargeBlocksTakeEmptySlabsBeforeNewGranules) {
   EXPECT_EQ(c.slabs, 1u);
   EXPECT_EQ(c.in_blocks, 3u);
   EXPECT_THAT(CheckFakeVmm(f), IsOk());
+  // Large blocks look for empty slabs only after a slab emptied since the last look found none
+  // (BFCUsageMirror::empty_regions_made): a slab filled and emptied again is such a one, and
+  // the next block that needs a granule takes it.
+  for (int round = 0; round < 2; ++round) {
+    SCOPED_TRACE(round);
+    std::vector<void*> more;
+    for (int i = 0; i < 15; ++i) {  // the kept slab's seven holes, then a new slab
+      auto p = f.alloc->AllocateRaw(256 * kKiB);
+      ASSERT_THAT(p.status(), IsOk()) << i;
+      more.push_back(*p);
+    }
+    ASSERT_EQ(f.alloc->Granules().slabs, 2u);
+    for (void* p : more) ASSERT_THAT(f.alloc->Deallocate(p), IsOk());
+    c = f.alloc->Granules();
+    const uint64_t before = c.created;
+    auto one = f.alloc->AllocateRaw(kG);
+    ASSERT_THAT(one.status(), IsOk());
+    c = f.alloc->Granules();
+    EXPECT_EQ(c.slabs, 1u);
+    EXPECT_EQ(c.created, before);  // the emptied slab's granule, no new one
+    ASSERT_THAT(f.alloc->Deallocate(*one), IsOk());
+    EXPECT_THAT(CheckFakeVmm(f), IsOk());
+  }
   ASSERT_THAT(f.alloc->Deallocate(*big), IsOk());
   ASSERT_THAT(f.alloc->Deallocate(*keep), IsOk());
   EXPECT_THAT(CheckFakeVmm(f), IsOk());
