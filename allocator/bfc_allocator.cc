@@ -238,8 +238,9 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline uint32_t BFCAllocator::CoalesceAndBinLocked(
     c = prev;
   }
   BinInsert(c);
-  // A region left wholly free: the owner may take its memory back (BFCUsageMirror).
-  if (ABSL_PREDICT_FALSE(chunks_[c].prev == kNone && chunks_[c].next == kNone)) {
+  // A region left wholly free: the owner may take its memory back (BFCUsageMirror; without
+  // one the free path pays a pointer test).
+  if (options_.usage_mirror != nullptr && (chunks_[c].prev & chunks_[c].next) == kNone) {
     NoteEmptyRegionLocked(c);
   }
   return c;
