@@ -524,8 +524,8 @@ absl::StatusOr<void*> VmmAllocator::AllocateLarge(uint64_t bytes, uint64_t align
   // The slab BFC's lock comes before ours.
   // Asked only when a slab may have emptied since the last look found none left (the slab BFC
   // counts the slabs its frees leave wholly free): the look takes both locks, and random sizes
-  // with growth came here on about half their large blocks (random_mid: 2.5 % of the replay's
-  // instructions).
+  // with growth came here on about half their large blocks, finding an empty slab on 3 % of
+  // them (random_mid: 1.9 % of the replay's instructions saved).
   if (options_.allow_growth && free_granules_.size() <= count &&
       mapped_granules_ + count <= limit_granules_ &&
       slab_granules_ * granularity_ >= small_in_use() + slab_bytes_ &&
