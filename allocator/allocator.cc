@@ -116,9 +116,12 @@ absl::StatusOr<void*> Allocator::AllocateRaw(uint64_t bytes, Stream* stream, uin
     return BadAlignmentError(bytes, alignment);
   }
   if (alignment < kDefaultAlignment) alignment = kDefaultAlignment;
-  absl::StatusOr<int> slot_or = SlotFor(stream);
-  if (!slot_or.ok()) return slot_or.status();
-  const int slot = *slot_or;
+  int slot = 0;  // the default stream's, without a StatusOr on the hot path
+  if (stream != nullptr) {
+    absl::StatusOr<int> slot_or = RegisteredSlot(stream);
+    if (!slot_or.ok()) return slot_or.status();
+    slot = *slot_or;
+  }
   if (!allocated_.load(std::memory_order_relaxed)) {
     allocated_.store(true, std::memory_order_relaxed);
   }
