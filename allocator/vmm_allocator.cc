@@ -2105,7 +2105,7 @@ absl::Status VmmAllocator::CheckInvariants() const {
   if (n_pending != pending_granules_) {
     return fail("deferred frees hold ", n_pending, " granules, counted ", pending_granules_);
   }
-  uint64_t both = 0, open_upper = 0, open_lower = 0, open_mid = 0, n_shared = 0, inner = 0;
+  uint64_t extra_views = 0, open_upper = 0, open_lower = 0, open_mid = 0, n_shared = 0, inner = 0;
   for (uint32_t i = 0; i < shared_.size(); ++i) {
     const SharedGranule& sg = shared_[i];
     if (!sg.shared) continue;
@@ -2141,7 +2141,7 @@ absl::Status VmmAllocator::CheckInvariants() const {
       return fail("shared granule ", i, " is offered with ", sg.open_bytes,
                   " bytes, its free part has ", open);
     }
-    both += live - 1;
+    extra_views += live - 1;  // a view per block on it, one counted in mapped_granules_
     inner += sg.mid_live;
     open_upper += offer == kOfferUpper;
     open_lower += offer == kOfferLower;
@@ -2152,11 +2152,12 @@ absl::Status VmmAllocator::CheckInvariants() const {
   }
   if (n_shared != shared_count_ ||
       lower_refs.size() + upper_refs.size() + mid_refs.size() > 3 * n_shared ||
-      both != double_mapped_ || open_upper != open_upper_.size() ||
+      extra_views != double_mapped_ || open_upper != open_upper_.size() ||
       open_lower != open_lower_.size() || open_mid != open_mid_.size()) {
-    return fail("shared granules: ", both, " extra views (counted ", double_mapped_, "), open ",
-                open_upper, "/", open_lower, "/", open_mid, " but offered ", open_upper_.size(),
-                "/", open_lower_.size(), "/", open_mid_.size(), " (upper/lower/gaps)");
+    return fail("shared granules: ", extra_views, " extra views (counted ", double_mapped_,
+                "), open ", open_upper, "/", open_lower, "/", open_mid, " but offered ",
+                open_upper_.size(), "/", open_lower_.size(), "/", open_mid_.size(),
+                " (upper/lower/gaps)");
   }
   for (const auto& [p, r] : slab_ranges_) VGPU_RETURN_IF_ERROR(visit(*r, &n_slabs));
   absl::Status cached = absl::OkStatus();
