@@ -419,6 +419,7 @@ VmmAllocator::~VmmAllocator() {
     UnmapRangeLocked(std::move(range)).IgnoreError();  // under mu_, held above
   });
   GiveBackLocked(0).IgnoreError();
+  FreeSpareReservationsLocked();
   if (slab_arena_reserved_ != nullptr) {
     executor_->FreeAddressRange(slab_arena_reserved_, slab_arena_reserved_bytes_).IgnoreError();
   }
@@ -1225,18 +1226,9 @@ absl::StatusOr<std::unique_ptr<VmmAllocator::Range>> VmmAllocator::MapSharedRang
   if (from_cache) {
     base = static_cast<char*>(range->ptr) - (h > 0 ? g : 0);
   } else {
-    range = NewRangeLocked();
     // Room for a head before and a tail after, so the range can be cached and reused by
     // another shared-layout block.
-    range->reserved_bytes = (k + 2) * g;
-    VGPU_ASSIGN_OR_RETURN(range->reserved, executor_->ReserveAddressRange(range->reserved_bytes));
-    if (GranuleOffset(reinterpret_cast<uint64_t>(range->reserved)) != 0) {
-      executor_->FreeAddressRange(range->reserved, range->reserved_bytes).IgnoreError();
-      range->reserved_bytes += g;
-      VGPU_ASSIGN_OR_RETURN(range->reserved, executor_->ReserveAddressRange(range->reserved_bytes));
-    }
-    range->ptr =
-        reinterpret_cast<char*>(AlignUpPow2(reinterpret_cast<uint64_t>(range->reserved), g)) + g;
+    VGPU_ASSIGN_OR_RETURN(range, ReservedRangeLocked(k + 2));
     base = static_cast<char*>(range->ptr) - (h > 0 ? g : 0);
   }
   auto give_up = [&](absl::Status s) ABSL_NO_THREAD_SAFETY_ANALYSIS {  // under mu_
@@ -1434,27 +1426,28 @@ absl::StatusOr<std::unique_ptr<VmmAllocator::Range>> VmmAllocator::MapRangeLocke
     uint64_t count, uint64_t alignment) {
   VGPU_RETURN_IF_ERROR(EnsureFreeGranulesLocked(count));
   const uint64_t g = granularity_;
-  std::unique_ptr<Range> range = NewRangeLocked();
-  // Virtual space is cheap: reserve room to grow to the next power of two, so a cached range
-  // can later serve a somewhat larger request by mapping a few more granules at its end.
-  // (Plus a granule before and after: room for a shared head and tail when the range is cached
-  // and reused by a block with tail sharing.)
-  range->reserved_bytes = alignment > g ? count * g + alignment : (std::bit_ceil(count) + 2) * g;
-  VGPU_ASSIGN_OR_RETURN(range->reserved, executor_->ReserveAddressRange(range->reserved_bytes));
-  if (alignment <= g && GranuleOffset(reinterpret_cast<uint64_t>(range->reserved)) != 0) {
-    // Drivers return granule-aligned ranges, but nothing here may rely on it: rounding the
-    // base up would leave one granule less than reserved for. Ask again with a granule spare.
-    executor_->FreeAddressRange(range->reserved, range->reserved_bytes).IgnoreError();
-    range->reserved_bytes += g;
-    VGPU_ASSIGN_OR_RETURN(range->reserved, executor_->ReserveAddressRange(range->reserved_bytes));
+  std::unique_ptr<Range> range;
+  if (alignment <= g) {
+    // Virtual space is cheap: reserve room to grow to the next power of two, so a cached range
+    // can later serve a somewhat larger request by mapping a few more granules at its end.
+    // (Plus a granule before and after: room for a shared head and tail when the range is
+    // cached and reused by a block with tail sharing.)
+    VGPU_ASSIGN_OR_RETURN(range, ReservedRangeLocked(std::bit_ceil(count) + 2));
+  } else {
+    range = NewRangeLocked();
+    range->reserved_bytes = count * g + alignment;
+    absl::StatusOr<void*> va = executor_->ReserveAddressRange(range->reserved_bytes);
+    if (!va.ok()) {
+      RecycleRangeLocked(std::move(range));
+      return va.status();
+    }
+    range->reserved = *va;
+    range->ptr = reinterpret_cast<void*>(AlignUpPow2(reinterpret_cast<uint64_t>(*va), alignment));
   }
-  range->ptr = reinterpret_cast<void*>(
-      AlignUpPow2(reinterpret_cast<uint64_t>(range->reserved), std::max(alignment, g)) +
-      (alignment > g ? 0 : g));
   range->granules.reserve(count);
   absl::Status s = GrowRangeLocked(range.get(), count);
   if (!s.ok()) {
-    executor_->FreeAddressRange(range->reserved, range->reserved_bytes).IgnoreError();
+    ReleaseReservationLocked(std::move(range)).IgnoreError();  // nothing was mapped
     return s;
   }
   return range;
@@ -1618,9 +1611,81 @@ absl::Status VmmAllocator::UnmapRangeLocked(std::unique_ptr<Range> range) {
     RecycleRangeLocked(std::move(range));
     return absl::OkStatus();
   }
+  return ReleaseReservationLocked(std::move(range));
+}
+
+absl::StatusOr<std::unique_ptr<VmmAllocator::Range>> VmmAllocator::ReservedRangeLocked(
+    uint64_t granules) {
+  const uint64_t g = granularity_;
+  if (granules < kSpareVaBuckets) {
+    // The smallest spare reservation that is enough, if it is at most twice as large: a
+    // range's room to grow decides which cached sizes it serves, so not much more.
+    if (const uint64_t fits = spare_va_mask_ >> granules; fits != 0) {
+      const uint64_t b = granules + static_cast<uint64_t>(std::countr_zero(fits));
+      if (b <= 2 * granules) {
+        std::vector<std::unique_ptr<Range>>& spares = spare_va_[b];
+        std::unique_ptr<Range> range = std::move(spares.back());
+        spares.pop_back();
+        if (spares.empty()) spare_va_mask_ &= ~(uint64_t{1} << b);
+        --spare_va_count_;
+        range->ptr = reinterpret_cast<void*>(
+            AlignUpPow2(reinterpret_cast<uint64_t>(range->reserved), g) + g);
+        return range;
+      }
+    }
+  }
+  std::unique_ptr<Range> range = NewRangeLocked();
+  range->reserved_bytes = granules * g;
+  absl::StatusOr<void*> va = executor_->ReserveAddressRange(range->reserved_bytes);
+  if (va.ok() && GranuleOffset(reinterpret_cast<uint64_t>(*va)) != 0) {
+    // Drivers return granule-aligned ranges, but nothing here may rely on it: rounding the
+    // base up would leave one granule less than reserved for. Ask again with a granule spare.
+    executor_->FreeAddressRange(*va, range->reserved_bytes).IgnoreError();
+    range->reserved_bytes += g;
+    va = executor_->ReserveAddressRange(range->reserved_bytes);
+  }
+  if (!va.ok()) {
+    RecycleRangeLocked(std::move(range));
+    return va.status();
+  }
+  range->reserved = *va;
+  range->ptr = reinterpret_cast<void*>(AlignUpPow2(reinterpret_cast<uint64_t>(*va), g) + g);
+  return range;
+}
+
+absl::Status VmmAllocator::ReleaseReservationLocked(std::unique_ptr<Range> range) {
+  // The granules it spans from its first granule boundary (one fewer than its bytes say when
+  // the driver gave an unaligned base), so a reuse finds what ReservedRangeLocked promises.
+  uint64_t span = GranulesIn(range->reserved_bytes);
+  if (GranuleOffset(reinterpret_cast<uint64_t>(range->reserved)) != 0 && span > 0) --span;
+  if (span >= 2 && span < kSpareVaBuckets && spare_va_count_ < kMaxSpareReservations &&
+      range->granules.empty() && range->kept_tail == kNoGranule && range->head == kNoGranule &&
+      range->tail == kNoGranule && range->arena_slot == kNoGranule) {
+    // Unmapped, with no head, tail or granules (tested above): the rest of what a block set.
+    range->ptr = range->user_ptr = nullptr;
+    range->requested = range->streams = range->head_bytes = range->footprint = 0;
+    range->inner = false;
+    range->cache_prev = range->cache_next = nullptr;
+    spare_va_[span].push_back(std::move(range));
+    spare_va_mask_ |= uint64_t{1} << span;
+    ++spare_va_count_;
+    return absl::OkStatus();
+  }
   absl::Status s = executor_->FreeAddressRange(range->reserved, range->reserved_bytes);
   RecycleRangeLocked(std::move(range));
   return s;
+}
+
+void VmmAllocator::FreeSpareReservationsLocked() {
+  for (std::vector<std::unique_ptr<Range>>& spares : spare_va_) {
+    for (std::unique_ptr<Range>& range : spares) {
+      executor_->FreeAddressRange(range->reserved, range->reserved_bytes).IgnoreError();
+      RecycleRangeLocked(std::move(range));
+    }
+    spares.clear();
+  }
+  spare_va_mask_ = 0;
+  spare_va_count_ = 0;
 }
 
 std::unique_ptr<VmmAllocator::Range> VmmAllocator::NewRangeLocked() {
@@ -1792,6 +1857,7 @@ absl::Status VmmAllocator::Trim() {
   VGPU_RETURN_IF_ERROR(ReapPendingLocked(/*wait=*/true));
   while (cached_granules_ > 0) VGPU_RETURN_IF_ERROR(EvictOneLocked());
   if (options_.allow_growth) VGPU_RETURN_IF_ERROR(GiveBackLocked(0));
+  FreeSpareReservationsLocked();  // virtual space only, but Trim leaves nothing behind
   return absl::OkStatus();
 }
 
@@ -1923,10 +1989,10 @@ std::string VmmAllocator::DumpMemoryLog() const {
     absl::StrAppendFormat(&out,
                           "  granules: limit %d, created %d, mapped %d (blocks %d, cache %d, "
                           "slabs %d, deferred frees %d in %d), free in pool %d; cache hits %d, "
-                          "evictions %d\n",
+                          "evictions %d; spare address ranges %d\n",
                           limit_granules_, created_granules_, mapped_granules_, block_granules_,
                           cached_granules_, slab_granules_, pending_granules_, pending_.size(),
-                          free_granules_.size(), cache_hits_, cache_evictions_);
+                          free_granules_.size(), cache_hits_, cache_evictions_, spare_va_count_);
     // Occupancy map by physical granule: B live block, C cached, S slab, . free, space =
     // given back to the device.
     std::string map(granules_.size(), ' ');

@@ -612,6 +612,15 @@ class VmmAllocator final : public Allocator {
   // A fresh Range (from range_pool_ when it has one) / an unmapped one back to the pool.
   std::unique_ptr<Range> NewRangeLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RecycleRangeLocked(std::unique_ptr<Range> range) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A Range with `granules` granules of virtual space or more (a spare reservation when one
+  // fits, else a new one) and `ptr` one granule into it, granule-aligned: room for a head view
+  // before ptr and granules - 2 granules and a tail after it.
+  absl::StatusOr<std::unique_ptr<Range>> ReservedRangeLocked(uint64_t granules)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // An unmapped range's reservation kept for the next range (spare_va_), else freed.
+  absl::Status ReleaseReservationLocked(std::unique_ptr<Range> range)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void FreeSpareReservationsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Puts a freed range in the cache (the caller counts its granules) / takes `range` (of
   // `count` granules) out, uncounting them.
   void CachePutLocked(std::unique_ptr<Range> range) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -770,6 +779,16 @@ class VmmAllocator final : public Allocator {
   RangeCache cache_ ABSL_GUARDED_BY(mu_);  // mapped, free large ranges
   // Range objects of unmapped ranges, kept with their vectors' capacity for the next range.
   std::vector<std::unique_ptr<Range>> range_pool_ ABSL_GUARDED_BY(mu_);
+  // Unmapped ranges that keep their virtual reservation, by the granules it spans (bucket b:
+  // b granules; larger ones are freed), for the next range that needs as much or up to twice
+  // as much: a new block then reserves and frees no address space (two driver calls on a card,
+  // and 2-3 % of a replay's time on the fake device). At most kMaxSpareReservations in all;
+  // freed by Trim() and the destructor. spare_va_mask_ bit b: spare_va_[b] is not empty.
+  static constexpr size_t kSpareVaBuckets = 64;
+  static constexpr size_t kMaxSpareReservations = 256;
+  std::vector<std::unique_ptr<Range>> spare_va_[kSpareVaBuckets] ABSL_GUARDED_BY(mu_);
+  uint64_t spare_va_mask_ ABSL_GUARDED_BY(mu_) = 0;
+  size_t spare_va_count_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t cached_granules_ ABSL_GUARDED_BY(mu_) = 0;
   std::deque<PendingFree> pending_ ABSL_GUARDED_BY(mu_);                 // oldest first
   std::vector<std::unique_ptr<Event>> event_pool_ ABSL_GUARDED_BY(mu_);  // for PendingFree

@@ -268,6 +268,54 @@ TEST(VmmAllocatorTest, TailSharingPacksBlocksIntoSharedGranules) {
   EXPECT_EQ(f.alloc->Stats().bytes_in_use, 0u);
 }
 
+// A range unmapped whole keeps its virtual reservation for the next new range that needs as
+// much or up to twice as much (no reserve and free of address space per block: two driver
+// calls on a card); Trim and the destructor free the spares. The fake device hands out a new
+// address for every reservation, so the same address twice is the reuse. Each block below is
+// allocated with nothing else live (no open part to take as a head): a block of n granules
+// and a part needs n + 2 granules of space (a head's and a tail's room).
+TEST(VmmAllocatorTest, UnmappedRangesKeepTheirAddressSpaceForTheNextBlock) {
+  Fake f = MakeFake(Opts(32 * kG, false, /*cache=*/false));
+  const uint64_t arena = f.backend->reserved_ranges();  // the slab arena's one reservation
+  auto a = f.alloc->AllocateRaw(kG + kG / 2);           // 3 granules of space
+  ASSERT_THAT(a.status(), IsOk());
+  EXPECT_EQ(f.backend->reserved_ranges(), arena + 1);
+  ASSERT_THAT(f.alloc->Deallocate(*a), IsOk());
+  EXPECT_EQ(f.alloc->Granules().mapped, 0u);           // unmapped (no cache)...
+  EXPECT_EQ(f.backend->reserved_ranges(), arena + 1);  // ...its address space kept
+  ASSERT_THAT(CheckFakeVmm(f), IsOk());
+  auto b = f.alloc->AllocateRaw(kG + kG / 4);  // 3
+  ASSERT_THAT(b.status(), IsOk());
+  EXPECT_EQ(*b, *a);
+  EXPECT_EQ(f.backend->reserved_ranges(), arena + 1);
+  ASSERT_THAT(f.alloc->Deallocate(*b), IsOk());
+  auto c = f.alloc->AllocateRaw(5 * kG + kG / 2);  // 7: more than the spare, a new reservation
+  ASSERT_THAT(c.status(), IsOk());
+  EXPECT_NE(*c, *a);
+  EXPECT_EQ(f.backend->reserved_ranges(), arena + 2);
+  ASSERT_THAT(f.alloc->Deallocate(*c), IsOk());
+  ASSERT_THAT(CheckFakeVmm(f), IsOk());
+  auto d = f.alloc->AllocateRaw(2 * kG + kG / 2);  // 4: the 7-granule spare, the smallest enough
+  ASSERT_THAT(d.status(), IsOk());
+  EXPECT_EQ(*d, *c);
+  ASSERT_THAT(f.alloc->Deallocate(*d), IsOk());
+  auto x = f.alloc->AllocateRaw(kG + kG / 2);  // 3: the 3-granule spare
+  ASSERT_THAT(x.status(), IsOk());
+  EXPECT_EQ(*x, *a);
+  // Its tail's free part heads the next block (2 granules of space): the 7-granule spare is
+  // more than twice that, so a new reservation.
+  auto y = f.alloc->AllocateRaw(kG + kG / 2);
+  ASSERT_THAT(y.status(), IsOk());
+  EXPECT_EQ(f.backend->reserved_ranges(), arena + 3);
+  ASSERT_THAT(CheckFakeVmm(f), IsOk());
+  ASSERT_THAT(f.alloc->Deallocate(*x), IsOk());
+  ASSERT_THAT(f.alloc->Deallocate(*y), IsOk());
+  EXPECT_EQ(f.backend->reserved_ranges(), arena + 3);
+  ASSERT_THAT(f.alloc->Trim(), IsOk());
+  EXPECT_EQ(f.backend->reserved_ranges(), arena);
+  ASSERT_THAT(CheckFakeVmm(f), IsOk());
+}
+
 // Fails when two live blocks (or one with itself) share a physical byte (PhysicalMap).
 void ExpectNoPhysicalOverlap(Fake& f, const std::vector<std::pair<void*, uint64_t>>& live) {
   PhysicalMap physical(f.backend.get());
