@@ -758,10 +758,15 @@ uint64_t BFCAllocator::ReleaseEmptyRegionsLocked(uint64_t keep_bytes, uint64_t m
   uint64_t released = 0, kept = 0;
   size_t out = 0;  // regions_[0, out) are the ones kept so far
   for (size_t i = 0; i < regions_.size(); ++i) {
+    if (released >= max_bytes) {  // the rest is kept: moved down over the released ones, unread
+      if (out != i) std::copy(regions_.begin() + i, regions_.end(), regions_.begin() + out);
+      out += regions_.size() - i;
+      break;
+    }
     const Region r = regions_[i];
     const Chunk& c = chunks_[r.first];
-    // Kept: in use, within keep_bytes, or max_bytes released already.
-    if (c.in_use || c.next != kNone || kept + r.size <= keep_bytes || released >= max_bytes) {
+    // Kept: in use, or within keep_bytes.
+    if (c.in_use || c.next != kNone || kept + r.size <= keep_bytes) {
       if (!c.in_use && c.next == kNone) kept += r.size;
       regions_[out++] = r;
       continue;

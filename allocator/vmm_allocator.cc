@@ -738,7 +738,7 @@ absl::Status VmmAllocator::FreeLarge(void* ptr, bool* found) {
   // A free that unmaps (shared views; a range over the cache's cap) while the block's streams
   // may still use it is deferred behind events instead of waiting for them here.
   const bool unmaps = shared || count == 0 || count > CacheCapLocked(0, count);
-  if (!unmaps || !DeferFreeLocked(&range)) {
+  if (!unmaps || !SlotsHaveStreams(range->streams) || !DeferFreeLocked(&range)) {
     VGPU_RETURN_IF_ERROR(RetireLocked(std::move(range), &cached));
   }
   if (!options_.allow_growth) return absl::OkStatus();
@@ -931,7 +931,7 @@ uint64_t VmmAllocator::CacheCapLocked(uint64_t incoming, uint64_t leaving, bool 
   return std::min(cache_limit_granules_, floor ? std::max(keep_granules_, room) : room);
 }
 
-absl::Status VmmAllocator::EnsureFreeGranulesLocked(uint64_t count) {
+absl::Status VmmAllocator::EnsureFreeGranulesSlowLocked(uint64_t count) {
   // Growth: a cache over its headroom gives its granules to this request before new ones are
   // made. The cap's floor (the reserve, keep_granules_) is not counted here: it is what an idle
   // allocator keeps, and holding it cached while new granules are created put the reserve on
@@ -1543,7 +1543,7 @@ void VmmAllocator::AdoptPoolGranulesLocked(Range* range, uint64_t n) {
   NotifyEvent(AllocatorEventKind::kMap, at, n * g);
 }
 
-absl::Status VmmAllocator::ShrinkRangeLocked(Range* range, uint64_t count) {
+absl::Status VmmAllocator::ShrinkRangeSlowLocked(Range* range, uint64_t count) {
   const uint64_t g = granularity_;
   char* base = static_cast<char*>(range->ptr);
   const uint64_t old = range->granules.size();
@@ -1585,8 +1585,7 @@ absl::Status VmmAllocator::DoRecordStream(void* ptr, int slot) {
   return s;
 }
 
-absl::Status VmmAllocator::DropKeptTailLocked(Range* range) {
-  if (range->kept_tail == kNoGranule) return absl::OkStatus();
+absl::Status VmmAllocator::DropKeptTailSlowLocked(Range* range) {
   // Out of every stream's use before the unmap (ShrinkRangeLocked says why).
   if (range->streams != 0) VGPU_RETURN_IF_ERROR(SynchronizeSlots(range->streams));
   const uint64_t g = granularity_;
@@ -1614,8 +1613,10 @@ absl::Status VmmAllocator::UnmapRangeLocked(std::unique_ptr<Range> range) {
   return ReleaseReservationLocked(std::move(range));
 }
 
-absl::StatusOr<std::unique_ptr<VmmAllocator::Range>> VmmAllocator::ReservedRangeLocked(
-    uint64_t granules) {
+// Inline in its callers, as ReleaseReservationLocked in UnmapRangeLocked: each is one of a
+// new block's few steps (a call cost the large path ~0.5 %).
+ABSL_ATTRIBUTE_ALWAYS_INLINE inline absl::StatusOr<std::unique_ptr<VmmAllocator::Range>>
+VmmAllocator::ReservedRangeLocked(uint64_t granules) {
   const uint64_t g = granularity_;
   if (granules < kSpareVaBuckets) {
     // The smallest spare reservation that is enough, if it is at most twice as large: a
@@ -1653,7 +1654,8 @@ absl::StatusOr<std::unique_ptr<VmmAllocator::Range>> VmmAllocator::ReservedRange
   return range;
 }
 
-absl::Status VmmAllocator::ReleaseReservationLocked(std::unique_ptr<Range> range) {
+ABSL_ATTRIBUTE_ALWAYS_INLINE inline absl::Status VmmAllocator::ReleaseReservationLocked(
+    std::unique_ptr<Range> range) {
   // The granules it spans from its first granule boundary (one fewer than its bytes say when
   // the driver gave an unaligned base), so a reuse finds what ReservedRangeLocked promises.
   uint64_t span = GranulesIn(range->reserved_bytes);

@@ -533,8 +533,12 @@ class VmmAllocator final : public Allocator {
   // (parts offered to neighbours), then its own granules cached (true in *cached) or unmapped.
   absl::Status RetireLocked(std::unique_ptr<Range> range, bool* cached)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Unmaps a range's kept tail granule (if any) into the pool.
-  absl::Status DropKeptTailLocked(Range* range) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Unmaps a range's kept tail granule (if any) into the pool. The test for none is inline
+  // (like the early-outs below: a call that does nothing cost the large path ~1 %).
+  absl::Status DropKeptTailLocked(Range* range) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return range->kept_tail == kNoGranule ? absl::OkStatus() : DropKeptTailSlowLocked(range);
+  }
+  absl::Status DropKeptTailSlowLocked(Range* range) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A shared granule with no block left on it goes back to the pool.
   void ReleaseSharedLocked(uint32_t granule) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Where a shared granule's free part is offered, and with how many bytes: kOfferUpper while
@@ -607,7 +611,11 @@ class VmmAllocator final : public Allocator {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Moves the pool's top `n` granules, already mapped at the range's end, into the range.
   void AdoptPoolGranulesLocked(Range* range, uint64_t n) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status ShrinkRangeLocked(Range* range, uint64_t count) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status ShrinkRangeLocked(Range* range, uint64_t count) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return range->granules.size() <= count ? absl::OkStatus() : ShrinkRangeSlowLocked(range, count);
+  }
+  absl::Status ShrinkRangeSlowLocked(Range* range, uint64_t count)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   uint64_t CapacityOf(const Range& range) const;  // granules the reservation can hold
   // A fresh Range (from range_pool_ when it has one) / an unmapped one back to the pool.
   std::unique_ptr<Range> NewRangeLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -654,7 +662,14 @@ class VmmAllocator final : public Allocator {
   static constexpr uint64_t kPairLowerSizes = 64;
   // Makes `count` granules free (unmapped) in the pool, creating them (growth) or evicting
   // the cache as needed, within the limit.
-  absl::Status EnsureFreeGranulesLocked(uint64_t count) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status EnsureFreeGranulesLocked(uint64_t count) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    // Enough in the pool, within the limit: nothing to evict or create.
+    if (free_granules_.size() >= count && mapped_granules_ + count <= limit_granules_) {
+      return absl::OkStatus();
+    }
+    return EnsureFreeGranulesSlowLocked(count);
+  }
+  absl::Status EnsureFreeGranulesSlowLocked(uint64_t count) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Up to n new granules into the pool in one executor call (each its own allocation); how
   // many, or the device's refusal when none.
   absl::StatusOr<size_t> CreateGranulesLocked(size_t n) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
