@@ -748,7 +748,9 @@ absl::Status VmmAllocator::FreeLarge(void* ptr, bool* found) {
   return GiveBackIfIdle(cached ? range_ptr : nullptr, cached ? count : 0);
 }
 
-absl::Status VmmAllocator::RetireLocked(std::unique_ptr<Range> range, bool* cached) {
+// Inline in FreeLarge (and the deferred frees' reaping): a call per free cost ~1 %.
+ABSL_ATTRIBUTE_ALWAYS_INLINE inline absl::Status VmmAllocator::RetireLocked(
+    std::unique_ptr<Range> range, bool* cached) {
   if (range->head != kNoGranule || range->tail != kNoGranule) {
     // Its head and tail go back to their neighbours or the pool; its own granules, still
     // mapped, are cached like any range (with room around them for a head and a tail).
@@ -1348,7 +1350,9 @@ void VmmAllocator::ReleaseSharedLocked(uint32_t granule) {
   MirrorMappedLocked();
 }
 
-absl::Status VmmAllocator::UnmapSharedViewsLocked(Range* range) {
+// Inline in RetireLocked, its one caller.
+ABSL_ATTRIBUTE_ALWAYS_INLINE inline absl::Status VmmAllocator::UnmapSharedViewsLocked(
+    Range* range) {
   // The views are unmapped and the parts offered to other blocks: the block's streams must be
   // done with it first (so a shared-layout block's free waits for its streams on the host;
   // share_tail_granules = false keeps frees fully asynchronous).
