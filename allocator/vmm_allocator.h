@@ -796,8 +796,8 @@ class VmmAllocator final : public Allocator {
   std::vector<std::unique_ptr<Range>> range_pool_ ABSL_GUARDED_BY(mu_);
   // Unmapped ranges that keep their virtual reservation, by the granules it spans (bucket b:
   // b granules; larger ones are freed), for the next range that needs as much or up to twice
-  // as much: a new block then reserves and frees no address space (two driver calls on a card,
-  // and 2-3 % of a replay's time on the fake device). At most kMaxSpareReservations in all;
+  // as much: a new block then reserves and frees no address space (two driver calls on a card;
+  // about what the bookkeeping costs on the fake device). At most kMaxSpareReservations in all;
   // freed by Trim() and the destructor. spare_va_mask_ bit b: spare_va_[b] is not empty.
   static constexpr size_t kSpareVaBuckets = 64;
   static constexpr size_t kMaxSpareReservations = 256;
