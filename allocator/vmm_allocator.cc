@@ -738,7 +738,7 @@ absl::Status VmmAllocator::FreeLarge(void* ptr, bool* found) {
   // A free that unmaps (shared views; a range over the cache's cap) while the block's streams
   // may still use it is deferred behind events instead of waiting for them here.
   const bool unmaps = shared || count == 0 || count > CacheCapLocked(0, count);
-  if (!unmaps || !SlotsHaveStreams(range->streams) || !DeferFreeLocked(&range)) {
+  if (!unmaps || !DeferFreeLocked(&range)) {
     VGPU_RETURN_IF_ERROR(RetireLocked(std::move(range), &cached));
   }
   if (!options_.allow_growth) return absl::OkStatus();
@@ -769,8 +769,7 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline absl::Status VmmAllocator::RetireLocked(
   return absl::OkStatus();
 }
 
-bool VmmAllocator::DeferFreeLocked(std::unique_ptr<Range>* range) {
-  if (!SlotsHaveStreams((*range)->streams)) return false;  // host-synchronous: nothing pending
+bool VmmAllocator::DeferFreeSlowLocked(std::unique_ptr<Range>* range) {
   PendingFree pf;
   auto give_up = [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS {  // under mu_
     for (std::unique_ptr<Event>& e : pf.events) event_pool_.push_back(std::move(e));
@@ -1550,8 +1549,7 @@ void VmmAllocator::AdoptPoolGranulesLocked(Range* range, uint64_t n) {
 absl::Status VmmAllocator::ShrinkRangeSlowLocked(Range* range, uint64_t count) {
   const uint64_t g = granularity_;
   char* base = static_cast<char*>(range->ptr);
-  const uint64_t old = range->granules.size();
-  if (old <= count) return absl::OkStatus();
+  const uint64_t old = range->granules.size();  // > count (ShrinkRangeLocked)
   // Unmapped memory must be out of every stream's use (on a GPU an access would fault): wait
   // for the streams that used the range. Granules in the pool are therefore always safe.
   if (range->streams != 0) VGPU_RETURN_IF_ERROR(SynchronizeSlots(range->streams));
@@ -1667,11 +1665,7 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline absl::Status VmmAllocator::ReleaseReservatio
   if (span >= 2 && span < kSpareVaBuckets && spare_va_count_ < kMaxSpareReservations &&
       range->granules.empty() && range->kept_tail == kNoGranule && range->head == kNoGranule &&
       range->tail == kNoGranule && range->arena_slot == kNoGranule) {
-    // Unmapped, with no head, tail or granules (tested above): the rest of what a block set.
-    range->ptr = range->user_ptr = nullptr;
-    range->requested = range->streams = range->head_bytes = range->footprint = 0;
-    range->inner = false;
-    range->cache_prev = range->cache_next = nullptr;
+    ClearRange(range.get(), range->reserved, range->reserved_bytes);
     spare_va_[span].push_back(std::move(range));
     spare_va_mask_ |= uint64_t{1} << span;
     ++spare_va_count_;
@@ -1703,12 +1697,17 @@ std::unique_ptr<VmmAllocator::Range> VmmAllocator::NewRangeLocked() {
 
 void VmmAllocator::RecycleRangeLocked(std::unique_ptr<Range> range) {
   if (range_pool_.size() >= 256) return;  // enough for any burst; the rest is freed
-  // Reset every field but keep the vectors' capacity.
+  ClearRange(range.get(), nullptr, 0);
+  range_pool_.push_back(std::move(range));
+}
+
+void VmmAllocator::ClearRange(Range* range, void* reserved, uint64_t reserved_bytes) {
   std::vector<uint32_t> granules = std::move(range->granules);
   granules.clear();
   *range = Range{};
   range->granules = std::move(granules);
-  range_pool_.push_back(std::move(range));
+  range->reserved = reserved;
+  range->reserved_bytes = reserved_bytes;
 }
 
 void VmmAllocator::RangeCache::Put(std::unique_ptr<Range> range) {

@@ -524,7 +524,11 @@ class VmmAllocator final : public Allocator {
   // Parks `*range` when a stream of its may still use it (true; *range is taken); false when no
   // stream has work that could (or an event could not be made: the caller retires it now,
   // waiting on the host as before).
-  bool DeferFreeLocked(std::unique_ptr<Range>* range) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The host-synchronous test (no stream: nothing pending) is inline, like the early-outs below.
+  bool DeferFreeLocked(std::unique_ptr<Range>* range) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return SlotsHaveStreams((*range)->streams) && DeferFreeSlowLocked(range);
+  }
+  bool DeferFreeSlowLocked(std::unique_ptr<Range>* range) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Takes a parked block out (its events back to the pool), for reuse or retirement.
   std::unique_ptr<Range> UnparkLocked(std::deque<PendingFree>::iterator it)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -620,6 +624,9 @@ class VmmAllocator final : public Allocator {
   // A fresh Range (from range_pool_ when it has one) / an unmapped one back to the pool.
   std::unique_ptr<Range> NewRangeLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RecycleRangeLocked(std::unique_ptr<Range> range) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Resets every field of an unmapped range but the given reservation, keeping its granule
+  // vector's capacity (both pools of unmapped ranges).
+  static void ClearRange(Range* range, void* reserved, uint64_t reserved_bytes);
   // A Range with `granules` granules of virtual space or more (a spare reservation when one
   // fits, else a new one) and `ptr` one granule into it, granule-aligned: room for a head view
   // before ptr and granules - 2 granules and a tail after it.
@@ -801,6 +808,7 @@ class VmmAllocator final : public Allocator {
   // freed by Trim() and the destructor. spare_va_mask_ bit b: spare_va_[b] is not empty.
   static constexpr size_t kSpareVaBuckets = 64;
   static constexpr size_t kMaxSpareReservations = 256;
+  static_assert(kSpareVaBuckets <= 64, "spare_va_mask_ has a bit per bucket");
   std::vector<std::unique_ptr<Range>> spare_va_[kSpareVaBuckets] ABSL_GUARDED_BY(mu_);
   uint64_t spare_va_mask_ ABSL_GUARDED_BY(mu_) = 0;
   size_t spare_va_count_ ABSL_GUARDED_BY(mu_) = 0;
